@@ -52,6 +52,7 @@ import rasterio
 import rasterio.session
 from rasterio.env import set_gdal_config
 
+from pipekit import malloc
 from pipekit.errors import ReadError
 
 __all__ = [
@@ -322,7 +323,11 @@ _fsspec_openers: dict[tuple[int, str], _FsspecOpener] = {}
 
 
 def _configure_process() -> None:
-    """Apply :data:`GDAL_OPTIONS` once per process (rasterio sets them as GDAL config options)."""
+    """Apply :data:`GDAL_OPTIONS` once per process (rasterio sets them as GDAL config options).
+
+    Also tunes glibc's allocator (:func:`pipekit.malloc.tune`): samples are large
+    arrays that the default settings page in afresh every time.
+    """
     global _process_configured_pid
     pid = os.getpid()
     if _process_configured_pid == pid:
@@ -331,6 +336,7 @@ def _configure_process() -> None:
         if _process_configured_pid != pid:
             for key, value in GDAL_OPTIONS.items():
                 set_gdal_config(key, value)
+            malloc.tune()
             _process_configured_pid = pid
 
 
