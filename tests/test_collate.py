@@ -242,6 +242,22 @@ class TestCollate:
         assert sizes.tolist() == [[2, 3], [3, 1]]
         assert padded.is_pinned() == (pin and torch.cuda.is_available())
 
+    def test_worker_batches_are_built_in_shared_memory(self):
+        # padded and stacked batches are written straight into shared memory inside a worker
+        from pipekit.collate import collate, pad_collate
+
+        def check(samples):
+            padded, _ = pad_collate([s["image"] for s in samples], pad_value=0)
+            stacked = collate([s["mask"] for s in samples])
+            return padded.is_shared(), stacked.is_shared(), padded
+
+        data = [{"image": torch.ones(1, 2 + i, 2), "mask": torch.full((2, 2), i)} for i in range(2)]
+        [(padded_shared, stacked_shared, padded)] = list(
+            torch.utils.data.DataLoader(data, batch_size=2, num_workers=1, collate_fn=check)
+        )
+        assert padded_shared and stacked_shared
+        assert padded.shape == (2, 1, 3, 2) and padded[0, 0, 2].eq(0).all()
+
     def test_errors_name_the_key(self):
         from pipekit.collate import collate
 

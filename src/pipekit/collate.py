@@ -81,14 +81,32 @@ def _check_pad_fits(pad_value: PadValue, dtype: torch.dtype, name: str) -> None:
 
 
 def empty_host(shape: Sequence[int], dtype: torch.dtype, pin_memory: bool = False) -> torch.Tensor:
-    """An uninitialised CPU tensor, page-locked when ``pin_memory`` and CUDA is available.
+    """An uninitialised CPU tensor for a batch.
 
-    Pinned blocks come from torch's caching host allocator and are reused
-    after the tensors that held them are freed.
+    * ``pin_memory`` and CUDA available: page-locked, from torch's caching host
+      allocator (blocks are reused after the tensors that held them are freed);
+    * inside a DataLoader worker: in shared memory, as
+      :func:`torch.utils.data.default_collate` does, so the batch reaches the
+      main process without being copied into shared memory on the way;
+    * otherwise ordinary memory.
     """
+    shape = tuple(shape)
     if pin_memory and torch.cuda.is_available():
-        return torch.empty(tuple(shape), dtype=dtype, pin_memory=True)
-    return torch.empty(tuple(shape), dtype=dtype)
+        return torch.empty(shape, dtype=dtype, pin_memory=True)
+    if torch.utils.data.get_worker_info() is not None:
+        return _empty_shared(shape, dtype)
+    return torch.empty(shape, dtype=dtype)
+
+
+def _empty_shared(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    numel = 1
+    for n in shape:
+        numel *= int(n)
+    try:
+        storage = torch.UntypedStorage._new_shared(numel * dtype.itemsize)
+    except (AttributeError, RuntimeError):  # private API: fall back to the copy torch would make anyway
+        return torch.empty(shape, dtype=dtype)
+    return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
 
 
 def _common_dtype(ts: Sequence[torch.Tensor]) -> torch.dtype:
@@ -159,14 +177,14 @@ def pad_stack(
     sizes = torch.tensor(shapes, dtype=torch.long).reshape(len(ts), first.dim())
     pin = pin_memory and first.device.type == "cpu"
     if all(s == shapes[0] for s in shapes):
-        if pin:
-            out = empty_host((len(ts), *shapes[0]), dtype, pin_memory=True)
+        if first.device.type == "cpu":
+            out = empty_host((len(ts), *shapes[0]), dtype, pin_memory=pin)
             return torch.stack([t.to(dtype) for t in ts], out=out), sizes
         return torch.stack([t.to(dtype) for t in ts]), sizes
     _check_pad_fits(pad_value, dtype, name)
     max_shape = [max(dim) for dim in zip(*shapes)]
-    if pin:
-        out = empty_host((len(ts), *max_shape), dtype, pin_memory=True)
+    if first.device.type == "cpu":
+        out = empty_host((len(ts), *max_shape), dtype, pin_memory=pin)
         out.fill_(pad_value)
     else:
         out = torch.full((len(ts), *max_shape), pad_value, dtype=dtype, device=first.device)

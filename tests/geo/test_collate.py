@@ -29,6 +29,22 @@ class TestStackSamples:
         assert batch["bounds"] == [BoundingBox(i, i + 5, 0, 4) for i in range(3)]
         assert list(batch) == ["image", "mask", "crs", "bounds"]
 
+    def test_batches_are_built_in_shared_memory_inside_workers(self):
+        # stacked straight into shared memory in the worker, as default_collate does: the batch
+        # then reaches the main process without another copy of its pixels
+        def collate(samples):
+            batch = stack_samples(samples)
+            batch["shared_in_worker"] = [batch["image"].is_shared(), batch["mask"].is_shared()]
+            return batch
+
+        loader = torch.utils.data.DataLoader([sample(i) for i in range(4)], batch_size=2, num_workers=1,
+                                             collate_fn=collate)
+        batches = list(loader)
+        assert [b["shared_in_worker"] for b in batches] == [[True, True], [True, True]]
+        assert torch.equal(batches[1]["image"][:, 0, 0, 0], torch.tensor([2.0, 3.0]))
+        # in the main process, ordinary memory
+        assert not stack_samples([sample(0), sample(1)])["image"].is_shared()
+
     def test_accepts_any_iterable(self):
         batch = stack_samples(sample(i) for i in range(2))
         assert batch["image"].shape == (2, 3, 4, 5)

@@ -63,6 +63,80 @@ class TestSourceCoordinates:
         assert warp.source_coordinates(dst, CRS.from_epsg(4326), (8, 8), src, UTM) is None
 
 
+class TestSourceAffine:
+    def test_matches_exact_transform_over_a_patch(self):
+        dst = Affine(30.0, 0, X0, 0, -30.0, Y0)
+        src = Affine(30.0, 0, 100_000.0, 0, -30.0, 2_200_000.0)
+        coef = warp.source_affine(dst, UTM, (256, 256), src, ALB)
+        assert coef is not None and coef.shape == (2, 3)
+        to_src = Transformer.from_crs(UTM15, ALBERS, always_xy=True)
+        r, c = np.meshgrid(np.arange(256) + 0.5, np.arange(256) + 0.5, indexing="ij")
+        x, y = to_src.transform(X0 + 30.0 * c, Y0 - 30.0 * r)
+        exact_c, exact_r = (np.asarray(x) - 100_000.0) / 30.0, (2_200_000.0 - np.asarray(y)) / 30.0
+        assert np.abs(coef[0, 0] * c + coef[0, 1] * r + coef[0, 2] - exact_c).max() < warp.MAX_ERROR
+        assert np.abs(coef[1, 0] * c + coef[1, 1] * r + coef[1, 2] - exact_r).max() < warp.MAX_ERROR
+
+    def test_refuses_grids_where_the_projection_bends(self):
+        # 2000 km of UTM mapped to geographic degrees: far from affine
+        dst = Affine(8000.0, 0, X0 - 1e6, 0, -8000.0, Y0 + 1e6)
+        src = Affine(0.01, 0, -130.0, 0, -0.01, 60.0)
+        assert warp.source_affine(dst, UTM, (250, 250), src, CRS.from_epsg(4326)) is None
+        # the general path still serves it (interpolated or exact per pixel)
+        assert warp.source_coordinates(dst, UTM, (250, 250), src, CRS.from_epsg(4326)) is not None
+
+    def test_outside_the_crs_domain(self):
+        dst = Affine(1.0, 0, 0.0, 0, -1.0, 120.0)
+        src = Affine(30.0, 0, 0.0, 0, -30.0, 0.0)
+        assert warp.source_affine(dst, CRS.from_epsg(4326), (8, 8), src, UTM) is None
+
+
+class TestNearestAffine:
+    def read_from(self, data):
+        calls = []
+
+        def read(c0, r0, c1, r1):
+            calls.append((c0, r0, c1, r1))
+            return data[:, r0:r1, c0:c1]
+
+        return read, calls
+
+    def test_same_pixels_as_the_per_pixel_path(self):
+        rng = np.random.default_rng(1)
+        data = rng.integers(0, 250, size=(2, 400, 400)).astype(np.uint8)
+        src = Affine(30.0, 0, 100_000.0, 0, -30.0, 2_200_000.0)
+        to_dst = Transformer.from_crs(ALBERS, UTM15, always_xy=True)
+        to_src = Transformer.from_crs(UTM15, ALBERS, always_xy=True)
+        cx, cy = to_dst.transform(100_000.0 + 200 * 30, 2_200_000.0 - 200 * 30)
+        for k in range(6):  # patches at sub-pixel offsets around the file's centre
+            dst = Affine(30.0, 0, cx - 3000 + 7.3 * k, 0, -30.0, cy + 3000 - 11.1 * k)
+            coef = warp.source_affine(dst, UTM, (64, 80), src, ALB)
+            read, calls = self.read_from(data)
+            got = warp.nearest_affine(read, (400, 400), coef, (64, 80))
+            # exact source coordinates of every target centre
+            r, c = np.meshgrid(np.arange(64) + 0.5, np.arange(80) + 0.5, indexing="ij")
+            x, y = to_src.transform(dst.c + 30.0 * c, dst.f - 30.0 * r)
+            cols, rows = (np.asarray(x) - 100_000.0) / 30.0, (2_200_000.0 - np.asarray(y)) / 30.0
+            expected = data[:, np.floor(rows).astype(int), np.floor(cols).astype(int)]
+            assert got.shape == (2, 64, 80) and got.dtype == np.uint8
+            # identical wherever the exact centre is clear of a pixel edge by the fit's tolerance
+            clear = (np.abs(cols - np.round(cols)) > warp.MAX_ERROR) & (np.abs(rows - np.round(rows)) > warp.MAX_ERROR)
+            assert clear.mean() > 0.9
+            assert (got[:, clear] == expected[:, clear]).all()
+            (c0, r0, c1, r1), = calls  # one window read, just around the needed pixels
+            assert c0 == int(np.floor(cols.min())) and r0 == int(np.floor(rows.min()))
+            assert c1 - 1 <= int(np.floor(cols.max())) + 1 and r1 - 1 <= int(np.floor(rows.max())) + 1
+
+    def test_grid_reaching_outside_the_file_is_declined(self):
+        data = np.zeros((1, 100, 100), np.uint8)
+        coef = np.array([[1.0, 0.0, -5.0], [0.0, 1.0, 10.0]])  # starts 5 columns left of the file
+        read, calls = self.read_from(data)
+        assert warp.nearest_affine(read, (100, 100), coef, (20, 20)) is None
+        assert calls == []
+        inside = np.array([[1.0, 0.0, 80.0], [0.0, 1.0, 80.0]])
+        assert warp.nearest_affine(read, (100, 100), inside, (20, 20)).shape == (1, 20, 20)
+        assert warp.nearest_affine(read, (100, 100), inside, (21, 21)) is None  # centre of pixel 20 is at 100.5
+
+
 class TestNearest:
     def test_agrees_with_gdal(self, classes_albers):
         ds = RasterDataset(classes_albers, crs=UTM15, res=30.0, resampling="nearest")

@@ -23,6 +23,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from pipekit.collate import empty_host
+
 __all__ = ["stack_samples", "concat_samples", "merge_samples", "unbind_samples"]
 
 
@@ -49,6 +51,16 @@ def _gather(samples: Iterable[Mapping[str, Any]], fn: str, strict: bool = True) 
     return out
 
 
+def _stack(values: list[Tensor]) -> Tensor:
+    """``torch.stack``; into shared memory inside a DataLoader worker (no copy on the way to the main process)."""
+    first = values[0]
+    if first.device.type == "cpu" and all(
+        isinstance(v, Tensor) and v.dtype == first.dtype and v.shape == first.shape for v in values
+    ):
+        return torch.stack(values, out=empty_host((len(values), *first.shape), first.dtype))
+    return torch.stack(values)
+
+
 def stack_samples(samples: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Stack samples into a mini-batch: tensors on a new first axis, other values as lists.
 
@@ -70,7 +82,7 @@ def stack_samples(samples: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     for key, values in collated.items():
         if isinstance(values[0], Tensor):
             try:
-                collated[key] = torch.stack(values)
+                collated[key] = _stack(values)
             except (RuntimeError, TypeError) as exc:
                 shapes = [tuple(v.shape) if isinstance(v, Tensor) else type(v).__name__ for v in values]
                 raise ValueError(f"stack_samples: cannot stack {key!r} (shapes {shapes}): {exc}") from exc

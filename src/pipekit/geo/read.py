@@ -496,15 +496,14 @@ def _warp_fast(
     nodata: float | None,
     dtype: np.dtype,
 ) -> object:
-    """:func:`pipekit.geo.warp.warp_window` for the parts, ``None`` if nothing is covered, or ``_USE_GDAL``."""
+    """Warp the parts with :mod:`pipekit.geo.warp`.
+
+    Returns ``(data, ok)`` (``ok`` is ``None`` when every target pixel has a
+    source pixel), ``None`` if nothing is covered, or ``_USE_GDAL``.
+    """
     handle = parts[0][0]
     t = handle.transform
     if t.b != 0.0 or t.d != 0.0:
-        return _USE_GDAL
-    coords = warp.source_coordinates(
-        grid.transform, grid.crs, grid.shape, t, handle.crs, grid.crs_key, _crs_key(handle)
-    )
-    if coords is None:
         return _USE_GDAL
 
     def read(c0: int, r0: int, c1: int, r1: int) -> np.ndarray:
@@ -512,6 +511,20 @@ def _warp_fast(
         if len(parts) == 1:
             return _read_window(handle, parts[0][1], window)
         return np.concatenate([_read_window(h, indexes, window) for h, indexes in parts])
+
+    if resampling == Resampling.nearest:
+        # the common case: a patch inside the file, under a map that is affine over the patch
+        coef = warp.source_affine(grid.transform, grid.crs, grid.shape, t, handle.crs, grid.crs_key,
+                                  _crs_key(handle))
+        if coef is not None:
+            data = warp.nearest_affine(read, (handle.height, handle.width), coef, grid.shape)
+            if data is not None:
+                return data.astype(dtype, copy=False), None
+    coords = warp.source_coordinates(
+        grid.transform, grid.crs, grid.shape, t, handle.crs, grid.crs_key, _crs_key(handle)
+    )
+    if coords is None:
+        return _USE_GDAL
 
     result = warp.warp_window(read, (handle.height, handle.width), *coords, resampling, nodata, dtype)
     if result is None:
@@ -539,7 +552,9 @@ def _read_warped(
             if fast is None:
                 return False
             data, ok = fast
-            if valid is None:
+            if ok is None:  # every target pixel has a source pixel: only nodata to mind
+                _place(data, out, valid, (slice(None), slice(None), slice(None)), nodata, fill)
+            elif valid is None:
                 np.copyto(out, data, where=ok, casting="unsafe")  # pixels without a value keep the fill
             else:
                 np.copyto(out, data, where=ok & ~valid, casting="unsafe")

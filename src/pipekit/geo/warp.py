@@ -35,12 +35,24 @@ from pyproj import Transformer
 from rasterio.crs import CRS
 from rasterio.enums import Resampling
 
-__all__ = ["STEP", "MAX_ERROR", "source_coordinates", "warp_window", "supports"]
+__all__ = [
+    "STEP",
+    "MAX_ERROR",
+    "FIT_POINTS",
+    "source_affine",
+    "nearest_affine",
+    "source_coordinates",
+    "warp_window",
+    "supports",
+]
 
 #: Spacing, in target pixels, of the lattice transformed exactly.
 STEP = 16
 #: Largest interpolation error (in source pixels) accepted before transforming every pixel.
 MAX_ERROR = 0.02
+
+#: Points per side of the lattice on which :func:`source_affine` fits and checks its affine map.
+FIT_POINTS = 5
 
 _transformers: dict[tuple[int, int, str, str], Transformer] = {}
 _lock = threading.Lock()
@@ -152,6 +164,116 @@ def source_coordinates(
         if not (np.isfinite(cols).all() and np.isfinite(rows).all()):
             return None
     return cols, rows
+
+
+_fits: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+_centres: dict[int, np.ndarray] = {}
+
+
+def _fit_lattice(h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
+    """The fit lattice's design matrix ``[n, 3]`` (pixel-centre col, row, 1) and its pseudo-inverse."""
+    key = (h, w)
+    fit = _fits.get(key)
+    if fit is None:
+        cols = np.unique(np.linspace(0, w - 1, FIT_POINTS).round()) + 0.5
+        rows = np.unique(np.linspace(0, h - 1, FIT_POINTS).round()) + 0.5
+        cc, rr = np.meshgrid(cols, rows)
+        design = np.stack([cc.ravel(), rr.ravel(), np.ones(cc.size)], axis=1)
+        fit = _fits[key] = (design, np.linalg.pinv(design))
+    return fit
+
+
+def _pixel_centres(n: int) -> np.ndarray:
+    c = _centres.get(n)
+    if c is None:
+        c = _centres[n] = np.arange(n, dtype=np.float64) + 0.5
+    return c
+
+
+def source_affine(
+    dst_transform: Affine,
+    dst_crs: CRS,
+    dst_shape: tuple[int, int],
+    src_transform: Affine,
+    src_crs: CRS,
+    dst_key: str | None = None,
+    src_key: str | None = None,
+) -> np.ndarray | None:
+    """The affine map from target to source pixel coordinates over a grid, where one is exact enough.
+
+    Over a patch most projections are affine to well under a hundredth of a
+    pixel.  The target pixel centres of a :data:`FIT_POINTS` x
+    :data:`FIT_POINTS` lattice spanning the grid (its edges included) are
+    transformed exactly and an affine map is fitted to them by least squares.
+
+    Returns:
+        ``M`` (``[2, 3]``): ``(src_col, src_row) = M @ (col, row, 1)`` for
+        continuous target pixel coordinates (pixel ``(i, j)``'s centre is
+        ``(j + 0.5, i + 0.5)``); ``None`` when the fit misses a lattice point
+        by more than half of :data:`MAX_ERROR` source pixel, or a point does
+        not transform (then use :func:`source_coordinates`).
+    """
+    h, w = dst_shape
+    transformer = _transformer(dst_crs, src_crs, dst_key or dst_crs.to_wkt(), src_key or src_crs.to_wkt())
+    design, pinv = _fit_lattice(h, w)
+    cols, rows = design[:, 0], design[:, 1]
+    t = dst_transform
+    sx, sy = transformer.transform(t.a * cols + t.b * rows + t.c, t.d * cols + t.e * rows + t.f)
+    inv = ~src_transform
+    sx = np.asarray(sx, dtype=np.float64)
+    sy = np.asarray(sy, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        observed = np.stack([inv.a * sx + inv.b * sy + inv.c, inv.d * sx + inv.e * sy + inv.f], axis=1)
+    if not np.isfinite(observed).all():
+        return None
+    coef = pinv @ observed  # [3, 2]
+    if float(np.abs(design @ coef - observed).max()) > MAX_ERROR / 2:
+        return None
+    return coef.T.copy()
+
+
+def nearest_affine(read, src_shape: tuple[int, int], coef: np.ndarray, dst_shape: tuple[int, int]) -> np.ndarray | None:
+    """Nearest-neighbour resampling through an affine target-to-source map (see :func:`source_affine`).
+
+    The pixel whose area contains a target centre is taken (GDAL's rule,
+    ``floor``).  Only for grids that lie wholly inside the file, the common
+    case of a patch: the window read is then a rectangle, and no pixel needs
+    masking.
+
+    Args:
+        read: ``read(col0, row0, col1, row1) -> ndarray [bands, rows, cols]``.
+        src_shape: ``(height, width)`` of the file.
+        coef: the ``[2, 3]`` map from :func:`source_affine`.
+        dst_shape: ``(H, W)`` of the grid.
+
+    Returns:
+        ``[bands, H, W]`` in the file's dtype, or ``None`` when some target
+        centre falls outside the file (use :func:`warp_window`).
+    """
+    h, w = dst_shape
+    (a, b, c), (d, e, f) = coef.tolist()
+    # an affine map's extremes over the centre lattice are at its corners
+    xs, ys = (0.5, w - 0.5), (0.5, h - 0.5)
+    corner_cols = [a * x + b * y + c for x in xs for y in ys]
+    corner_rows = [d * x + e * y + f for x in xs for y in ys]
+    c0, r0 = math.floor(min(corner_cols)), math.floor(min(corner_rows))
+    c1, r1 = math.floor(max(corner_cols)) + 1, math.floor(max(corner_rows)) + 1
+    height, width = src_shape
+    if c0 < 0 or r0 < 0 or c1 > width or r1 > height:
+        return None
+    # a pixel of margin (where the file has it) absorbs rounding differences at the far edges
+    c1, r1 = min(c1 + 1, width), min(r1 + 1, height)
+    data = read(c0, r0, c1, r1)
+    bands, ww = data.shape[0], c1 - c0
+    x, y = _pixel_centres(w), _pixel_centres(h)
+    # window-local coordinates are >= 0 (up to rounding): truncation is floor, and -1e-12 becomes 0
+    flat = np.add.outer(e * y + (f - r0), d * x).astype(np.intp)
+    flat *= ww
+    flat += np.add.outer(b * y + (c - c0), a * x).astype(np.intp)
+    src = data.reshape(bands, -1)
+    if bands == 1:
+        return np.take(src[0], flat, mode="clip")[None]
+    return np.take(src, flat, axis=1, mode="clip")
 
 
 def _scale(cols: np.ndarray, rows: np.ndarray) -> float:
