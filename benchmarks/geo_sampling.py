@@ -113,11 +113,15 @@ def have_torchgeo() -> bool:
 
 
 def configure_gdal(cachemax_mib: int | None) -> None:
-    """The same GDAL configuration for every contender: pipekit's process options, with this block cache size.
+    """The same process configuration for every contender: pipekit's GDAL options, with this block cache size,
+    and pipekit's allocator tuning (:mod:`pipekit.malloc`, which pipekit applies in processes that read rasters).
 
     ``None`` keeps pipekit's own ``GDAL_CACHEMAX``.
     """
     import pipekit.geo.io as geo_io
+    from pipekit import malloc
+
+    malloc.tune()
 
     if cachemax_mib is not None:
         geo_io.GDAL_OPTIONS["GDAL_CACHEMAX"] = cachemax_mib * MIB  # pipekit applies these at its first open

@@ -37,6 +37,7 @@ import atexit
 import concurrent.futures
 import contextlib
 import io
+import itertools
 import json
 import logging
 import os
@@ -490,6 +491,9 @@ class _Resolved:
         return f"_Resolved({self.kind!r}, {self.path!r})"
 
 
+_handle_tokens = itertools.count()
+
+
 class RasterHandle:
     """An open raster and the metadata a read needs, looked up once when it was opened."""
 
@@ -506,7 +510,9 @@ class RasterHandle:
         "opener",
         "remote",
         "resolved",
+        "reusable",
         "same_crs",
+        "token",
         "transform",
         "url",
         "width",
@@ -527,6 +533,10 @@ class RasterHandle:
         self.nodata = ds.nodata
         self.remote = resolved.kind != "local"
         self.same_crs: dict[str, bool] = {}
+        # identifies this opening in per-process caches of derived data (pipekit.geo.warpcache);
+        # ``reusable``: held by the handle cache, so such data may be used again
+        self.token = next(_handle_tokens)
+        self.reusable = False
         if resolved.kind == "local":
             self.cost = _LOCAL_HANDLE_COST
         elif resolved.kind == "vsi":
@@ -597,6 +607,7 @@ class _HandleCache:
             self.entries.move_to_end(key)
             return handle
         handle = open_handle(opener, url, stage)
+        handle.reusable = True
         self.entries[key] = handle
         self.nbytes += handle.cost
         self._shrink()

@@ -44,7 +44,7 @@ from rasterio.warp import reproject, transform_bounds
 from rasterio.warp import transform as warp_transform
 from rasterio.windows import Window
 
-from pipekit.geo import warp
+from pipekit.geo import warp, warpcache
 from pipekit.geo.bbox import BoundingBox
 from pipekit.geo.io import RasterHandle
 
@@ -493,13 +493,13 @@ def _warp_fast(
     parts: list[tuple[RasterHandle, list[int]]],
     grid: Grid,
     resampling: Resampling,
-    nodata: float | None,
-    dtype: np.dtype,
 ) -> object:
-    """Warp the parts with :mod:`pipekit.geo.warp`.
+    """Warp the parts with :mod:`pipekit.geo.warp` (nearest neighbour: through :mod:`pipekit.geo.warpcache`).
 
-    Returns ``(data, ok)`` (``ok`` is ``None`` when every target pixel has a
-    source pixel), ``None`` if nothing is covered, or ``_USE_GDAL``.
+    Returns ``(data, coverage)``: ``data`` ``[bands, H, W]`` in the files'
+    dtype, ``coverage`` a boolean ``[H, W]`` of the target pixels that have a
+    source pixel (``None``: all of them); or ``None`` if the files cover no
+    target pixel; or ``_USE_GDAL``.
     """
     handle = parts[0][0]
     t = handle.transform
@@ -512,27 +512,38 @@ def _warp_fast(
             return _read_window(handle, parts[0][1], window)
         return np.concatenate([_read_window(h, indexes, window) for h, indexes in parts])
 
-    if resampling == Resampling.nearest:
-        # the common case: a patch inside the file, under a map that is affine over the patch
-        coef = warp.source_affine(grid.transform, grid.crs, grid.shape, t, handle.crs, grid.crs_key,
-                                  _crs_key(handle))
-        if coef is not None:
-            data = warp.nearest_affine(read, (handle.height, handle.width), coef, grid.shape)
-            if data is not None:
-                return data.astype(dtype, copy=False), None
-    coords = warp.source_coordinates(
-        grid.transform, grid.crs, grid.shape, t, handle.crs, grid.crs_key, _crs_key(handle)
-    )
-    if coords is None:
-        return _USE_GDAL
-
-    result = warp.warp_window(read, (handle.height, handle.width), *coords, resampling, nodata, dtype)
-    if result is None:
-        # bilinear down-sampling is GDAL's; "nothing covered" is final
-        if resampling == Resampling.bilinear:
+    def warp_grid(transform: Affine, shape: tuple[int, int]) -> object:
+        src_key = _crs_key(handle)
+        if resampling == Resampling.nearest:
+            # the common case: a patch inside the file, under a map that is affine over the patch
+            coef = warp.source_affine(transform, grid.crs, shape, t, handle.crs, grid.crs_key, src_key)
+            if coef is not None:
+                data = warp.nearest_affine(read, (handle.height, handle.width), coef, shape)
+                if data is not None:
+                    return data, None
+        coords = warp.source_coordinates(transform, grid.crs, shape, t, handle.crs, grid.crs_key, src_key)
+        if coords is None:
             return _USE_GDAL
-        return None
-    return result
+        result = warp.warp_window(read, (handle.height, handle.width), *coords, resampling, None, handle.np_dtype)
+        if result is None:
+            # bilinear down-sampling is GDAL's; "nothing covered" is final
+            return _USE_GDAL if resampling == Resampling.bilinear else None
+        data, ok = result
+        return data, ok.all(axis=0) if ok.ndim == 3 else ok
+
+    if resampling == Resampling.nearest and all(h.reusable for h, _ in parts):
+
+        def warp_blocks(transform: Affine, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray | None] | None:
+            got = warp_grid(transform, shape)
+            return got if isinstance(got, tuple) else None
+
+        source = (tuple((h.token, tuple(indexes)) for h, indexes in parts), grid.crs_key)
+        got = warpcache.read_blocks(source, grid.transform, grid.shape, warp_blocks)
+        if got is not None:
+            if got[1] is not None and not got[1].any():
+                return None
+            return got
+    return warp_grid(grid.transform, grid.shape)
 
 
 def _read_warped(
@@ -547,18 +558,14 @@ def _read_warped(
     """Warp the part of the file(s) under the grid; ``parts`` share one grid (their bands are stacked)."""
     handle = parts[0][0]
     if FAST_WARP and warp.supports(resampling):
-        fast = _warp_fast(parts, grid, resampling, nodata, out.dtype)
+        fast = _warp_fast(parts, grid, resampling)
         if fast is not _USE_GDAL:
             if fast is None:
                 return False
-            data, ok = fast
-            if ok is None:  # every target pixel has a source pixel: only nodata to mind
-                _place(data, out, valid, (slice(None), slice(None), slice(None)), nodata, fill)
-            elif valid is None:
-                np.copyto(out, data, where=ok, casting="unsafe")  # pixels without a value keep the fill
-            else:
-                np.copyto(out, data, where=ok & ~valid, casting="unsafe")
-                valid |= ok
+            data, coverage = fast
+            # pixels without a source pixel (or holding nodata) keep the fill
+            _place(data, out, valid, (slice(None), slice(None), slice(None)), nodata, fill,
+                   coverage=None if coverage is None else np.broadcast_to(coverage, data.shape))
             return True
     box = _source_window(handle, grid, resampling)
     if box is None:

@@ -1,0 +1,227 @@
+"""A per-process cache of reprojected blocks, so that a layer in another CRS is warped once, not per patch.
+
+Reading ``landsat & cdl`` on Landsat's grid reprojects the CDL for every
+patch.  Random patches of a training run overlap, epoch after epoch, and the
+same CDL pixels would be warped again each time.  Like GDAL's ``WarpedVRT``
+(which keeps warped blocks in GDAL's block cache), this module keeps the
+warped pixels in blocks of :data:`BLOCK` x :data:`BLOCK` target pixels on the
+query grid's pixel lattice, and assembles a patch from them:
+
+* a block is identified by the open file(s) and bands it comes from, the
+  target CRS and resolution, the lattice's sub-pixel phase and the block's
+  position, so it is only reused for exactly the same target pixels;
+* missing blocks are warped together, in one call, then split;
+* blocks are only used for lattices seen before (the second query on a
+  lattice starts filling them): arbitrary, unaligned queries are warped
+  directly instead of filling the cache with blocks that never come back;
+* the cache holds at most :func:`warp_cache_budget` bytes per process
+  (:data:`DEFAULT_BUDGET`, or ``PIPEKIT_GEO_WARP_CACHE_MB``), least recently
+  used blocks first out; ``0`` turns it off.  Blocks belong to one opening of
+  a file (a handle), so a file closed and opened again is warped afresh.
+
+Only nearest-neighbour reads go through it: a nearest pixel depends on its
+own centre only, so a patch assembled from blocks is the patch warped whole.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+
+import numpy as np
+from affine import Affine
+
+__all__ = [
+    "BLOCK",
+    "DEFAULT_BUDGET",
+    "read_blocks",
+    "set_warp_cache_budget",
+    "warp_cache_budget",
+    "clear_warp_cache",
+    "warp_cache_stats",
+]
+
+#: Side of a cached block, in target pixels.
+BLOCK = 128
+#: Default byte budget of the cache in each process.
+DEFAULT_BUDGET = int(float(os.environ.get("PIPEKIT_GEO_WARP_CACHE_MB", "64")) * 2**20)
+
+# Sub-pixel phase resolution: lattices whose origins differ by less than this many pixels are the same.
+_PHASE_STEPS = 1000
+_MAX_PHASES = 256
+
+Block = tuple[np.ndarray, "np.ndarray | None"]
+#: ``warp(transform, (height, width)) -> (data [bands, h, w], inside [h, w] or None) | None``
+WarpFn = Callable[[Affine, tuple[int, int]], "Block | None"]
+
+
+class _Cache:
+    def __init__(self, budget: int) -> None:
+        self.pid = os.getpid()
+        self.budget = budget
+        self.blocks: OrderedDict[Hashable, Block] = OrderedDict()
+        self.nbytes = 0
+        self.phases: dict[Hashable, int] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def put(self, key: Hashable, block: Block) -> None:
+        data, inside = block
+        size = data.nbytes + (inside.nbytes if inside is not None else 0)
+        if size > self.budget:
+            return
+        old = self.blocks.pop(key, None)
+        if old is not None:
+            self.nbytes -= old[0].nbytes + (old[1].nbytes if old[1] is not None else 0)
+        self.blocks[key] = block
+        self.nbytes += size
+        self.shrink()
+
+    def shrink(self) -> None:
+        while self.nbytes > self.budget and self.blocks:
+            _, (d, m) = self.blocks.popitem(last=False)
+            self.nbytes -= d.nbytes + (m.nbytes if m is not None else 0)
+
+
+_local = threading.local()
+_settings = {"budget": DEFAULT_BUDGET}
+
+
+def _cache() -> _Cache:
+    cache = getattr(_local, "cache", None)
+    if cache is None or cache.pid != os.getpid():  # a forked worker starts empty
+        cache = _local.cache = _Cache(_settings["budget"])
+    return cache
+
+
+def set_warp_cache_budget(nbytes: int) -> None:
+    """Bound the cache of warped blocks of each process (and thread) to ``nbytes``; ``0`` turns it off.
+
+    Set it before DataLoader workers start: each worker has its own cache.
+    """
+    if nbytes < 0:
+        raise ValueError(f"the warp cache budget must be >= 0 bytes, got {nbytes}")
+    _settings["budget"] = int(nbytes)
+    cache = _cache()
+    cache.budget = int(nbytes)
+    if nbytes == 0:
+        clear_warp_cache()
+    else:
+        cache.shrink()
+
+
+def warp_cache_budget() -> int:
+    """The byte budget of the warp cache (per process and thread)."""
+    return _settings["budget"]
+
+
+def clear_warp_cache() -> None:
+    """Drop every cached block of this process and thread, and reset its counters."""
+    cache = _cache()
+    cache.blocks.clear()
+    cache.nbytes = 0
+    cache.phases.clear()
+    cache.hits = cache.misses = 0
+
+
+def warp_cache_stats() -> dict[str, int]:
+    """``{"blocks", "bytes", "hits", "misses"}`` of this process's cache (hits and misses count blocks)."""
+    cache = _cache()
+    return {"blocks": len(cache.blocks), "bytes": cache.nbytes, "hits": cache.hits, "misses": cache.misses}
+
+
+def _lattice(offset: float) -> tuple[int, int]:
+    """``(index, phase)``: a pixel coordinate split into its lattice index and sub-pixel phase step."""
+    steps = round(offset * _PHASE_STEPS)
+    return steps // _PHASE_STEPS, steps % _PHASE_STEPS
+
+
+def read_blocks(
+    source: Hashable, transform: Affine, shape: tuple[int, int], warp: WarpFn
+) -> Block | None:
+    """A warped patch assembled from cached blocks, warping (with ``warp``) the blocks missing.
+
+    Args:
+        source: what the pixels are warped from and onto (files, bands,
+            target CRS): part of every block's key.
+        transform: the patch's affine transform (north-up).
+        shape: ``(height, width)`` of the patch.
+        warp: warps a north-up grid ``(transform, shape)`` of the same CRS
+            and resolution; returns ``(data, inside)`` or ``None`` (then the
+            patch is not served from blocks).
+
+    Returns:
+        ``(data [bands, H, W], inside [H, W] or None)``, or ``None`` when the
+        cache is off, the lattice is new, or ``warp`` declined: warp the
+        patch directly.
+    """
+    cache = _cache()
+    if cache.budget == 0 or transform.b != 0.0 or transform.d != 0.0:
+        return None
+    xres, yres = transform.a, -transform.e
+    if not (xres > 0 and yres > 0):
+        return None
+    col0, phase_x = _lattice(transform.c / xres)
+    row0, phase_y = _lattice(-transform.f / yres)
+    lattice = (source, xres, yres, phase_x, phase_y)
+    seen = cache.phases.get(lattice, 0)
+    if seen == 0:
+        if len(cache.phases) >= _MAX_PHASES:
+            cache.phases.clear()
+        cache.phases[lattice] = 1
+        return None
+    h, w = shape
+    bx0, bx1 = col0 // BLOCK, (col0 + w - 1) // BLOCK
+    by0, by1 = row0 // BLOCK, (row0 + h - 1) // BLOCK
+    blocks = cache.blocks
+    found: dict[tuple[int, int], Block] = {}
+    missing: list[tuple[int, int]] = []
+    for by in range(by0, by1 + 1):
+        for bx in range(bx0, bx1 + 1):
+            key = (lattice, bx, by)
+            block = blocks.get(key)
+            if block is None:
+                missing.append((bx, by))
+            else:
+                blocks.move_to_end(key)
+                found[(bx, by)] = block
+    cache.hits += len(found)
+    cache.misses += len(missing)
+    if missing:
+        mx0 = min(b[0] for b in missing)
+        mx1 = max(b[0] for b in missing)
+        my0 = min(b[1] for b in missing)
+        my1 = max(b[1] for b in missing)
+        fx, fy = phase_x / _PHASE_STEPS, phase_y / _PHASE_STEPS
+        rect = Affine(xres, 0.0, (mx0 * BLOCK + fx) * xres, 0.0, -yres, -(my0 * BLOCK + fy) * yres)
+        warped = warp(rect, ((my1 - my0 + 1) * BLOCK, (mx1 - mx0 + 1) * BLOCK))
+        if warped is None:
+            return None
+        data, inside = warped
+        for bx, by in missing:
+            ys = slice((by - my0) * BLOCK, (by - my0 + 1) * BLOCK)
+            xs = slice((bx - mx0) * BLOCK, (bx - mx0 + 1) * BLOCK)
+            block_inside = None
+            if inside is not None:
+                part = inside[ys, xs]
+                block_inside = None if part.all() else part.copy()
+            block = (data[:, ys, xs].copy(), block_inside)
+            found[(bx, by)] = block
+            cache.put((lattice, bx, by), block)
+    first = next(iter(found.values()))[0]
+    out = np.empty((first.shape[0], h, w), dtype=first.dtype)
+    covered: np.ndarray | None = None
+    for (bx, by), (data, inside) in found.items():
+        # the overlap of the block with the patch, in block and in patch pixels
+        c_lo, c_hi = max(col0, bx * BLOCK), min(col0 + w, (bx + 1) * BLOCK)
+        r_lo, r_hi = max(row0, by * BLOCK), min(row0 + h, (by + 1) * BLOCK)
+        src = (slice(None), slice(r_lo - by * BLOCK, r_hi - by * BLOCK), slice(c_lo - bx * BLOCK, c_hi - bx * BLOCK))
+        dst = (slice(None), slice(r_lo - row0, r_hi - row0), slice(c_lo - col0, c_hi - col0))
+        out[dst] = data[src]
+        if inside is not None:
+            if covered is None:
+                covered = np.ones((h, w), dtype=bool)
+            covered[dst[1:]] = inside[src[1:]]
+    return out, covered
