@@ -179,3 +179,12 @@ class TestDatasetReads:
         write_tif(path, np.full((400, 400), 9, np.uint8), ALBERS, transform)
         close_cached_handles()
         assert ds[q]["image"].eq(9).all() and ds[q]["image"].eq(9).all()
+
+
+@pytest.mark.parametrize(("value", "message"), [("lots", "must be a number of MiB"), ("-5", "must be >= 0 MiB")])
+def test_bad_budget_in_the_environment_is_named(monkeypatch, value, message):
+    monkeypatch.setenv(warpcache.ENV_VAR, value)
+    with pytest.raises(ValueError, match=f"PIPEKIT_GEO_WARP_CACHE_MB {message}"):
+        warpcache._budget_from_env()
+    monkeypatch.setenv(warpcache.ENV_VAR, "0.5")
+    assert warpcache._budget_from_env() == 2**19

@@ -36,6 +36,7 @@ from affine import Affine
 __all__ = [
     "BLOCK",
     "DEFAULT_BUDGET",
+    "ENV_VAR",
     "read_blocks",
     "set_warp_cache_budget",
     "warp_cache_budget",
@@ -46,7 +47,21 @@ __all__ = [
 #: Side of a cached block, in target pixels.
 BLOCK = 128
 #: Default byte budget of the cache in each process.
-DEFAULT_BUDGET = int(float(os.environ.get("PIPEKIT_GEO_WARP_CACHE_MB", "64")) * 2**20)
+ENV_VAR = "PIPEKIT_GEO_WARP_CACHE_MB"
+
+
+def _budget_from_env() -> int:
+    text = os.environ.get(ENV_VAR, "64")
+    try:
+        mib = float(text)
+    except ValueError:
+        raise ValueError(f"{ENV_VAR} must be a number of MiB (0 turns the warp cache off), got {text!r}") from None
+    if not mib >= 0:
+        raise ValueError(f"{ENV_VAR} must be >= 0 MiB, got {text!r}")
+    return int(mib * 2**20)
+
+
+DEFAULT_BUDGET = _budget_from_env()
 
 # Sub-pixel phase resolution: lattices whose origins differ by less than this many pixels are the same.
 _PHASE_STEPS = 1000
