@@ -42,6 +42,7 @@ where the batch is consumed (the main process), or let
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
@@ -99,11 +100,8 @@ def empty_host(shape: Sequence[int], dtype: torch.dtype, pin_memory: bool = Fals
 
 
 def _empty_shared(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    numel = 1
-    for n in shape:
-        numel *= int(n)
     try:
-        storage = torch.UntypedStorage._new_shared(numel * dtype.itemsize)
+        storage = torch.UntypedStorage._new_shared(math.prod(shape) * dtype.itemsize)
     except (AttributeError, RuntimeError):  # private API: fall back to the copy torch would make anyway
         return torch.empty(shape, dtype=dtype)
     return torch.empty(0, dtype=dtype).set_(storage, 0, shape)

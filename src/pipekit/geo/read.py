@@ -514,14 +514,16 @@ def _warp_fast(
 
     def warp_grid(transform: Affine, shape: tuple[int, int]) -> object:
         src_key = _crs_key(handle)
-        if resampling == Resampling.nearest:
-            # the common case: a patch inside the file, under a map that is affine over the patch
-            coef = warp.source_affine(transform, grid.crs, shape, t, handle.crs, grid.crs_key, src_key)
-            if coef is not None:
+        coef = warp.source_affine(transform, grid.crs, shape, t, handle.crs, grid.crs_key, src_key)
+        if coef is not None:
+            if resampling == Resampling.nearest:
+                # the common case: a patch inside the file, under a map that is affine over the patch
                 data = warp.nearest_affine(read, (handle.height, handle.width), coef, shape)
                 if data is not None:
                     return data, None
-        coords = warp.source_coordinates(transform, grid.crs, shape, t, handle.crs, grid.crs_key, src_key)
+            coords = warp.affine_coordinates(coef, shape)
+        else:
+            coords = warp.source_coordinates(transform, grid.crs, shape, t, handle.crs, grid.crs_key, src_key)
         if coords is None:
             return _USE_GDAL
         result = warp.warp_window(read, (handle.height, handle.width), *coords, resampling, None, handle.np_dtype)

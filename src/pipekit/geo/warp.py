@@ -40,6 +40,7 @@ __all__ = [
     "MAX_ERROR",
     "FIT_POINTS",
     "source_affine",
+    "affine_coordinates",
     "nearest_affine",
     "source_coordinates",
     "warp_window",
@@ -82,6 +83,26 @@ def supports(resampling: Resampling) -> bool:
     return resampling == Resampling.nearest
 
 
+def _source_pixels(
+    transformer: Transformer, dst_transform: Affine, inv: Affine, cols: np.ndarray, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Source pixel coordinates of target pixel coordinates (``inv``: the source's inverse transform)."""
+    t = dst_transform
+    sx, sy = transformer.transform(t.a * cols + t.b * rows + t.c, t.d * cols + t.e * rows + t.f)
+    sx = np.asarray(sx, dtype=np.float64)
+    sy = np.asarray(sy, dtype=np.float64)
+    with np.errstate(invalid="ignore"):  # points outside the CRS's domain are inf: checked by the callers
+        return inv.a * sx + inv.b * sy + inv.c, inv.d * sx + inv.e * sy + inv.f
+
+
+def affine_coordinates(coef: np.ndarray, dst_shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """``(cols, rows)`` (each ``[H, W]``) of the target pixel centres under :func:`source_affine`'s map."""
+    h, w = dst_shape
+    (a, b, c), (d, e, f) = coef.tolist()
+    x, y = _pixel_centres(w), _pixel_centres(h)[:, None]
+    return a * x + (b * y + c), d * x + (e * y + f)
+
+
 def _lattice(n: int) -> np.ndarray:
     idx = np.arange(0, n, STEP)
     if idx[-1] != n - 1:
@@ -117,39 +138,27 @@ def source_coordinates(
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Source pixel coordinates ``(cols, rows)`` (each ``[H, W]``) of the target pixel centres.
 
+    From :func:`source_affine` where the map is affine over the grid, else
+    interpolated from a lattice every :data:`STEP` pixels (or exact per pixel).
     Returns ``None`` when some centre does not transform (outside the source
     CRS's domain).
     """
+    # Over a patch most projections are affine to well under a hundredth of a pixel.
+    coef = source_affine(dst_transform, dst_crs, dst_shape, src_transform, src_crs, dst_key, src_key)
+    if coef is not None:
+        return affine_coordinates(coef, dst_shape)
     h, w = dst_shape
     transformer = _transformer(dst_crs, src_crs, dst_key or dst_crs.to_wkt(), src_key or src_crs.to_wkt())
     inv = ~src_transform
 
     def to_src_pixels(cols: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        x = dst_transform.a * cols + dst_transform.b * rows + dst_transform.c
-        y = dst_transform.d * cols + dst_transform.e * rows + dst_transform.f
-        sx, sy = transformer.transform(x, y)
-        sx = np.asarray(sx, dtype=np.float64)
-        sy = np.asarray(sy, dtype=np.float64)
-        with np.errstate(invalid="ignore"):  # points outside the CRS's domain are inf: checked by the caller
-            return inv.a * sx + inv.b * sy + inv.c, inv.d * sx + inv.e * sy + inv.f
+        return _source_pixels(transformer, dst_transform, inv, cols, rows)
 
     ri, ci = _lattice(h), _lattice(w)
     cc, rr = np.meshgrid(ci + 0.5, ri + 0.5)
     lc, lr = to_src_pixels(cc, rr)
     if not (np.isfinite(lc).all() and np.isfinite(lr).all()):
         return None
-    # Over a patch most projections are affine to well under a hundredth of a pixel:
-    # fit one, and use it when its worst residual on the lattice is small enough.
-    design = np.stack([cc.ravel(), rr.ravel(), np.ones(cc.size)], axis=1)
-    coef_c, *_ = np.linalg.lstsq(design, lc.ravel(), rcond=None)
-    coef_r, *_ = np.linalg.lstsq(design, lr.ravel(), rcond=None)
-    resid = max(float(np.abs(design @ coef_c - lc.ravel()).max()), float(np.abs(design @ coef_r - lr.ravel()).max()))
-    if resid <= MAX_ERROR / 2:
-        xc = np.arange(w, dtype=np.float64) + 0.5
-        yc = np.arange(h, dtype=np.float64)[:, None] + 0.5
-        cols = coef_c[0] * xc + (coef_c[1] * yc + coef_c[2])
-        rows = coef_r[0] * xc + (coef_r[1] * yc + coef_r[2])
-        return cols, rows
     cols = _interp_axis(_interp_axis(lc, ri, h, 0), ci, w, 1)
     rows = _interp_axis(_interp_axis(lr, ri, h, 0), ci, w, 1)
     # Check the interpolation half-way between lattice points, where it is worst.
@@ -216,14 +225,7 @@ def source_affine(
     h, w = dst_shape
     transformer = _transformer(dst_crs, src_crs, dst_key or dst_crs.to_wkt(), src_key or src_crs.to_wkt())
     design, pinv = _fit_lattice(h, w)
-    cols, rows = design[:, 0], design[:, 1]
-    t = dst_transform
-    sx, sy = transformer.transform(t.a * cols + t.b * rows + t.c, t.d * cols + t.e * rows + t.f)
-    inv = ~src_transform
-    sx = np.asarray(sx, dtype=np.float64)
-    sy = np.asarray(sy, dtype=np.float64)
-    with np.errstate(invalid="ignore"):
-        observed = np.stack([inv.a * sx + inv.b * sy + inv.c, inv.d * sx + inv.e * sy + inv.f], axis=1)
+    observed = np.stack(_source_pixels(transformer, dst_transform, ~src_transform, design[:, 0], design[:, 1]), axis=1)
     if not np.isfinite(observed).all():
         return None
     coef = pinv @ observed  # [3, 2]

@@ -83,21 +83,24 @@ class _Cache:
         self.misses = 0
 
     def put(self, key: Hashable, block: Block) -> None:
-        data, inside = block
-        size = data.nbytes + (inside.nbytes if inside is not None else 0)
+        size = _size(block)
         if size > self.budget:
             return
         old = self.blocks.pop(key, None)
         if old is not None:
-            self.nbytes -= old[0].nbytes + (old[1].nbytes if old[1] is not None else 0)
+            self.nbytes -= _size(old)
         self.blocks[key] = block
         self.nbytes += size
         self.shrink()
 
     def shrink(self) -> None:
         while self.nbytes > self.budget and self.blocks:
-            _, (d, m) = self.blocks.popitem(last=False)
-            self.nbytes -= d.nbytes + (m.nbytes if m is not None else 0)
+            self.nbytes -= _size(self.blocks.popitem(last=False)[1])
+
+
+def _size(block: Block) -> int:
+    data, inside = block
+    return data.nbytes + (inside.nbytes if inside is not None else 0)
 
 
 _local = threading.local()
