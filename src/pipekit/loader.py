@@ -34,9 +34,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.utils.data.datapipes.datapipe import _IterDataPipeSerializationWrapper
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from pipekit.pipes._torch import LoaderPipeWrapper
 from pipekit.pipes.base import IterDataPipe
 from pipekit.pipes.resume import (
     apply_seeds,
@@ -54,11 +54,11 @@ __all__ = ["DataLoader"]
 logger = logging.getLogger("pipekit")
 
 
-class _ResumablePipe(_IterDataPipeSerializationWrapper):
+class _ResumablePipe(LoaderPipeWrapper):
     """Holds the user's pipe inside the loader and checkpoints its position.
 
-    torch's DataLoader wraps a DataPipe in ``_IterDataPipeSerializationWrapper``
-    (which is also the iterator it hands to the fetcher); this subclass adds
+    torch's DataLoader wraps a DataPipe in a serialization wrapper (which is
+    also the iterator it hands to the fetcher); this subclass of it adds
     ``state_dict``/``load_state_dict`` so ``StatefulDataLoader`` asks it for the
     pipeline's position in each worker instead of replaying items.
     """
@@ -77,6 +77,7 @@ class _ResumablePipe(_IterDataPipeSerializationWrapper):
         self._since_start = 0
         self._warned = False
         self._cache: tuple[Any, dict[str, Any]] | None = None
+        self._run = 0  # iterators started, to tell their checkpoints apart
 
     def __setstate__(self, state: Any) -> None:
         super().__setstate__(state)
@@ -94,22 +95,23 @@ class _ResumablePipe(_IterDataPipeSerializationWrapper):
         iterator, then load it into the iterator again.
         """
         if self._pipes is None:  # the graph (and the swapped classes) stay the same across epochs
-            prepare_for_resume(self._datapipe)
-            self._pipes = pipeline_pipes(self._datapipe)
+            prepare_for_resume(self.pipe)
+            self._pipes = pipeline_pipes(self.pipe)
         pending = self._pending
         self._cache = None
         self._base_state = pending
         self._since_start = 0
         self._yielded = 0
         if pending is not None and pending["mode"] == "snapshot":
-            restore_pipeline(self._datapipe, pending["pipes"])
+            restore_pipeline(self.pipe, pending["pipes"])
             self._yielded = int(pending["yielded"])
         elif pending is not None and pending.get("seeds") is not None:
             apply_seeds(self._pipes, pending["seeds"])
         # What a checkpoint needs to describe pipes that have not started yet.
         self._marks = epoch_marks(self._pipes)
         self._seeds = pending_seeds(self._pipes)
-        self._datapipe_iter = iter(self._datapipe)
+        self._run += 1
+        self.restart()
         if pending is not None and pending["mode"] == "count":
             self._skip(int(pending["yielded"]))
 
@@ -118,14 +120,14 @@ class _ResumablePipe(_IterDataPipeSerializationWrapper):
             logger.info("pipekit.DataLoader: resuming by replaying %d items", count)
         for _ in range(count):
             try:
-                next(self._datapipe_iter)  # type: ignore[arg-type]
+                self.next_item()
             except StopIteration:
                 break
             self._yielded += 1
 
     def __next__(self) -> Any:
         self._pending = None
-        item = next(self._datapipe_iter)  # type: ignore[arg-type]
+        item = self.next_item()
         self._yielded += 1
         self._since_start += 1
         return item
@@ -133,7 +135,7 @@ class _ResumablePipe(_IterDataPipeSerializationWrapper):
     def state_dict(self) -> dict[str, Any]:
         # StatefulDataLoader asks twice per batch (for the dataset and for its iterator, which
         # are this object): hand out the same dict, so it is built once and pickled once.
-        key = (id(self._datapipe_iter), self._yielded, self._since_start)
+        key = (self._run, self._yielded, self._since_start)
         if self._cache is not None and self._cache[0] == key:
             return self._cache[1]
         state = self._make_state()
@@ -151,14 +153,14 @@ class _ResumablePipe(_IterDataPipeSerializationWrapper):
             return {"mode": "count", "yielded": 0, "seeds": self._seeds}
         snap = None
         if self._pipes is not None:
-            snap = snapshot_pipeline(self._datapipe, self._pipes, self._marks, self._seeds)
+            snap = snapshot_pipeline(self.pipe, self._pipes, self._marks, self._seeds)
         if snap is None:
             if not self._warned:
                 self._warned = True
                 logger.warning(
                     "pipekit.DataLoader: pipes %s cannot report their position; a resumed run will "
                     "replay the items already consumed",
-                    sorted(set(not_snapshot_capable(self._datapipe))),
+                    sorted(set(not_snapshot_capable(self.pipe))),
                 )
             return {"mode": "count", "yielded": self._yielded, "seeds": self._seeds}
         return {"mode": "snapshot", "pipes": snap, "yielded": self._yielded}

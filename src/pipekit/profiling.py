@@ -335,7 +335,7 @@ def _timed_subclass(cls: type) -> type:
 
 def _depths(pipe: Any) -> dict[int, int]:
     """Each pipe's distance from ``pipe`` (the last pipe), by the graph torch reports."""
-    from torch.utils.data.graph import traverse_dps
+    from pipekit.pipes._torch import pipe_graph
 
     depth: dict[int, int] = {}
 
@@ -345,7 +345,7 @@ def _depths(pipe: Any) -> dict[int, int]:
                 depth[key] = level
             walk(sub, level + 1)
 
-    walk(traverse_dps(pipe), 0)
+    walk(pipe_graph(pipe), 0)
     return depth
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pathlib
-
 import pytest
 
 import pipekit
@@ -93,27 +91,6 @@ class TestResumableProtocol:
 
     def test_plain_pipe_is_not(self):
         assert not isinstance(IterableWrapper([1]).map(abs), Resumable)
-
-
-def test_only_base_imports_torch_datapipe_machinery():
-    """Everything but pipes/base.py goes through pipekit's base (so pipekit can carry its own)."""
-    src = pathlib.Path(pipekit.__file__).parent
-    offenders = []
-    for path in src.rglob("*.py"):
-        if path.name == "base.py" and path.parent.name == "pipes":
-            continue
-        text = path.read_text()
-        for needle in (
-            "from torch.utils.data import IterDataPipe",
-            "from torch.utils.data import MapDataPipe",
-            "import functional_datapipe",
-            "datapipes._decorator",
-            "torch.utils.data.IterDataPipe",
-            "torch.utils.data.MapDataPipe",
-        ):
-            if needle in text:
-                offenders.append(f"{path.relative_to(src)}: {needle}")
-    assert offenders == []
 
 
 class TestCrossKindRegistration:

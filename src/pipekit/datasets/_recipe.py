@@ -25,15 +25,10 @@ import numbers
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-import numpy as np
-import torch
-
 from pipekit.pipes.base import IterDataPipe
+from pipekit.pipes.state import PermutationSource
 
 __all__ = ["Recipe", "ListSource", "ApplyToKey", "standard_image_transforms", "check_positive_int", "check_stage"]
-
-_SEED_MASK = (1 << 64) - 1
-
 
 def check_positive_int(value: Any, name: str, where: str, *, allow_none: bool = False) -> int | None:
     """``value`` as a positive ``int`` (or ``None`` when allowed), else ``TypeError``/``ValueError``."""
@@ -79,11 +74,12 @@ class Recipe(IterDataPipe):
             raise TypeError(f"{type(self).__name__}: this pipeline has no len()") from None
 
 
-class ListSource(IterDataPipe):
+class ListSource(PermutationSource):
     """Yield the items of a list, in a new random order each epoch when shuffling.
 
-    The order is a permutation drawn from the epoch's seed, so the whole list
-    is shuffled (not a window of it) and a checkpoint is ``{"seed", "yielded"}``
+    A :class:`~pipekit.pipes.state.PermutationSource`: the order is a
+    permutation drawn from the epoch's seed, so the whole list is shuffled
+    (not a window of it) and a checkpoint is ``{"seed", "yielded"}``
     only.  Seeding follows torch's ``Shuffler``: :meth:`set_seed` (called by
     the DataLoader with the seed it shares with every worker and rank, so
     that all draw the *same* permutation and a ``sharding_filter`` after this
@@ -104,63 +100,6 @@ class ListSource(IterDataPipe):
         >>> sorted(first), first == list(pipe.set_seed(0))
         ([0, 1, 2, 3, 4, 5], True)
     """
-
-    def __init__(self, items: Sequence[Any], shuffle: bool = True) -> None:
-        if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
-            raise TypeError(f"ListSource: items must be a list, got {type(items).__name__}")
-        self.items = list(items)
-        self._enabled = bool(shuffle)
-        self._seed: int | None = None
-        self._epoch_seed: int | None = None
-        self._start = 0
-        self._yielded = 0
-        self._restore: dict[str, Any] | None = None
-
-    def set_shuffle(self, shuffle: bool = True) -> ListSource:
-        self._enabled = bool(shuffle)
-        return self
-
-    def set_seed(self, seed: int) -> ListSource:
-        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-            raise TypeError(f"ListSource: seed must be an int, got {seed!r}")
-        self._seed = int(seed)
-        return self
-
-    def reset(self) -> None:
-        restore, self._restore = self._restore, None
-        if restore is not None:
-            self._epoch_seed = restore["seed"]
-            self._start = int(restore["yielded"])
-        else:
-            self._start = 0
-            if not self._enabled:
-                self._epoch_seed = None
-            elif self._seed is not None:
-                self._epoch_seed = self._seed & _SEED_MASK
-            else:
-                self._epoch_seed = int(torch.empty((), dtype=torch.int64).random_().item()) & _SEED_MASK
-        self._seed = None
-        self._yielded = self._start
-
-    def __iter__(self) -> Iterator[Any]:
-        if self._epoch_seed is None:
-            order: Any = range(len(self.items))
-        else:
-            order = np.random.default_rng([self._epoch_seed]).permutation(len(self.items))
-        for i in order[self._start:]:
-            self._yielded += 1
-            yield self.items[int(i)]
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"seed": self._epoch_seed, "yielded": self._yielded}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if not isinstance(state, Mapping) or "seed" not in state or "yielded" not in state:
-            raise ValueError(f"not a ListSource state: {state!r:.200}")
-        self._restore = dict(state)
 
 
 def _pair(value: Any, name: str, where: str) -> tuple[float, float]:

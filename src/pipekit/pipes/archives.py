@@ -39,10 +39,9 @@ from enum import Enum
 from typing import IO, Any
 
 import fsspec
-from torch.utils.data.datapipes.utils.common import StreamWrapper
 
 from pipekit.errors import ArchiveError, SkipLog, StageError, check_on_error
-from pipekit.pipes.base import IterDataPipe, functional_datapipe
+from pipekit.pipes.base import IterDataPipe, StreamWrapper, functional_datapipe
 from pipekit.pipes.builtin import Filter, ShardingFilter, Shuffler
 
 __all__ = ["CompressionType", "Decompressor", "TarArchiveLoader", "ZipArchiveLoader"]

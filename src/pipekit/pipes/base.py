@@ -1,11 +1,14 @@
-"""The one place where pipekit touches torch's DataPipe machinery.
+"""The bases every pipekit pipe is built on.
 
 Every pipekit pipe derives from :class:`IterDataPipe` or :class:`MapDataPipe`
 as imported from *this* module and registers its functional name with
-:func:`functional_datapipe` from *this* module.  Should torch ever drop its
-DataPipe core, pipekit only has to carry its own base classes here.
+:func:`functional_datapipe` from *this* module.  They come from torch through
+:mod:`pipekit.pipes._torch`, the only module that touches torch's DataPipe
+machinery (so should torch drop its DataPipe core, only that module changes).
+For resumable and seeded pipes, see :mod:`pipekit.pipes.state`.
 
-Besides re-exporting the bases, this module
+Besides re-exporting the bases (and torch's :class:`StreamWrapper`, which
+streams yielded by pipes are wrapped in), this module
 
 * refuses a functional name that is already taken, with an error naming both
   owners (torch's own decorator raises a bare ``Exception``);
@@ -18,29 +21,25 @@ from __future__ import annotations
 
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from torch.utils.data import IterDataPipe as _TorchIterDataPipe
-from torch.utils.data import MapDataPipe as _TorchMapDataPipe
-from torch.utils.data.datapipes._decorator import functional_datapipe as _torch_functional_datapipe
-
 from pipekit.errors import FunctionalNameError
+from pipekit.pipes._torch import IterDataPipe, MapDataPipe, StreamWrapper, register_as_function, registry
+from pipekit.pipes._torch import torch_functional_datapipe as _torch_functional_datapipe
 
 __all__ = [
     "IterDataPipe",
     "MapDataPipe",
     "Resumable",
+    "StreamWrapper",
     "functional_datapipe",
     "registered_names",
     "owner_of",
 ]
 
-IterDataPipe = _TorchIterDataPipe
-MapDataPipe = _TorchMapDataPipe
-
 T = TypeVar("T", bound=type)
 
 
-def _owner_class(registry: dict[str, Any], name: str) -> type | None:
-    fn = registry.get(name)
+def _owner_class(names: dict[str, Any], name: str) -> type | None:
+    fn = names.get(name)
     if fn is None:
         return None
     # torch stores functools.partial(class_function, cls, ...) objects.
@@ -62,16 +61,15 @@ def owner_of(name: str, kind: str = "iter") -> str | None:
     ``kind`` is ``"iter"`` for IterDataPipe names and ``"map"`` for MapDataPipe
     names.  Returns ``None`` when the name is free.
     """
-    registry = IterDataPipe.functions if kind == "iter" else MapDataPipe.functions
-    if name not in registry:
+    names = registry(kind)
+    if name not in names:
         return None
-    return _qualname(_owner_class(registry, name))
+    return _qualname(_owner_class(names, name))
 
 
 def registered_names(kind: str = "iter") -> list[str]:
     """Sorted functional names currently registered for ``kind`` (``iter``/``map``)."""
-    registry = IterDataPipe.functions if kind == "iter" else MapDataPipe.functions
-    return sorted(registry)
+    return sorted(registry(kind))
 
 
 class functional_datapipe:  # noqa: N801 - mirrors torch's decorator name
@@ -107,24 +105,20 @@ class functional_datapipe:  # noqa: N801 - mirrors torch's decorator name
                 f"MapDataPipe subclass, got {_qualname(cls)}"
             )
         on = self.on or ("iter" if issubclass(cls, IterDataPipe) else "map")
-        if on == "iter":
-            registry, kind = IterDataPipe.functions, "IterDataPipe"
-        else:
-            registry, kind = MapDataPipe.functions, "MapDataPipe"
-        if self.name in registry:
-            existing = _owner_class(registry, self.name)
+        names = registry(on)
+        kind = "IterDataPipe" if on == "iter" else "MapDataPipe"
+        if self.name in names:
+            existing = _owner_class(names, self.name)
             if _qualname(existing) != _qualname(cls):
                 raise FunctionalNameError(
                     f"{kind} functional name {self.name!r} is already registered by "
                     f"{_qualname(existing)}; cannot register it again for {_qualname(cls)}"
                 )
-            del registry[self.name]
+            del names[self.name]
         if self.on is None:
             _torch_functional_datapipe(self.name)(cls)
-        elif on == "iter":
-            IterDataPipe.register_datapipe_as_function(self.name, cls)
         else:
-            MapDataPipe.register_datapipe_as_function(self.name, cls)
+            register_as_function(on, self.name, cls)
         cls.functional_name = self.name  # type: ignore[attr-defined]
         return cls
 

@@ -24,7 +24,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from torch.utils.data.datapipes.iter import (
+from pipekit.pipes._torch import (
     Batcher,
     Collator,
     Concater,
@@ -34,23 +34,26 @@ from torch.utils.data.datapipes.iter import (
     Filter,
     Forker,
     Grouper,
+    MapBatcher,
+    MapConcater,
+    MapMapper,
     Mapper,
+    MapShuffler,
+    MapZipper,
     Multiplexer,
     RoutedDecoder,
     Sampler,
+    SequenceWrapper,
     ShardingFilter,
     Shuffler,
     StreamReader,
+    TorchIterableWrapper,
     UnBatcher,
     Zipper,
+    restore_shuffler,
+    shuffler_position,
 )
-from torch.utils.data.datapipes.iter import IterableWrapper as _TorchIterableWrapper
-from torch.utils.data.datapipes.map import Batcher as MapBatcher
-from torch.utils.data.datapipes.map import Concater as MapConcater
-from torch.utils.data.datapipes.map import Mapper as MapMapper
-from torch.utils.data.datapipes.map import SequenceWrapper
-from torch.utils.data.datapipes.map import Shuffler as MapShuffler
-from torch.utils.data.datapipes.map import Zipper as MapZipper
+from pipekit.pipes.state import ResumablePipe
 
 __all__ = [
     "Batcher",
@@ -81,7 +84,7 @@ __all__ = [
 ]
 
 
-class IterableWrapper(_TorchIterableWrapper):
+class IterableWrapper(ResumablePipe, TorchIterableWrapper):
     """Wrap an iterable (a list, a range, a generator factory's output) as a pipe.
 
     torch's ``IterableWrapper`` with a resumable position: ``state_dict()``
@@ -100,16 +103,21 @@ class IterableWrapper(_TorchIterableWrapper):
         [0, 10, 20, 30, 40]
     """
 
+    state_keys = ("yielded",)
+
     def __init__(self, iterable: Any, deepcopy: bool = True) -> None:
         super().__init__(iterable, deepcopy=deepcopy)
         self._yielded = 0
-        self._resume_from: int | None = None
+        self._skip = 0
 
-    def reset(self) -> None:
-        self._yielded = 0
+    def state_dict(self) -> dict[str, Any]:
+        return {"yielded": self._yielded}
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        self._skip = 0 if state is None else int(state["yielded"])
+        self._yielded = self._skip
 
     def __iter__(self) -> Iterator[Any]:
-        skip, self._resume_from = self._resume_from or 0, None
         source: Any = self.iterable
         if self.deepcopy:
             try:
@@ -120,21 +128,14 @@ class IterableWrapper(_TorchIterableWrapper):
                     "items will show in later epochs",
                     stacklevel=2,
                 )
-        if skip:
-            source = itertools.islice(source, skip, None)
-        self._yielded = skip
+        if self._skip:
+            source = itertools.islice(source, self._skip, None)
         for item in source:
             self._yielded += 1
             yield item
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"yielded": self._yielded}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._resume_from = int(state["yielded"])
-
-
-class ResumableShuffler(Shuffler):
+class ResumableShuffler(ResumablePipe, Shuffler):
     """torch's ``Shuffler`` with ``state_dict``/``load_state_dict``.
 
     Not registered under a functional name: :mod:`pipekit.pipes.resume`
@@ -143,25 +144,22 @@ class ResumableShuffler(Shuffler):
     *before* expensive decoding to keep checkpoints small.
     """
 
-    _restore: dict[str, Any] | None = None
+    _runtime = ("_buffer",)
 
-    def reset(self) -> None:
-        state, self._restore = self._restore, None
-        if state is None:
-            super().reset()
-            return
-        self._buffer = list(state["buffer"])
-        self._rng.setstate(state["rng"])
-        self._seed = None
+    def _init_runtime(self) -> None:
+        self._buffer = []
 
     def state_dict(self) -> dict[str, Any]:
-        return {"buffer": list(self._buffer), "rng": self._rng.getstate()}
+        return shuffler_position(self)
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._restore = state
+    def restore(self, state: dict[str, Any] | None) -> None:
+        if state is None:
+            Shuffler.reset(self)
+        else:
+            restore_shuffler(self, state)
 
 
-class ResumableShardingFilter(ShardingFilter):
+class ResumableShardingFilter(ResumablePipe, ShardingFilter):
     """torch's ``ShardingFilter`` that remembers how many items it has seen.
 
     The position matters on resume: item ``i`` of the source goes to shard
@@ -169,23 +167,18 @@ class ResumableShardingFilter(ShardingFilter):
     where it stopped.
     """
 
+    state_keys = ("seen",)
     _seen: int = 0
-    _restore_seen: int | None = None
 
-    def reset(self) -> None:
-        self._seen = 0
+    def state_dict(self) -> dict[str, Any]:
+        return {"seen": self._seen}
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        self._seen = 0 if state is None else int(state["seen"])
 
     def __iter__(self) -> Iterator[Any]:
-        start, self._restore_seen = self._restore_seen or 0, None
-        self._seen = start
         for item in self.source_datapipe:
             i = self._seen
             self._seen += 1
             if i % self.num_of_instances == self.instance_id:
                 yield item
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"seen": self._seen}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._restore_seen = int(state["seen"])

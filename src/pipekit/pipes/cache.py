@@ -35,9 +35,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data.graph import traverse_dps
 
 from pipekit.errors import CacheError, ReadError
+from pipekit.pipes._torch import pipe_graph
 from pipekit.pipes.base import IterDataPipe, functional_datapipe
 
 try:  # POSIX
@@ -587,7 +587,7 @@ class OnDiskCacheHolder(IterDataPipe):
 
 def _find_holder(datapipe: IterDataPipe) -> OnDiskCacheHolder | None:
     """The ``on_disk_cache`` pipe closest to ``datapipe`` in its graph (breadth first)."""
-    level = [traverse_dps(datapipe)]
+    level = [pipe_graph(datapipe)]
     while level:
         for graph in level:
             for dp, _ in graph.values():

@@ -20,8 +20,9 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
 
+from pipekit.pipes._callables import _check_callable, _fn_name
 from pipekit.pipes.base import IterDataPipe, MapDataPipe, functional_datapipe
-from pipekit.pipes.transform import _check_callable, _fn_name, _Resumable, _torch_seed
+from pipekit.pipes.transform import _Resumable, _torch_seed
 
 __all__ = [
     "IterKeyZipper",

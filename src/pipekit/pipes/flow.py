@@ -15,7 +15,7 @@ from collections.abc import Hashable, Iterator
 from typing import Any
 
 from pipekit.pipes.base import IterDataPipe, functional_datapipe
-from pipekit.pipes.transform import _Resumable
+from pipekit.pipes.state import ResumablePipe
 
 __all__ = [
     "Cycler",
@@ -36,7 +36,7 @@ def _check_int(value: Any, name: str, stage: str, minimum: int | None = None) ->
 
 
 @functional_datapipe("header")
-class Header(_Resumable, IterDataPipe):
+class Header(ResumablePipe):
     """Yield the first ``limit`` items of the source, then stop (functional name: ``header``).
 
     The source is not read past the ``limit``-th item.  To declare a length
@@ -54,7 +54,7 @@ class Header(_Resumable, IterDataPipe):
         [0, 1, 2]
     """
 
-    _runtime = ("_count",)
+    state_keys = ("count",)
 
     def __init__(self, source_datapipe: IterDataPipe, limit: int | None = 10) -> None:
         super().__init__()
@@ -63,17 +63,18 @@ class Header(_Resumable, IterDataPipe):
             _check_int(limit, "limit", "header", minimum=0)
         self.limit = limit
         self._len_warned = False
-        self._init_runtime()
-
-    def _init_runtime(self) -> None:
         self._count = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"count": self._count}
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        self._count = 0 if state is None else int(state["count"])
 
     def _done(self) -> bool:
         return self.limit is not None and self._count >= self.limit
 
     def __iter__(self) -> Iterator[Any]:
-        state = self._take_restore()
-        self._count = int(state["count"]) if state is not None else 0
         if self._done():
             return
         for value in self.source_datapipe:
@@ -81,11 +82,6 @@ class Header(_Resumable, IterDataPipe):
             yield value
             if self._done():
                 return
-
-    def state_dict(self) -> dict[str, Any]:
-        if self._restore is not None:
-            return self._restore
-        return {"count": self._count}
 
     def __len__(self) -> int:
         try:
@@ -145,7 +141,7 @@ class LengthSetter(IterDataPipe):
 
 
 @functional_datapipe("cycle")
-class Cycler(_Resumable, IterDataPipe):
+class Cycler(ResumablePipe):
     """Read the source again and again, ``count`` times or forever (functional name: ``cycle``).
 
     Each pass starts a new iterator on the source.  To repeat each element
@@ -167,7 +163,7 @@ class Cycler(_Resumable, IterDataPipe):
         [0, 1, 2, 0, 1, 2, 0]
     """
 
-    _runtime = ("_passes",)
+    state_keys = ("passes",)
 
     def __init__(self, source_datapipe: IterDataPipe, count: int | None = None) -> None:
         super().__init__()
@@ -175,15 +171,18 @@ class Cycler(_Resumable, IterDataPipe):
         if count is not None:
             _check_int(count, "count", "cycle", minimum=0)
         self.count = count
-        self._init_runtime()
-
-    def _init_runtime(self) -> None:
         self._passes = 0
+        self._partial = False
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"passes": self._passes}
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        self._passes = 0 if state is None else int(state["passes"])
+        self._partial = state is not None  # the first pass after a restore continues a pass
 
     def __iter__(self) -> Iterator[Any]:
-        state = self._take_restore()
-        self._passes = int(state["passes"]) if state is not None else 0
-        partial = state is not None  # the first pass after a restore continues a pass
+        partial = self._partial
         while self.count is None or self._passes < self.count:
             n = 0
             for value in self.source_datapipe:
@@ -194,11 +193,6 @@ class Cycler(_Resumable, IterDataPipe):
             partial = False
             self._passes += 1
 
-    def state_dict(self) -> dict[str, Any]:
-        if self._restore is not None:
-            return self._restore
-        return {"passes": self._passes}
-
     def __len__(self) -> int:
         if self.count is None:
             raise TypeError(f"{type(self).__name__} cycles forever and has no length")
@@ -206,7 +200,7 @@ class Cycler(_Resumable, IterDataPipe):
 
 
 @functional_datapipe("repeat")
-class Repeater(_Resumable, IterDataPipe):
+class Repeater(ResumablePipe):
     """Yield each element ``times`` times before moving to the next (functional name: ``repeat``).
 
     The same object is yielded each time (no copy).  To repeat the whole
@@ -225,8 +219,6 @@ class Repeater(_Resumable, IterDataPipe):
         [0, 0, 1, 1, 2, 2]
     """
 
-    _runtime = ("_item", "_done", "_active")
-
     def __init__(self, source_datapipe: IterDataPipe, times: int) -> None:
         super().__init__()
         self.source_datapipe = source_datapipe
@@ -234,12 +226,18 @@ class Repeater(_Resumable, IterDataPipe):
         if times <= 1:
             raise ValueError(f"repeat: times must be > 1, got {times}")
         self.times = times
-        self._init_runtime()
+        self.restore(None)
 
-    def _init_runtime(self) -> None:
-        self._item: Any = None
-        self._done = 0
-        self._active = False
+    def state_dict(self) -> dict[str, Any]:
+        if not self._active:
+            return {"active": False}
+        return {"active": True, "item": self._item, "done": self._done}
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        active = state is not None and bool(state["active"])
+        self._item: Any = state["item"] if active else None
+        self._done = int(state["done"]) if active else 0
+        self._active = active
 
     def _repeat(self, element: Any, done: int) -> Iterator[Any]:
         self._item, self._done, self._active = element, done, True
@@ -248,26 +246,17 @@ class Repeater(_Resumable, IterDataPipe):
             yield element
 
     def __iter__(self) -> Iterator[Any]:
-        state = self._take_restore()
-        self._init_runtime()
-        if state is not None and state["active"]:
-            yield from self._repeat(state["item"], int(state["done"]))
+        if self._active:  # restored in the middle of an element
+            yield from self._repeat(self._item, self._done)
         for element in self.source_datapipe:
             yield from self._repeat(element, 0)
-
-    def state_dict(self) -> dict[str, Any]:
-        if self._restore is not None:
-            return self._restore
-        if not self._active:
-            return {"active": False}
-        return {"active": True, "item": self._item, "done": self._done}
 
     def __len__(self) -> int:
         return self.times * len(self.source_datapipe)
 
 
 @functional_datapipe("enumerate")
-class Enumerator(_Resumable, IterDataPipe):
+class Enumerator(ResumablePipe):
     """Yield ``(index, item)`` pairs, counting from ``starting_index`` (functional name: ``enumerate``).
 
     Resumable: the snapshot is the next index.
@@ -284,36 +273,32 @@ class Enumerator(_Resumable, IterDataPipe):
         [(10, 'a'), (11, 'b')]
     """
 
-    _runtime = ("_next",)
+    state_keys = ("index",)
 
     def __init__(self, source_datapipe: IterDataPipe, starting_index: int = 0) -> None:
         super().__init__()
         self.source_datapipe = source_datapipe
         self.starting_index = _check_int(starting_index, "starting_index", "enumerate")
-        self._init_runtime()
-
-    def _init_runtime(self) -> None:
         self._next = self.starting_index
 
+    def state_dict(self) -> dict[str, Any]:
+        return {"index": self._next}
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        self._next = self.starting_index if state is None else int(state["index"])
+
     def __iter__(self) -> Iterator[tuple[int, Any]]:
-        state = self._take_restore()
-        self._next = int(state["index"]) if state is not None else self.starting_index
         for item in self.source_datapipe:
             index = self._next
             self._next += 1
             yield index, item
-
-    def state_dict(self) -> dict[str, Any]:
-        if self._restore is not None:
-            return self._restore
-        return {"index": self._next}
 
     def __len__(self) -> int:
         return len(self.source_datapipe)
 
 
 @functional_datapipe("add_index")
-class IndexAdder(_Resumable, IterDataPipe):
+class IndexAdder(ResumablePipe):
     """Add the item's position under the key ``index_name`` of each dict item (functional name: ``add_index``).
 
     Items must be dicts (rows or batches); another type raises ``TypeError``.
@@ -333,7 +318,7 @@ class IndexAdder(_Resumable, IterDataPipe):
         [{'a': 1, 'b': 2, 'order': 0}, {'c': 3, 'a': 1, 'order': 1}]
     """
 
-    _runtime = ("_next",)
+    state_keys = ("index",)
 
     def __init__(self, source_datapipe: IterDataPipe, index_name: Hashable = "index") -> None:
         super().__init__()
@@ -343,14 +328,15 @@ class IndexAdder(_Resumable, IterDataPipe):
         except TypeError:
             raise TypeError(f"add_index: index_name must be hashable, got {type(index_name).__name__}") from None
         self.index_name = index_name
-        self._init_runtime()
-
-    def _init_runtime(self) -> None:
         self._next = 0
 
+    def state_dict(self) -> dict[str, Any]:
+        return {"index": self._next}
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        self._next = 0 if state is None else int(state["index"])
+
     def __iter__(self) -> Iterator[dict[Any, Any]]:
-        state = self._take_restore()
-        self._next = int(state["index"]) if state is not None else 0
         for row in self.source_datapipe:
             if not isinstance(row, dict):
                 raise TypeError(
@@ -360,11 +346,6 @@ class IndexAdder(_Resumable, IterDataPipe):
             row[self.index_name] = self._next
             self._next += 1
             yield row
-
-    def state_dict(self) -> dict[str, Any]:
-        if self._restore is not None:
-            return self._restore
-        return {"index": self._next}
 
     def __len__(self) -> int:
         return len(self.source_datapipe)

@@ -25,10 +25,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import fsspec
-from torch.utils.data.datapipes.utils.common import StreamWrapper
 
 from pipekit.errors import ReadError, SkipLog, check_on_error
-from pipekit.pipes.base import IterDataPipe, functional_datapipe
+from pipekit.pipes.base import IterDataPipe, StreamWrapper, functional_datapipe
 from pipekit.pipes.builtin import IterableWrapper
 
 __all__ = ["FSSpecFileLister", "FSSpecFileOpener", "FSSpecSaver", "Saver", "StreamWrapper"]

@@ -7,10 +7,8 @@ import io
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from torch.utils.data.datapipes.utils.common import StreamWrapper
-
 from pipekit.errors import HashError, ReadError, StageError
-from pipekit.pipes.base import IterDataPipe, functional_datapipe
+from pipekit.pipes.base import IterDataPipe, StreamWrapper, functional_datapipe
 
 __all__ = ["HashChecker", "HashError"]
 

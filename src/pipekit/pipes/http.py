@@ -22,10 +22,9 @@ from typing import Any
 
 import fsspec
 from fsspec.asyn import sync
-from torch.utils.data.datapipes.utils.common import StreamWrapper
 
 from pipekit.errors import ReadError, SkipLog, check_on_error
-from pipekit.pipes.base import IterDataPipe, functional_datapipe
+from pipekit.pipes.base import IterDataPipe, StreamWrapper, functional_datapipe
 from pipekit.pipes.fsspec_io import open_each
 
 __all__ = ["HttpReader", "HTTPReader"]

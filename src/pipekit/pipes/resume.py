@@ -8,7 +8,9 @@ the pipeline's position is the set of positions of its pipes:
   hold nothing between items and need no state;
 * *resumable* pipes (:class:`~pipekit.pipes.base.Resumable`: sources, shuffle
   buffers, bucketers, counters) report their own position with
-  ``state_dict()`` and restore it with ``load_state_dict()``;
+  ``state_dict()`` and restore it with ``load_state_dict()`` (most are built
+  on :class:`~pipekit.pipes.state.ResumablePipe`; the whole contract is in
+  :mod:`pipekit.pipes.state`);
 * any other pipe makes the pipeline *not snapshot-capable*.  Then
   :class:`pipekit.DataLoader` falls back to counting items and replaying them
   on resume (what ``StatefulDataLoader`` does by default), and logs which pipes
@@ -25,8 +27,7 @@ import contextlib
 import logging
 from typing import Any
 
-from torch.utils.data.graph import traverse_dps
-
+from pipekit.pipes._torch import iterator_id, pipe_graph
 from pipekit.pipes.base import IterDataPipe, Resumable
 from pipekit.pipes.builtin import (
     Batcher,
@@ -113,7 +114,7 @@ def pipeline_pipes(pipe: IterDataPipe) -> list[IterDataPipe]:
             out.append(dp)
             walk(sub)
 
-    walk(traverse_dps(pipe))
+    walk(pipe_graph(pipe))
     return out
 
 
@@ -170,13 +171,13 @@ def _is_random(dp: Any) -> bool:
 def epoch_marks(pipes: list[Any]) -> list[Any]:
     """Record, before an epoch's first item, which iterator each pipe is on.
 
-    torch numbers each pipe's iterators (``_valid_iterator_id``) when they
-    start, lazily at their first item.  Comparing with these marks later
+    torch numbers each pipe's iterators when they start, lazily at their
+    first item (:func:`pipekit.pipes._torch.iterator_id`).  Comparing with these marks later
     tells which pipes have not started in this epoch (a ``concat``'s second
     source, say): their own state is stale, so a snapshot records them as
     *fresh* instead of asking them.
     """
-    return [getattr(dp, "_valid_iterator_id", None) for dp in pipes]
+    return [iterator_id(dp) for dp in pipes]
 
 
 def pending_seeds(pipes: list[Any]) -> list[int | None]:
@@ -213,7 +214,7 @@ def snapshot_pipeline(
                 states.append(None)
             elif not _is_resumable(dp):
                 return None
-            elif marks is not None and getattr(dp, "_valid_iterator_id", None) == marks[i]:
+            elif marks is not None and iterator_id(dp) == marks[i]:
                 states.append({_FRESH: True, "seed": seeds[i] if seeds is not None else None})
             else:
                 states.append(dp.state_dict())

@@ -16,10 +16,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from torch.utils.data.datapipes.utils.common import StreamWrapper
-
 from pipekit.errors import ParseError, SkipLog
-from pipekit.pipes.base import IterDataPipe, functional_datapipe
+from pipekit.pipes.base import IterDataPipe, StreamWrapper, functional_datapipe
 
 __all__ = ["ShardExpander", "WebDataset"]
 
