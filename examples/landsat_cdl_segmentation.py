@@ -40,7 +40,7 @@ from pipekit import datasets
 from pipekit.device import DeviceLoader
 from pipekit.geo import BoundingBox
 from pipekit.synthetic import default_cache_dir
-from pipekit.synthetic_geo import CDL_CLASSES, write_landsat_cdl_corpus
+from pipekit.synthetic.geo import CDL_CLASSES, write_landsat_cdl_corpus
 
 
 def build_parser() -> argparse.ArgumentParser:

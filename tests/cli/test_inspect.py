@@ -9,7 +9,7 @@ import pytest
 import rasterio
 from rasterio.warp import transform_bounds
 
-from pipekit.synthetic_geo import LANDSAT8_BANDS
+from pipekit.synthetic.geo import LANDSAT8_BANDS
 
 from .conftest import s3_options
 

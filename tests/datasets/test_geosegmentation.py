@@ -13,7 +13,7 @@ import pipekit
 from pipekit import datasets
 from pipekit.datasets.geosegmentation import MapClasses
 from pipekit.geo import GridGeoSampler, RandomBatchGeoSampler, RandomGeoSampler
-from pipekit.synthetic_geo import CDL_CLASSES, write_landsat_cdl_corpus
+from pipekit.synthetic.geo import CDL_CLASSES, write_landsat_cdl_corpus
 from pipekit.transforms import AppendIndex, Normalize
 
 CLASSES = [0, *CDL_CLASSES]  # background, then the 7 CDL codes the synthetic land cover uses

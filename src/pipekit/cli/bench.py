@@ -122,7 +122,7 @@ def build_recipe(name: str, root: str | None, *, batch_size: int | None, size: i
     side = size or 256
     batch = batch_size or 16
     if root is None:
-        from pipekit.synthetic_geo import write_landsat_cdl_corpus
+        from pipekit.synthetic.geo import write_landsat_cdl_corpus
 
         root = str(write_landsat_cdl_corpus(default_cache(cache) / "landsat-cdl-v1"))
     image_product, mask_product = _geo_products(root, storage_options)

@@ -132,7 +132,7 @@ def _train(args: argparse.Namespace, device: torch.device, size: int, progress: 
     import pipekit
     from pipekit import datasets
     from pipekit.device import DeviceLoader
-    from pipekit.synthetic_geo import write_landsat_cdl_corpus
+    from pipekit.synthetic.geo import write_landsat_cdl_corpus
     from pipekit.transforms import compute_stats
 
     torch.manual_seed(args.seed)

@@ -218,7 +218,7 @@ class GeoSegmentation(Recipe):
         >>> import tempfile
         >>> import torch
         >>> from pipekit import datasets
-        >>> from pipekit.synthetic_geo import write_landsat_cdl_corpus
+        >>> from pipekit.synthetic.geo import write_landsat_cdl_corpus
         >>> root = write_landsat_cdl_corpus(tempfile.mkdtemp(), size=256, scenes=1, progress=False)
         >>> images = datasets.Landsat8(root / "landsat8")
         >>> labels = datasets.CDL(root / "cdl")

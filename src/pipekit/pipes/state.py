@@ -23,6 +23,9 @@ decoders, ``batch``).  Declare it with the class attribute ``stateless = True``
   secrets (credentials stay in the pipe's arguments, which the user rebuilds).
   Checkpoints are written once per batch in every worker, so keep them small:
   record positions, not data, where the data can be found again.
+* The position must be up to date *at each* ``yield``: a checkpoint is taken
+  while every pipe is paused at its ``yield``, so count an item before
+  yielding it, not after.
 * ``load_state_dict(state)`` is called on a freshly built copy of the same
   pipeline before it is iterated.  The *next* iterator on the pipe resumes
   from that position; the one after it starts a new epoch as usual.  Until

@@ -1,4 +1,4 @@
-"""Synthetic corpora for demos, benchmarks and tests: real encoded files, made locally.
+"""Synthetic image corpora: class-per-folder JPEG folders and WebDataset tar shards, made locally.
 
 Nothing here downloads anything.  Each writer is deterministic for a seed and
 skips work when the corpus already exists (a ``.complete`` marker is written
