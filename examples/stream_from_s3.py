@@ -2,7 +2,7 @@
 
 What it shows:
 
-* ``datasets.WebDataset("s3://bucket/shards/shard-{000000..000003}.tar", storage_options=...)``:
+* ``datasets.TarShards("s3://bucket/shards/shard-{000000..000003}.tar", storage_options=...)``:
   shards listed from a brace pattern (no bucket listing), shuffled, split
   between DataLoader workers, streamed member by member (nothing is
   downloaded to disk), decoded and batched;
@@ -111,7 +111,7 @@ def upload_demo_data(args: argparse.Namespace, options: dict[str, Any]) -> None:
 
 def stream_shards(args: argparse.Namespace, options: dict[str, Any]) -> int:
     url = f"s3://{args.bucket}/{args.shards}"
-    shards = datasets.WebDataset(url, batch_size=args.batch_size, size=args.image_size, shuffle_buffer=64,
+    shards = datasets.TarShards(url, batch_size=args.batch_size, size=args.image_size, shuffle_buffer=64,
                                  storage_options=options)
     print(f"{shards}: {shards.shards[0]} ...")
     loader = pipekit.DataLoader(shards, num_workers=args.workers)

@@ -116,7 +116,7 @@ def build_recipe(name: str, root: str | None, *, batch_size: int | None, size: i
             recipe = datasets.ImageFolder(root, train=train, size=side, batch_size=batch, **options)
             what = f"{len(recipe.samples)} images in {len(recipe.classes)} classes"
         else:
-            recipe = datasets.WebDataset(root, train=train, size=side, batch_size=batch, **options)
+            recipe = datasets.TarShards(root, train=train, size=side, batch_size=batch, **options)
             what = f"{len(recipe.shards)} shards"
         return recipe, f"{name} on {root} ({what}), batches of {batch}, {side}x{side} px"
     side = size or 256

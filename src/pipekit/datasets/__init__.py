@@ -10,7 +10,7 @@ Recipes, ready pipelines for the common cases (each a pipe for
 augmentation, every stage replaceable by keyword):
 
 * :class:`ImageFolder`: class-per-folder classification, local or any fsspec URL;
-* :class:`WebDataset`: WebDataset tar shards (brace patterns, local or S3);
+* :class:`TarShards` (also ``WebDataset``): WebDataset tar shards (brace patterns, local or S3);
 * :class:`GeoSegmentation`: ``images & labels`` -> sampler -> spectral
   indices -> augmentation -> batches, for semantic segmentation of rasters.
 """
@@ -21,7 +21,7 @@ from pipekit.datasets.imagefolder import ImageFolder
 from pipekit.datasets.landsat import Landsat, Landsat7, Landsat8, Landsat9
 from pipekit.datasets.naip import NAIP
 from pipekit.datasets.sentinel2 import Sentinel2
-from pipekit.datasets.webdataset import WebDataset
+from pipekit.datasets.tar_shards import TarShards, WebDataset
 from pipekit.geo.dataset import GeoDataset, IntersectionDataset, RasterDataset, UnionDataset
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "Sentinel2",
     "NAIP",
     "ImageFolder",
+    "TarShards",
     "WebDataset",
     "GeoSegmentation",
 ]

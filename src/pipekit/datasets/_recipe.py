@@ -1,4 +1,4 @@
-"""What the recipes (:class:`~pipekit.datasets.ImageFolder`, :class:`~pipekit.datasets.WebDataset`,
+"""What the recipes (:class:`~pipekit.datasets.ImageFolder`, :class:`~pipekit.datasets.TarShards`,
 :class:`~pipekit.datasets.GeoSegmentation`) share.
 
 * :class:`Recipe`: the base class.  A recipe *is* a pipe (an ``IterDataPipe``

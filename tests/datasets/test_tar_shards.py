@@ -1,4 +1,4 @@
-"""Tests for datasets.WebDataset with real tar shards (pipekit.synthetic.write_image_shards)."""
+"""Tests for datasets.TarShards (alias datasets.WebDataset) with real tar shards (synthetic.write_image_shards)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 
 import pipekit
 from pipekit import datasets
-from pipekit.datasets.webdataset import expand_shard_urls
+from pipekit.datasets.tar_shards import expand_shard_urls
 from pipekit.errors import ArchiveError, DecodeError
 from pipekit.synthetic import write_image_shards
 
@@ -63,7 +63,7 @@ class TestExpandShardUrls:
 
 class TestEval:
     def test_samples_in_shard_order_decoded_by_extension(self, shards):
-        ds = datasets.WebDataset(str(shards / PATTERN), train=False, batch_size=None)
+        ds = datasets.TarShards(str(shards / PATTERN), train=False, batch_size=None)
         assert len(ds.shards) == SHARDS
         samples = list(ds)
         assert [s["__key__"] for s in samples] == _keys(shards)
@@ -72,29 +72,29 @@ class TestEval:
         assert isinstance(first[".cls"], int) and 0 <= first[".cls"] < 4
 
     def test_batches(self, shards):
-        ds = datasets.WebDataset(str(shards), train=False, batch_size=5)
+        ds = datasets.TarShards(str(shards), train=False, batch_size=5)
         batches = list(ds)
         assert [len(b["__key__"]) for b in batches] == [5, 5, 5, 5, 4]
         assert batches[0][".jpg"].shape == (5, 3, 32, 32) and batches[0][".cls"].dtype == torch.int64
 
     def test_two_workers_each_sample_exactly_once(self, shards):
-        ds = datasets.WebDataset(str(shards / PATTERN), train=False, batch_size=4)
+        ds = datasets.TarShards(str(shards / PATTERN), train=False, batch_size=4)
         keys = [k for b in pipekit.DataLoader(ds, num_workers=2) for k in b["__key__"]]
         assert sorted(keys) == sorted(_keys(shards))
 
     def test_size_resizes_and_center_crops(self, shards):
-        ds = datasets.WebDataset(str(shards), train=False, batch_size=3, size=16)
+        ds = datasets.TarShards(str(shards), train=False, batch_size=3, size=16)
         assert next(iter(ds))[".jpg"].shape == (3, 3, 16, 16)
 
     def test_pickles_before_iteration(self, shards):
-        ds = datasets.WebDataset(str(shards), train=False, batch_size=None)
+        ds = datasets.TarShards(str(shards), train=False, batch_size=None)
         copy = pickle.loads(pickle.dumps(ds))
         assert [s["__key__"] for s in copy] == _keys(shards)
 
 
 class TestTrain:
     def test_shuffled_at_shard_and_sample_level(self, shards):
-        ds = datasets.WebDataset(str(shards / PATTERN), batch_size=None, shuffle_buffer=5)
+        ds = datasets.TarShards(str(shards / PATTERN), batch_size=None, shuffle_buffer=5)
         torch.manual_seed(0)
         keys = [s["__key__"] for s in ds]
         assert sorted(keys) == sorted(_keys(shards))
@@ -106,11 +106,11 @@ class TestTrain:
         assert [s["__key__"] for s in ds] == keys  # seeded: reproducible
 
     def test_no_shuffling_when_turned_off(self, shards):
-        ds = datasets.WebDataset(str(shards / PATTERN), batch_size=None, shuffle_shards=False, shuffle_buffer=0)
+        ds = datasets.TarShards(str(shards / PATTERN), batch_size=None, shuffle_shards=False, shuffle_buffer=0)
         assert [s["__key__"] for s in ds] == _keys(shards)
 
     def test_two_workers_each_sample_once_per_epoch(self, shards):
-        ds = datasets.WebDataset(str(shards / PATTERN), batch_size=4, size=16, shuffle_buffer=6)
+        ds = datasets.TarShards(str(shards / PATTERN), batch_size=4, size=16, shuffle_buffer=6)
         torch.manual_seed(0)
         loader = pipekit.DataLoader(ds, num_workers=2)
         for _ in range(2):
@@ -120,7 +120,7 @@ class TestTrain:
 
     def test_resumes_with_a_full_shuffle_buffer(self, shards):
         def loader():
-            return pipekit.DataLoader(datasets.WebDataset(str(shards), batch_size=2, shuffle_buffer=8), num_workers=0)
+            return pipekit.DataLoader(datasets.TarShards(str(shards), batch_size=2, shuffle_buffer=8), num_workers=0)
 
         torch.manual_seed(3)
         full = list(loader())
@@ -138,35 +138,35 @@ class TestTrain:
 
 class TestOverrides:
     def test_decode_false_gives_bytes_and_handlers_extend_the_defaults(self, shards):
-        raw = next(iter(datasets.WebDataset(str(shards), train=False, batch_size=None, decode=False)))
+        raw = next(iter(datasets.TarShards(str(shards), train=False, batch_size=None, decode=False)))
         assert isinstance(raw[".jpg"], bytes) and raw[".jpg"][:2] == b"\xff\xd8"
-        ds = datasets.WebDataset(str(shards), train=False, batch_size=None, decode={".cls": _as_text})
+        ds = datasets.TarShards(str(shards), train=False, batch_size=None, decode={".cls": _as_text})
         sample = next(iter(ds))
         assert isinstance(sample[".cls"], str) and sample[".jpg"].dtype == torch.uint8
 
     def test_decode_stage_and_transform(self, shards):
-        ds = datasets.WebDataset(str(shards), train=False, batch_size=2,
+        ds = datasets.TarShards(str(shards), train=False, batch_size=2,
                                  decode=lambda p: p.decode(image_mode="GRAY"), transform=_label_only)
         batch = next(iter(ds))
         assert set(batch) == {"label", "channels"}
         assert batch["channels"].tolist() == [1, 1]
 
     def test_own_collate(self, shards):
-        ds = datasets.WebDataset(str(shards), train=False, batch_size=3, collate_fn=len)
+        ds = datasets.TarShards(str(shards), train=False, batch_size=3, collate_fn=len)
         assert next(iter(ds)) == 3
 
     def test_argument_validation(self, shards):
         with pytest.raises(ValueError, match="decode=False"):
-            datasets.WebDataset(str(shards), size=16, decode=False)
+            datasets.TarShards(str(shards), size=16, decode=False)
         with pytest.raises(ValueError, match="shuffle_buffer must be positive"):
-            datasets.WebDataset(str(shards), shuffle_buffer=-1)
+            datasets.TarShards(str(shards), shuffle_buffer=-1)
         with pytest.raises(TypeError, match="decode must be"):
-            datasets.WebDataset(str(shards), decode="jpg")
+            datasets.TarShards(str(shards), decode="jpg")
         with pytest.raises(TypeError, match="storage_options must be a dict"):
-            datasets.WebDataset(str(shards), storage_options="anon")
+            datasets.TarShards(str(shards), storage_options="anon")
 
     def test_missing_image_key_is_named(self, shards):
-        ds = datasets.WebDataset(str(shards), train=False, size=16, image_key=".png")
+        ds = datasets.TarShards(str(shards), train=False, size=16, image_key=".png")
         with pytest.raises(KeyError, match=r"has no '\.png' entry"):
             next(iter(ds))
 
@@ -180,15 +180,15 @@ class TestErrors:
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
         with pytest.raises(DecodeError, match=r"bad-000\.tar/a\.jpg"):
-            list(datasets.WebDataset(str(path), train=False, batch_size=None))
-        samples = list(datasets.WebDataset(str(path), train=False, batch_size=None, on_error="skip"))
+            list(datasets.TarShards(str(path), train=False, batch_size=None))
+        samples = list(datasets.TarShards(str(path), train=False, batch_size=None, on_error="skip"))
         assert samples == []
 
     def test_truncated_shard_is_named(self, shards, tmp_path):
         data = (shards / "shard-000000.tar").read_bytes()
         (tmp_path / "cut.tar").write_bytes(data[: len(data) // 2 + 100])
         with pytest.raises(ArchiveError, match=r"cut\.tar"):
-            list(datasets.WebDataset(str(tmp_path / "cut.tar"), train=False, batch_size=None))
+            list(datasets.TarShards(str(tmp_path / "cut.tar"), train=False, batch_size=None))
 
 
 @pytest.mark.s3
@@ -197,13 +197,13 @@ def test_s3_shards(s3_server, shards):
     fs = s3_server.fs()
     for s in range(SHARDS):
         fs.put(str(shards / f"shard-{s:06d}.tar"), f"{bucket}/train/shard-{s:06d}.tar")
-    ds = datasets.WebDataset(f"s3://{bucket}/train/{PATTERN}", batch_size=4, shuffle_buffer=4,
+    ds = datasets.TarShards(f"s3://{bucket}/train/{PATTERN}", batch_size=4, shuffle_buffer=4,
                              storage_options=s3_server.storage_options)
     torch.manual_seed(0)
     keys = [k for b in pipekit.DataLoader(ds, num_workers=2) for k in b["__key__"]]
     assert len(keys) == SHARDS * PER_SHARD == len(set(keys))
     assert all(k.startswith(f"s3://{bucket}/train/shard-") for k in keys)
-    listed = datasets.WebDataset(f"s3://{bucket}/train/", storage_options=s3_server.storage_options)
+    listed = datasets.TarShards(f"s3://{bucket}/train/", storage_options=s3_server.storage_options)
     assert listed.shards == [f"s3://{bucket}/train/shard-{s:06d}.tar" for s in range(SHARDS)]
 
 
@@ -213,3 +213,12 @@ def _as_text(data: bytes) -> str:
 
 def _label_only(sample: dict) -> dict:
     return {"label": sample[".cls"], "channels": sample[".jpg"].shape[0]}
+
+
+def test_webdataset_is_the_same_recipe():
+    """``datasets.WebDataset`` (the webdataset library's name) is TarShards; the pipe of that name is another class."""
+    from pipekit.datasets import webdataset as old_module
+    from pipekit.pipes import WebDataset as GroupingPipe
+
+    assert datasets.WebDataset is datasets.TarShards is old_module.WebDataset
+    assert GroupingPipe is not datasets.WebDataset

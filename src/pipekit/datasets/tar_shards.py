@@ -1,0 +1,296 @@
+"""``datasets.TarShards`` (alias ``datasets.WebDataset``): WebDataset tar shards, local or on S3, as a ready pipeline.
+
+Shards are tar files whose members are grouped into samples by name
+(``0001.jpg`` + ``0001.cls`` -> ``{"__key__": ".../0001", ".jpg": ..., ".cls": ...}``).
+The recipe::
+
+    ListSource(shards)        shard list shuffled per epoch (train), before sharding_filter
+    -> sharding_filter        each shard to one DataLoader worker / distributed rank
+    -> open_files_by_fsspec   (url, stream), with storage_options for S3
+    -> load_from_tar          members streamed, never extracted
+    -> webdataset             sample dicts
+    -> read the members       bytes, so the shuffle buffer (and a checkpoint of it) holds no open streams
+    -> shuffle                sample-level buffer (train)
+    -> decode                 by extension: .jpg/.png -> uint8 [C, H, W], .cls -> int, .json -> dict, ...
+    [-> resize/crop images    with size=: RandomResizedCrop + flip (train) | Resize + CenterCrop]
+    [-> transform]
+    [-> batch + collate]
+
+Not to be confused with the ``webdataset`` *pipe*
+(:class:`pipekit.pipes.WebDataset`, torchdata's ``WebDataset``), the grouping
+stage this recipe uses.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import pipekit.pipes  # noqa: F401  (registers the functional names used below)
+from pipekit.collate import collate
+from pipekit.datasets._recipe import (
+    ListSource,
+    Recipe,
+    check_positive_int,
+    check_stage,
+    standard_image_transforms,
+)
+from pipekit.errors import ReadError
+from pipekit.pipes.base import IterDataPipe
+from pipekit.pipes.webdataset import shard_expand
+
+__all__ = ["TarShards", "WebDataset", "expand_shard_urls"]
+
+_TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
+
+
+def _has_magic(text: str) -> bool:
+    return any(c in text for c in "*?[")
+
+
+def expand_shard_urls(urls: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+                      storage_options: Mapping[str, Any] | None = None) -> list[str]:
+    """The shard URLs that ``urls`` stand for, in order.
+
+    Each entry is
+
+    * a brace pattern (``"s3://b/train-{000000..000099}.tar"``), expanded
+      without asking the storage (:func:`~pipekit.pipes.webdataset.shard_expand`);
+    * a tar file's path or URL, kept as is;
+    * a glob (``"data/*.tar"``) or a folder / prefix (``"s3://b/train/"``),
+      listed with fsspec: its tar files (``.tar``, ``.tar.gz``, ``.tgz``...), sorted.
+
+    Raises ``FileNotFoundError`` when a glob or folder holds no tar file.
+
+    Example:
+        >>> from pipekit.datasets.tar_shards import expand_shard_urls
+        >>> expand_shard_urls(["s3://bucket/a-{0..2}.tar", "s3://bucket/b.tar"])
+        ['s3://bucket/a-0.tar', 's3://bucket/a-1.tar', 's3://bucket/a-2.tar', 's3://bucket/b.tar']
+    """
+    if isinstance(urls, (str, os.PathLike)):
+        urls = [urls]
+    if not isinstance(urls, Sequence) or not urls:
+        raise TypeError(f"TarShards: urls must be a shard URL/pattern or a non-empty list of them, got {urls!r}")
+    out: list[str] = []
+    for entry in urls:
+        if not isinstance(entry, (str, os.PathLike)):
+            raise TypeError(f"TarShards: a shard URL must be a str, got {type(entry).__name__}: {entry!r}")
+        for url in shard_expand(os.fspath(entry)):
+            if url.lower().endswith(_TAR_SUFFIXES) and not _has_magic(url):
+                out.append(url)
+            else:
+                out.extend(_list_tars(url, dict(storage_options or {})))
+    return out
+
+
+def _list_tars(url: str, storage_options: dict[str, Any]) -> list[str]:
+    import fsspec
+
+    local = "://" not in url
+    fs, path = fsspec.core.url_to_fs(url, **storage_options)
+    if _has_magic(path):
+        found = [p for p in fs.glob(path) if p.lower().endswith(_TAR_SUFFIXES)]
+    elif fs.isdir(path):
+        found = [p for p in fs.find(path.rstrip("/")) if p.lower().endswith(_TAR_SUFFIXES)]
+    elif fs.exists(path):
+        raise ValueError(f"TarShards: {url!r} is not a tar file (expected {', '.join(_TAR_SUFFIXES)})")
+    else:
+        raise FileNotFoundError(f"TarShards: no such shard, folder or prefix: {url!r}")
+    if not found:
+        raise FileNotFoundError(f"TarShards: no tar shards in {url!r}")
+    return sorted(p if local else fs.unstrip_protocol(p) for p in found)
+
+
+class _ReadMembers:
+    """Read every stream of a sample dict into ``bytes`` (and close it); other values pass."""
+
+    def __call__(self, sample: Mapping[str, Any]) -> dict[str, Any]:
+        out = {}
+        for key, value in sample.items():
+            read = getattr(value, "read", None)
+            if key.startswith("__") or not callable(read):
+                out[key] = value
+                continue
+            try:
+                out[key] = read()
+            except Exception as exc:
+                raise ReadError("read", f"{sample.get('__key__', '?')}{key}", "TarShards", exc) from exc
+            finally:
+                close = getattr(value, "close", None)
+                if callable(close):
+                    close()
+        return out
+
+
+class _ImageOps:
+    """Apply image ops to ``sample[key]`` (evaluation's resize/crop), naming the sample when it lacks the key."""
+
+    def __init__(self, ops: list[Any], key: str) -> None:
+        self.ops = ops
+        self.key = key
+
+    def __call__(self, sample: Mapping[str, Any]) -> dict[str, Any]:
+        if self.key not in sample:
+            raise KeyError(f"TarShards: sample {sample.get('__key__')!r} has no {self.key!r} entry "
+                           f"(it has {sorted(k for k in sample if not k.startswith('__'))}); pass image_key=")
+        value = sample[self.key]
+        for op in self.ops:
+            value = op(value)
+        return {**sample, self.key: value}
+
+
+class TarShards(Recipe):
+    """Samples from WebDataset tar shards (local, S3 or any fsspec URL), shuffled, decoded, batched.
+
+    Also available as ``datasets.WebDataset``, after the ``webdataset``
+    library's class it replaces; the pipe :class:`pipekit.pipes.WebDataset`
+    (torchdata's ``webdataset``) is the step inside it that groups archive
+    members into samples.
+
+    In training the shard list is shuffled each epoch before
+    ``sharding_filter`` hands each shard to one DataLoader worker / rank (so
+    use at least as many shards as workers times ranks), and samples are
+    shuffled again in a buffer of ``shuffle_buffer`` samples.  Members are
+    read into ``bytes`` before that buffer and decoded after it, so the
+    buffer (and a checkpoint of it) holds compact encoded samples.  In
+    evaluation shards and samples keep their order.
+
+    Samples are dicts keyed by extension (torchdata's format):
+    ``{"__key__": "shards/shard-000000.tar/sample0001", ".jpg": uint8 [3, H, W], ".cls": 3}``.
+    Batches collate them key by key (tensors stacked, numbers to a tensor,
+    strings to lists): ``{".jpg": [B, 3, H, W], ".cls": int64 [B], "__key__": [...]}``.
+
+    Args:
+        urls: shard URLs, brace patterns (``"s3://b/train-{000000..000099}.tar"``),
+            globs or folders, or a list of them (see :func:`expand_shard_urls`).
+        train: shuffle (shards and samples) and augment images (with ``size``).
+        batch_size: samples per batch; ``None`` yields samples.
+        shuffle_shards: shuffle the shard list each epoch (training only).
+        shuffle_buffer: samples in the sample-level shuffle buffer (training
+            only); ``0`` or ``None`` turns it off.
+        decode: ``True`` (the default handlers of :class:`pipekit.pipes.Decoder`),
+            ``False`` (raw ``bytes``), a dict ``{extension: fn(bytes)}`` added
+            to the defaults, or a function ``decode(pipe) -> pipe`` replacing
+            the stage (called while the recipe is built).
+        storage_options: fsspec options (s3fs spelling for S3: ``key``,
+            ``secret``, ``client_kwargs={"endpoint_url": ...}``).
+        size: resize images so they stack: ``RandomResizedCrop(size)`` and a
+            horizontal flip for training, ``Resize`` and ``CenterCrop`` for
+            evaluation, on ``image_key``.  ``None`` (default) keeps them as decoded.
+        image_key: the entry ``size`` applies to.
+        trivial_augment: add ``TrivialAugmentWide`` to training (with ``size``).
+        image_mode: channels images are decoded to (``None`` keeps each file's).
+        transform: a picklable callable ``sample -> sample`` run after
+            decoding (and resizing); ``None`` for none.
+        collate_fn: replaces the collate function (a list of samples -> a batch).
+        drop_last: drop each worker's last, shorter batch.
+        on_error: ``"raise"`` or ``"skip"`` corrupt archive members and
+            undecodable files (recorded in those pipes' ``skip_log``).
+
+    Attributes:
+        shards: the shard URLs, in their unshuffled order.
+
+    Example:
+        >>> import tempfile
+        >>> import torch
+        >>> from pipekit import datasets
+        >>> from pipekit.synthetic import write_image_shards
+        >>> root = tempfile.mkdtemp()
+        >>> _ = write_image_shards(root, shards=2, per_shard=4, size=32, progress=False)
+        >>> train = datasets.TarShards(root + "/shard-{000000..000001}.tar", batch_size=4, shuffle_buffer=8)
+        >>> _ = torch.manual_seed(0)
+        >>> batches = list(train)
+        >>> len(batches), batches[0][".jpg"].shape, batches[0][".cls"].dtype
+        (2, torch.Size([4, 3, 32, 32]), torch.int64)
+        >>> val = datasets.TarShards(root, train=False, batch_size=None)
+        >>> [s["__key__"].rsplit("/", 1)[1] for s in val][:3]
+        ['sample00000000', 'sample00000001', 'sample00000002']
+    """
+
+    def __init__(
+        self,
+        urls: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        *,
+        train: bool = True,
+        batch_size: int | None = 32,
+        shuffle_shards: bool = True,
+        shuffle_buffer: int | None = 1000,
+        decode: bool | Mapping[str, Any] | Callable[[IterDataPipe], IterDataPipe] = True,
+        storage_options: Mapping[str, Any] | None = None,
+        size: int | tuple[int, int] | None = None,
+        image_key: str = ".jpg",
+        trivial_augment: bool = False,
+        image_mode: Any = None,
+        transform: Callable[[Any], Any] | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        drop_last: bool = False,
+        on_error: str = "raise",
+    ) -> None:
+        super().__init__()
+        where = "TarShards"
+        if storage_options is not None and not isinstance(storage_options, Mapping):
+            raise TypeError(f"{where}: storage_options must be a dict, got {type(storage_options).__name__}")
+        batch_size = check_positive_int(batch_size, "batch_size", where, allow_none=True)
+        if shuffle_buffer is not None and not (isinstance(shuffle_buffer, int) and shuffle_buffer == 0):
+            shuffle_buffer = check_positive_int(shuffle_buffer, "shuffle_buffer", where)
+        if not (isinstance(decode, (bool, Mapping)) or callable(decode)):
+            raise TypeError(f"{where}: decode must be True, False, a dict of handlers or a function pipe -> pipe, "
+                            f"got {decode!r}")
+        check_stage(transform, "transform", where)
+        if transform is False:
+            transform = None
+        if collate_fn is not None and not callable(collate_fn):
+            raise TypeError(f"{where}: collate_fn must be callable, got {collate_fn!r}")
+        if size is not None and decode is False:
+            raise ValueError(f"{where}: size= resizes decoded images, but decode=False leaves them as bytes")
+        if not isinstance(image_key, str):
+            raise TypeError(f"{where}: image_key must be a str such as '.jpg', got {image_key!r}")
+
+        self.train = bool(train)
+        self.batch_size = batch_size
+        self.storage_options = dict(storage_options or {})
+        self.shards: list[str] = expand_shard_urls(urls, self.storage_options)
+        options = self.storage_options or None
+
+        pipe: IterDataPipe = ListSource(self.shards, shuffle=self.train and bool(shuffle_shards))
+        pipe = pipe.sharding_filter()
+        pipe = pipe.open_files_by_fsspec(mode="rb", storage_options=options)
+        pipe = pipe.load_from_tar(on_error=on_error)
+        pipe = pipe.webdataset()
+        pipe = pipe.map(_ReadMembers())
+        if self.train and shuffle_buffer:
+            pipe = pipe.shuffle(buffer_size=shuffle_buffer)
+        if decode is True or isinstance(decode, Mapping):
+            pipe = pipe.decode(handlers=None if decode is True else dict(decode), on_error=on_error,
+                               image_mode=image_mode)
+        elif decode is not False:
+            pipe = decode(pipe)  # type: ignore[operator]
+            if not isinstance(pipe, IterDataPipe):
+                raise TypeError(f"{where}: decode must return a pipe, got {type(pipe).__name__}")
+        if size is not None:
+            ops = standard_image_transforms(size, self.train, trivial_augment=trivial_augment, where=where)
+            if self.train:
+                pipe = pipe.augment(ops, image_key=image_key, mask_keys=())
+            else:
+                pipe = pipe.map(_ImageOps(ops, image_key))
+        if transform is not None:
+            pipe = pipe.map(transform)
+        if batch_size is not None:
+            pipe = pipe.batch(batch_size, drop_last=drop_last).collate(collate_fn=collate_fn or collate)
+        self.datapipe = pipe
+
+    def __repr__(self) -> str:
+        mode = "train" if self.train else "eval"
+        return f"TarShards({len(self.shards)} shards, {mode}, batch_size={self.batch_size})"
+
+    __str__ = __repr__
+
+
+WebDataset = TarShards
+"""``datasets.WebDataset``: the name of the ``webdataset`` library's class this recipe replaces.
+
+The same class as :class:`TarShards`.  Not to be confused with the pipe
+:class:`pipekit.pipes.WebDataset` (torchdata's ``webdataset``), which groups
+``(path, stream)`` archive members into samples and which this recipe uses.
+"""
