@@ -7,7 +7,18 @@ import pickle
 
 import pytest
 
-from pipekit.errors import ArchiveError, DecodeError, ReadError, SkipLog, StageError, check_on_error
+import pipekit
+from pipekit.errors import (
+    ArchiveError,
+    DecodeError,
+    HashError,
+    ParseError,
+    ReadError,
+    SkipLog,
+    StageError,
+    check_on_error,
+)
+from pipekit.pipes import IterableWrapper
 
 
 class TestStageErrors:
@@ -26,6 +37,61 @@ class TestStageErrors:
         err = pickle.loads(pickle.dumps(ReadError("open", "/x", "open_files_by_fsspec", "missing")))
         assert isinstance(err, ReadError)
         assert str(err) == "cannot open '/x' in open_files_by_fsspec: missing"
+
+
+def _fail_on_three(x: int) -> int:
+    if x == 3:
+        raise DecodeError("decode image", f"s3://bucket/it's {x}.jpg", "decode_image", "not a JPEG\nsecond line")
+    return x
+
+
+def _fail_chained(x: int) -> int:
+    try:
+        raise OSError("connection reset")
+    except OSError as exc:
+        raise ReadError("read", "s3://b/k.tar", "load_from_tar", exc) from exc
+
+
+class TestAcrossWorkers:
+    """torch re-raises a worker's error as ``type(message)``: the type and its fields must survive."""
+
+    @pytest.mark.parametrize("num_workers", [0, 2])
+    def test_type_and_fields_survive(self, num_workers):
+        pipe = IterableWrapper(range(8)).sharding_filter().map(_fail_on_three)
+        with pytest.raises(DecodeError) as info:
+            list(pipekit.DataLoader(pipe, num_workers=num_workers))
+        err = info.value
+        assert isinstance(err, ValueError)
+        assert err.url == "s3://bucket/it's 3.jpg"
+        assert err.stage == "decode_image"
+        assert err.action == "decode image"
+        assert err.reason == "not a JPEG\nsecond line"
+
+    def test_chained_cause_is_not_mistaken_for_the_error(self):
+        with pytest.raises(ReadError) as info:
+            list(pipekit.DataLoader(IterableWrapper([1, 2]).sharding_filter().map(_fail_chained), num_workers=2))
+        assert (info.value.url, info.value.stage, info.value.reason) == (
+            "s3://b/k.tar",
+            "load_from_tar",
+            "connection reset",
+        )
+        assert isinstance(info.value, OSError)
+
+    def test_rebuilt_from_a_worker_message(self):
+        message = (
+            "Caught ParseError in DataLoader worker process 1.\nOriginal Traceback (most recent call last):\n"
+            '  File "x.py", line 1, in f\n'
+            "pipekit.errors.ParseError: cannot parse JSON 'a.json' in parse_json_files: Expecting value\n"
+        )
+        err = ParseError(message)
+        assert (err.url, err.stage, err.action, err.reason) == (
+            "a.json",
+            "parse_json_files",
+            "parse JSON",
+            "Expecting value",
+        )
+        assert str(err) == message
+        assert HashError(message).url == "<unknown>"  # another type's message: fields unknown, message kept
 
 
 class TestSkipLog:

@@ -11,7 +11,9 @@ the URL and reason in :attr:`SkipLog.skipped`, so nothing is lost silently.
 
 from __future__ import annotations
 
+import ast
 import logging
+import re
 import threading
 from dataclasses import dataclass, field
 
@@ -51,15 +53,45 @@ class StageError(PipekitError):
         reason: a short description of the failure.
     """
 
-    def __init__(self, action: str, url: str, stage: str, reason: object) -> None:
+    def __init__(self, action: str, url: str | None = None, stage: str | None = None, reason: object = None) -> None:
+        if url is None and stage is None and reason is None:
+            # One argument: torch's DataLoader re-raising a worker's error as ``type(message)``,
+            # where the message ends with the worker's traceback.  Keep the fields it names.
+            self._from_message(action)
+            return
         self.action = action
-        self.url = url
-        self.stage = stage
+        self.url = url  # type: ignore[assignment]
+        self.stage = stage  # type: ignore[assignment]
         self.reason = str(reason) if not isinstance(reason, str) else reason
         super().__init__(f"cannot {action} {url!r} in {stage}: {self.reason}")
 
+    def _from_message(self, message: str) -> None:
+        # The last match is the error as it was raised; earlier ones are chained causes.
+        pattern = re.compile(rf"^(?:[\w.]+\.)?{re.escape(type(self).__name__)}: {_STAGE_MESSAGE}", re.MULTILINE)
+        found = max(pattern.finditer(message), key=lambda m: m.start(), default=None)
+        if found is None:
+            self.action, self.url, self.stage, self.reason = "", "<unknown>", "<unknown>", message
+        else:
+            self.action = found["action"]
+            try:
+                self.url = ast.literal_eval(found["url"])
+            except (ValueError, SyntaxError):
+                self.url = found["url"][1:-1]
+            self.stage = found["stage"]
+            rest = message[found.end() :].rstrip("\n").split("\n")
+            self.reason = "\n".join(line for line in rest if not line.startswith(_TORCH_NOTE))
+        Exception.__init__(self, message)
+
     def __reduce__(self):  # keep all fields when crossing DataLoader worker pipes
         return (type(self), (self.action, self.url, self.stage, self.reason))
+
+
+_TORCH_NOTE = "This exception is thrown by __iter__ of "  # the note torch adds to errors from pipes
+
+# "<Type>: cannot <action> '<url>' in <stage>: " (the reason follows, to the end) in a re-raised worker traceback
+_STAGE_MESSAGE = (
+    r"cannot (?P<action>.+?) (?P<url>'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\") in (?P<stage>[^\s:]+): "
+)
 
 
 class ReadError(StageError, OSError):
@@ -96,9 +128,9 @@ class HashError(StageError, ValueError, RuntimeError):
     def __init__(
         self,
         action: str,
-        url: str,
-        stage: str,
-        reason: object,
+        url: str | None = None,
+        stage: str | None = None,
+        reason: object = None,
         expected: str | None = None,
         actual: str | None = None,
     ) -> None:
