@@ -1,36 +1,68 @@
 """Finding the files of a raster dataset and what their names and headers say.
 
-* scanning roots (directories, files, globs, fsspec URLs, lists of them)
-  for ``filename_glob``, skipping hidden files and GDAL's side files
-  (:class:`_Lister`, :func:`_is_sidecar`, :func:`_split_name`);
-* dates from file names at their format's precision (:func:`date_interval`);
-* the per-file metadata of an index, kept in arrays (:class:`_FileTable`),
-  and :class:`GeoReferenceError` for a raster that cannot be placed on the map.
+What a :class:`~pipekit.geo.raster.RasterDataset` does when it is built, in
+functions of their own so that ``pipekit inspect`` shares them:
+
+* :func:`find_files`: scan roots (directories, files, globs, fsspec URLs,
+  lists of them) for ``filename_glob``, skip hidden files and GDAL's side
+  files, keep the names matching ``filename_regex``;
+* :func:`date_interval`: the time interval a date in a file name stands for;
+* :func:`group_scenes`: band files grouped into scenes (``separate_files``
+  products such as Landsat and Sentinel-2);
+* :func:`read_header` and :func:`read_headers`: what raster headers say
+  (:class:`RasterHeader`), and why a raster cannot be indexed
+  (:meth:`RasterHeader.index_error`, :class:`GeoReferenceError`);
+* ``_FileTable``: the per-file metadata of an index, in arrays.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import fnmatch
 import glob as globlib
+import logging
 import math
 import os
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from affine import Affine
 from rasterio.crs import CRS
 
-from pipekit.errors import StageError
+from pipekit.errors import ReadError, StageError
 from pipekit.geo import io as geo_io
 from pipekit.geo.read import apply_affine, transform_bounds_fast
 
-__all__ = ["GeoReferenceError", "date_interval"]
+__all__ = [
+    "GeoReferenceError",
+    "RasterHeader",
+    "any_band_glob",
+    "date_interval",
+    "find_files",
+    "group_scenes",
+    "read_header",
+    "read_headers",
+]
+
+logger = logging.getLogger("pipekit.geo")
+
+T = TypeVar("T")
+
+#: one scene of band files: ``{(band, *variants): (path, its filename_regex match)}``
+Scene = dict[tuple[Any, ...], tuple[str, "re.Match[str]"]]
 
 
 class GeoReferenceError(StageError, ValueError):
     """A raster cannot be placed on the map: it has no CRS or no geotransform."""
+
+
+
+# ---------------------------------------------------------------------------------------------
+# dates in file names
 
 
 _PRECISION_STEPS = (
@@ -81,6 +113,10 @@ def date_interval(text: str, date_format: str) -> tuple[float, float]:
                 "second": timedelta(seconds=1), "microsecond": timedelta(microseconds=1)}[unit]
         end = start + step
     return start.timestamp(), end.timestamp() - 1e-6
+
+
+# ---------------------------------------------------------------------------------------------
+# scanning roots
 
 
 def _as_list(root: Any) -> list[str]:
@@ -183,10 +219,282 @@ def _is_sidecar(name: str) -> bool:
     return name.startswith(".") or name.lower().endswith(_SIDECAR_SUFFIXES)
 
 
+def any_band_glob(filename_glob: str) -> str:
+    """``filename_glob`` with its band placeholder ``{}`` matching any band (scenes are grouped later).
+
+    Example:
+        >>> any_band_glob("LC08_*_{}.*")
+        'LC08_*_*.*'
+    """
+    return filename_glob.replace("{}", "*")
+
+
+def find_files(
+    root: Any,
+    pattern: str,
+    regex: re.Pattern[str],
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    with_siblings: bool = False,
+    name: str = "find_files",
+) -> list[tuple[str, re.Match[str]]]:
+    """The files ``root`` stands for whose names match ``regex``, sorted by path, with their matches.
+
+    ``root`` is a directory (searched recursively for files whose name, or
+    path relative to it, matches the glob ``pattern``), a file, a glob, an
+    fsspec URL or a list of them.  Hidden files and GDAL's side files
+    (``.*``, ``*.aux.xml``, ``*.ovr``, ``*.msk``) found by a scan are
+    skipped; a file named explicitly is kept, and with ``with_siblings``
+    (products with one file per band) the files beside it are candidates too.
+    ``regex`` is matched against file names (not paths).  ``name`` is the
+    dataset named in log messages and errors.
+
+    Raises:
+        FileNotFoundError: a root does not exist, or no file matches (names ``root`` and ``pattern``).
+
+    Example:
+        >>> import os, re, tempfile
+        >>> root = tempfile.mkdtemp()
+        >>> for f in ("a_2021.tif", "b_2022.tif", "notes.txt", ".hidden_2020.tif", "a_2021.tif.aux.xml"):
+        ...     open(os.path.join(root, f), "w").close()
+        >>> found = find_files(root, "*", re.compile(r"(?P<name>[a-z])_(?P<date>[0-9]{4})[.]tif$"))
+        >>> [(os.path.basename(path), match.group("date")) for path, match in found]
+        [('a_2021.tif', '2021'), ('b_2022.tif', '2022')]
+    """
+    lister = _Lister(storage_options or {})
+    # where each candidate came from: "scan" (a directory or glob), "file" (named), "sibling"
+    candidates: dict[str, str] = {}
+    sidecars = 0
+    for item in _as_list(root):
+        found, explicit = lister.expand(item, pattern)
+        for path in found:
+            if not explicit and _is_sidecar(_split_name(path)[1]):
+                sidecars += 1  # hidden files and GDAL's side files are not rasters of their own
+                continue
+            if explicit or path not in candidates:
+                candidates[path] = "file" if explicit else "scan"
+    if sidecars:
+        logger.info("%s: skipped %d hidden or GDAL side file(s) (.*, *.aux.xml, *.ovr, *.msk)", name, sidecars)
+    if with_siblings:
+        # the other bands of a file named explicitly lie beside it
+        for path in [p for p, origin in candidates.items() if origin == "file"]:
+            directory = _split_name(path)[0]
+            for sibling in sorted(lister.siblings(path)):
+                candidates.setdefault(directory + sibling, "sibling")
+    matched: list[tuple[str, re.Match[str]]] = []
+    ignored: list[str] = []
+    for path in sorted(candidates):
+        match = regex.match(_split_name(path)[1])
+        if match is None:
+            if candidates[path] == "file":
+                logger.warning("%s: ignoring %r: its name does not match filename_regex", name, path)
+            if candidates[path] != "sibling":
+                ignored.append(path)
+            continue
+        matched.append((path, match))
+    if ignored:
+        logger.info("%s: %d file(s) found by filename_glob %r do not match filename_regex, e.g. %s",
+                    name, len(ignored), pattern, ignored[:3])
+    if not matched:
+        raise FileNotFoundError(
+            f"{name}: no files matching filename_glob {pattern!r} and filename_regex found in {root!r}"
+        )
+    return matched
+
+
+# ---------------------------------------------------------------------------------------------
+# scenes of band files
+
+
+def group_scenes(
+    matched: Iterable[tuple[str, re.Match[str]]], variant_groups: Sequence[str] = ("resolution",)
+) -> list[Scene]:
+    """Band files grouped into scenes, each ``{(band, *variants): (path, match)}``.
+
+    A scene is the files whose names agree in every ``filename_regex`` group
+    except ``band`` and the ``variant_groups`` (e.g. Sentinel-2's
+    ``resolution``), wherever they lie (Sentinel-2 Level-2A keeps its 10, 20
+    and 60 m bands in sibling folders) -- unless two of them would hold the
+    same band and variant, in which case each folder is a scene of its own.
+    Scenes come in the order of their first file in ``matched`` (the
+    folders of a split scene in sorted order); of files of one folder that
+    agree in every group, the last one is kept.
+
+    Example:
+        >>> import re
+        >>> regex = re.compile(r"(?P<scene>S[0-9])_(?P<band>B[0-9])(?:_(?P<resolution>[0-9]+m))?[.]tif$")
+        >>> names = ["a/S1_B1.tif", "a/S1_B2.tif", "b/S1_B3_20m.tif", "a/S2_B1.tif"]
+        >>> scenes = group_scenes([(n, regex.search(n)) for n in names])
+        >>> [sorted(path for path, _ in scene.values()) for scene in scenes]
+        [['a/S1_B1.tif', 'a/S1_B2.tif', 'b/S1_B3_20m.tif'], ['a/S2_B1.tif']]
+        >>> sorted(scenes[0])
+        [('B1', None), ('B2', None), ('B3', '20m')]
+    """
+    variants = tuple(variant_groups)
+    groups: dict[tuple[Any, ...], dict[str, Scene]] = {}
+    for path, match in matched:
+        gd = match.groupdict()
+        key = tuple(sorted((k, v) for k, v in gd.items() if k != "band" and k not in variants))
+        band_variant = (gd.get("band"), *(gd.get(g) for g in variants))
+        directory = _split_name(path)[0]
+        groups.setdefault(key, {}).setdefault(directory, {})[band_variant] = (path, match)
+    scenes: list[Scene] = []
+    for dirs in groups.values():
+        merged: Scene = {}
+        collision = False
+        for directory in sorted(dirs):
+            for band_variant, found in dirs[directory].items():
+                collision = collision or band_variant in merged
+                merged[band_variant] = found
+        scenes.extend([merged] if not collision else [dirs[d] for d in sorted(dirs)])
+    return scenes
+
+
+# ---------------------------------------------------------------------------------------------
+# raster headers
+
+
+@dataclass
+class RasterHeader:
+    """What a raster's header says (see :func:`read_header`).
+
+    Attributes:
+        url: the file.
+        crs: its CRS (``None`` if it has none).
+        transform: its geotransform (the identity if it has none).
+        width, height, count: pixels and bands.
+        dtype: the first band's data type (``""`` without bands).
+        nodata: the nodata value, or ``None``.
+        bounds: ``(left, bottom, right, top)`` in its CRS, as rasterio reports them.
+        has_gcps: it has ground control points (read only when it has no CRS).
+        block_shape, compression, overviews, tags: its storage layout (band 1's
+            ``(rows, cols)`` blocks, the ``compress`` creation option, how many
+            overviews band 1 has, the dataset tags); only read with ``layout=True``.
+    """
+
+    url: str
+    crs: CRS | None
+    transform: Affine
+    width: int
+    height: int
+    count: int
+    dtype: str
+    nodata: float | None
+    bounds: tuple[float, float, float, float]
+    has_gcps: bool = False
+    block_shape: tuple[int, int] | None = None
+    compression: str | None = None
+    overviews: int = 0
+    tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def georeferenced(self) -> bool:
+        """Whether the raster can be placed on the map: it has a CRS and a geotransform."""
+        return self.crs is not None and bool(self.crs.to_wkt()) and self.transform != Affine.identity()
+
+    @property
+    def res(self) -> tuple[float, float]:
+        """``(xres, yres)``: the pixel size along its columns and rows, in CRS units (rotation-aware)."""
+        t = self.transform
+        return math.hypot(t.a, t.d), math.hypot(t.b, t.e)
+
+    def index_error(self, stage: str) -> StageError | None:
+        """Why this raster cannot be indexed by a geo dataset (no CRS, no geotransform, no bands), or ``None``."""
+        if self.crs is None or not self.crs.to_wkt():
+            extra = " (it has ground control points; warp it to a CRS first, e.g. gdalwarp)" if self.has_gcps else ""
+            return GeoReferenceError(
+                "index raster", self.url, stage, f"the raster has no CRS, so it cannot be placed on the map{extra}"
+            )
+        if self.transform == Affine.identity():
+            return GeoReferenceError(
+                "index raster", self.url, stage, "the raster has no geotransform (pixel coordinates only)"
+            )
+        if self.count < 1:
+            return ReadError("index raster", self.url, stage, "the raster has no bands")
+        return None
+
+
+def read_header(
+    opener: geo_io.RasterOpener, url: str, stage: str = "read_header", layout: bool = False
+) -> RasterHeader:
+    """Open ``url`` with ``opener``, read its header and close it again.
+
+    ``layout=True`` also reads the storage layout (blocks, compression,
+    overviews, tags), which only reports need.
+
+    Raises:
+        ReadError: the file cannot be opened (naming ``url`` and ``stage``).
+
+    Example:
+        >>> import tempfile, numpy as np, rasterio
+        >>> from affine import Affine
+        >>> from pipekit.geo.io import RasterOpener
+        >>> path = f"{tempfile.mkdtemp()}/a.tif"
+        >>> with rasterio.open(path, "w", driver="GTiff", width=4, height=2, count=1, dtype="uint8",
+        ...                    crs="EPSG:32615", transform=Affine(10, 0, 500000, 0, -10, 4000000)) as f:
+        ...     f.write(np.zeros((1, 2, 4), dtype="uint8"))
+        >>> header = read_header(RasterOpener(), path)
+        >>> header.crs.to_epsg(), header.res, header.bounds, header.georeferenced
+        (32615, (10.0, 10.0), (500000.0, 3999980.0, 500040.0, 4000000.0), True)
+    """
+    ds = opener.open(url, stage)
+    try:
+        crs = ds.crs
+        header = RasterHeader(
+            url=url,
+            crs=crs,
+            transform=ds.transform,
+            width=ds.width,
+            height=ds.height,
+            count=ds.count,
+            dtype=ds.dtypes[0] if ds.count else "",
+            nodata=ds.nodata,
+            bounds=tuple(ds.bounds),
+            has_gcps=bool(ds.gcps[0]) if crs is None else False,
+        )
+        if layout:
+            header.block_shape = tuple(ds.block_shapes[0]) if ds.count else (0, 0)
+            header.compression = ds.profile.get("compress")
+            header.overviews = len(ds.overviews(1)) if ds.count else 0
+            header.tags = dict(ds.tags())
+    finally:
+        ds.close()
+    return header
+
+
+def read_headers(paths: Sequence[str], read: Callable[[str], T]) -> list[T]:
+    """``read(path)`` for every path, in order: local files one after the other, remote ones on threads.
+
+    Remote headers are read on up to 16 threads started from pipekit's GDAL
+    network I/O threads, never on the calling thread (see
+    :mod:`pipekit.geo.io`).  Local files are read sequentially: opening is
+    CPU-bound and holds the GIL for much of it, and threads were slower than
+    a plain loop (1,000 files: 0.92 s with 16 threads, 0.67 s sequentially,
+    2 cores).
+    """
+    remote = not all(geo_io.is_local(p) for p in paths)
+    if remote:
+        # on GDAL's network threads: never on this thread (see pipekit.geo.io)
+        return list(geo_io.run_remote(lambda: _map_threads(read, paths)))
+    return [read(p) for p in paths]
+
+
+def _map_threads(read: Callable[[str], T], paths: Sequence[str]) -> list[T]:
+    if len(paths) > 1:
+        workers = min(16, len(paths))
+        with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="pipekit-geo-index") as pool:
+            return list(pool.map(read, paths))
+    return [read(p) for p in paths]
+
+
+# ---------------------------------------------------------------------------------------------
+# the file table
+
+
 class _FileTable:
     """Per-file metadata in arrays (cheap to pickle for 100,000 files)."""
 
-    def __init__(self, paths: list[str], metas: list[dict[str, Any]], times: np.ndarray,
+    def __init__(self, paths: list[str], headers: list[RasterHeader], times: np.ndarray,
                  band_spans: np.ndarray | None, band_overrides: dict[tuple[int, str], str]) -> None:
         # a shared leading string (not path components): names are stored without it
         prefix = os.path.commonprefix(paths) if len(paths) > 1 else ""  # noqa: RUF071
@@ -202,21 +510,21 @@ class _FileTable:
         self.counts = np.empty(len(paths), dtype=np.int32)
         self.nodata = np.full(len(paths), np.nan, dtype=np.float64)
         self.has_nodata = np.zeros(len(paths), dtype=bool)
-        for i, meta in enumerate(metas):
-            wkt = meta["crs"].to_wkt()
+        for i, header in enumerate(headers):
+            wkt = header.crs.to_wkt()
             if wkt not in crs_keys:
                 crs_keys[wkt] = len(crs_list)
-                crs_list.append(meta["crs"])
+                crs_list.append(header.crs)
             crs_ids[i] = crs_keys[wkt]
-            if meta["dtype"] not in dtypes:
-                dtypes.append(meta["dtype"])
-            dtype_ids[i] = dtypes.index(meta["dtype"])
-            t = meta["transform"]
+            if header.dtype not in dtypes:
+                dtypes.append(header.dtype)
+            dtype_ids[i] = dtypes.index(header.dtype)
+            t = header.transform
             self.transforms[i] = (t.a, t.b, t.c, t.d, t.e, t.f)
-            self.shapes[i] = (meta["height"], meta["width"])
-            self.counts[i] = meta["count"]
-            if meta["nodata"] is not None:
-                self.nodata[i] = meta["nodata"]
+            self.shapes[i] = (header.height, header.width)
+            self.counts[i] = header.count
+            if header.nodata is not None:
+                self.nodata[i] = header.nodata
                 self.has_nodata[i] = True
         self.crs_list = crs_list
         self.crs_ids = crs_ids
