@@ -1,9 +1,14 @@
-"""``pipekit inspect`` on rasters: a table of files and scenes with product, CRS, resolution, footprint..."""
+"""``pipekit inspect`` on rasters: a table of files and scenes with product, CRS, resolution, footprint...
+
+Each raster's header is read, and the band files of a scene grouped, by
+the code the geo datasets use (:func:`pipekit.geo.discovery.read_headers`,
+:func:`~pipekit.geo.discovery.read_header`,
+:func:`~pipekit.geo.discovery.group_scenes`), so that an entry of the table
+is what a dataset of its product indexes as one scene.
+"""
 
 from __future__ import annotations
 
-import concurrent.futures
-import math
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
@@ -11,11 +16,11 @@ from typing import Any
 
 from pipekit.cli._common import CliError, Listing, file_kind, human_bytes, one_line
 from pipekit.cli.products import GENERIC, PRODUCTS, Product, detect_product, format_date
+from pipekit.geo.discovery import any_band_glob, group_scenes, read_header, read_headers
+from pipekit.geo.io import RasterOpener
 from pipekit.profiling import format_table
 
 __all__ = ["RasterMeta", "RasterEntry", "RasterReport", "inspect_rasters"]
-
-_THREADS = 8
 
 
 @dataclass
@@ -40,38 +45,35 @@ class RasterMeta:
     error: str | None = None
 
 
-def _read_meta(opener: Any, url: str, name: str, nbytes: int) -> RasterMeta:
+def _read_meta(opener: RasterOpener, url: str, name: str, nbytes: int) -> RasterMeta:
+    """The header of ``url`` as the table shows it (read with the datasets' :func:`read_header`)."""
     from rasterio.warp import transform_bounds
 
     meta = RasterMeta(url, name, nbytes)
     try:
-        ds = opener.open(url, "inspect")
+        header = read_header(opener, url, "inspect", layout=True)
     except Exception as exc:
         meta.error = one_line(exc)
         return meta
     try:
-        meta.width, meta.height, meta.count = ds.width, ds.height, ds.count
-        meta.dtype = ds.dtypes[0] if ds.count else ""
-        meta.nodata = ds.nodata
-        bh, bw = ds.block_shapes[0] if ds.count else (0, 0)
+        meta.width, meta.height, meta.count = header.width, header.height, header.count
+        meta.dtype = header.dtype
+        meta.nodata = header.nodata
+        bh, bw = header.block_shape or (0, 0)
         blocks = f"blocks {bw}x{bh}"  # tiles (256x256) read windows cheaply; strips (Wx1) do not
-        compress = str(ds.profile.get("compress") or "uncompressed").lower()
-        overviews = ds.overviews(1) if ds.count else []
-        meta.layout = f"{blocks}, {compress}" + (f", {len(overviews)} overviews" if overviews else "")
-        meta.tag_date = ds.tags().get("TIFFTAG_DATETIME")
-        if ds.crs is not None and ds.crs.to_wkt() and not ds.transform.is_identity:
-            epsg = ds.crs.to_epsg()
-            meta.crs = f"EPSG:{epsg}" if epsg else ds.crs.to_string()
-            meta.geographic = bool(ds.crs.is_geographic)
-            t = ds.transform
-            meta.res = (math.hypot(t.a, t.d), math.hypot(t.b, t.e))
-            left, bottom, right, top = ds.bounds
-            meta.bounds = (left, bottom, right, top)
-            meta.lonlat = tuple(transform_bounds(ds.crs, "EPSG:4326", left, bottom, right, top, densify_pts=21))
+        compress = str(header.compression or "uncompressed").lower()
+        meta.layout = f"{blocks}, {compress}" + (f", {header.overviews} overviews" if header.overviews else "")
+        meta.tag_date = header.tags.get("TIFFTAG_DATETIME")
+        if header.georeferenced:  # what a dataset can index: a CRS and a geotransform
+            crs = header.crs
+            epsg = crs.to_epsg()
+            meta.crs = f"EPSG:{epsg}" if epsg else crs.to_string()
+            meta.geographic = bool(crs.is_geographic)
+            meta.res = header.res
+            meta.bounds = header.bounds
+            meta.lonlat = tuple(transform_bounds(crs, "EPSG:4326", *header.bounds, densify_pts=21))
     except Exception as exc:
         meta.error = one_line(exc)
-    finally:
-        ds.close()
     return meta
 
 
@@ -245,30 +247,49 @@ class RasterReport:
         return "\n".join(lines)
 
 
-def _scene_key(product: Product, match: Any, name: str) -> tuple[Any, ...]:
-    groups = {k: v for k, v in match.groupdict().items() if k not in ("band", "resolution")}
-    directory = name.rsplit("/", 1)[0] if "/" in name else ""
-    # Sentinel-2 Level-2A keeps the bands of one scene in sibling folders (R10m, R20m, R60m)
-    where = directory.rsplit("/", 1)[0] if product.name == "sentinel2" and "/" in directory else directory
-    return (product.name, where, tuple(sorted(groups.items())))
-
-
-def _scene_name(name: str, match: Any) -> str:
-    """The file's relative name with its band (and resolution) replaced by ``*``."""
+def _scene_name(name: str, match: Any, variant_groups: tuple[str, ...]) -> str:
+    """The file's relative name with its band (and variant groups, e.g. resolution) replaced by ``*``."""
     head = name[: len(name) - len(name.rsplit("/", 1)[-1])]
     base = name[len(head):]
-    spans = sorted((match.span(g) for g in ("band", "resolution")
+    spans = sorted((match.span(g) for g in ("band", *variant_groups)
                     if g in match.groupdict() and match.group(g)), reverse=True)
     for start, stop in spans:
         base = base[:start] + "*" + base[stop:]
     return head + base
 
 
-def inspect_rasters(listing: Listing, product_name: str | None, storage_options: dict[str, Any]) -> RasterReport:
-    """Read the header of every raster under ``listing`` and group the band files of scenes."""
-    from rasterio.errors import NotGeoreferencedWarning
+def _in_scenes(product: Product | None, match: Any) -> bool:
+    """Whether a file is one band of a scene of band files (a ``separate_files`` product)."""
+    return product is not None and product.cls.separate_files and match is not None and "band" in match.groupdict()
 
-    from pipekit.geo.io import RasterOpener
+
+def _scenes(candidates: list[tuple[str, str, int, Product | None, Any]]) -> dict[str, int]:
+    """Scene numbers of the band files among ``candidates``, grouped per product as its dataset groups them."""
+    by_product: dict[str, list[tuple[str, Any]]] = {}
+    for url, _name, _n, product, match in candidates:
+        if _in_scenes(product, match):
+            by_product.setdefault(product.name, []).append((url, match))
+    scene_of: dict[str, int] = {}
+    number = 0
+    for product_name, matched in by_product.items():
+        matched.sort(key=lambda item: item[0])  # the datasets' order: sorted by path
+        for scene in group_scenes(matched, tuple(PRODUCTS[product_name].cls.band_variant_groups)):
+            for path, _ in scene.values():
+                scene_of[path] = number
+            number += 1
+    return scene_of
+
+
+def inspect_rasters(listing: Listing, product_name: str | None, storage_options: dict[str, Any]) -> RasterReport:
+    """Read the header of every raster under ``listing`` and group the band files of scenes.
+
+    Scenes are grouped as the product's dataset groups them (the files whose
+    names differ only in the band and resolution, see
+    :func:`~pipekit.geo.discovery.group_scenes`); a band file that a dataset
+    would not read (another file of its folder holds the same band of the
+    same scene) is listed among the files ignored.
+    """
+    from rasterio.errors import NotGeoreferencedWarning
 
     chosen = PRODUCTS.get(product_name) if product_name not in (None, GENERIC) else None
     candidates: list[tuple[str, str, int, Product | None, Any]] = []
@@ -292,30 +313,34 @@ def inspect_rasters(listing: Listing, product_name: str | None, storage_options:
         candidates.append((url, name, nbytes, product, match))
     if not candidates:
         if product_name is not None and chosen is not None:
-            glob = chosen.cls.filename_glob.replace("{}", "*")
+            glob = any_band_glob(chosen.cls.filename_glob)
             raise CliError(f"no {product_name} files (named like {glob!r}) in {listing.root!r}")
         raise CliError(f"no raster files in {listing.root!r}")
     opener = RasterOpener(storage_options)
+    named = {url: (name, nbytes) for url, name, nbytes, _, _ in candidates}
     with warnings.catch_warnings():
         # rasters without a CRS are reported in the table; rasterio's warning would only repeat it
         warnings.simplefilter("ignore", NotGeoreferencedWarning)
-        with concurrent.futures.ThreadPoolExecutor(min(_THREADS, len(candidates)),
-                                                   thread_name_prefix="pipekit-inspect") as pool:
-            metas = list(pool.map(lambda c: _read_meta(opener, c[0], c[1], c[2]), candidates))
-    groups: dict[tuple[Any, ...], RasterEntry] = {}
+        metas = read_headers([c[0] for c in candidates], lambda url: _read_meta(opener, url, *named[url]))
+    scene_of = _scenes(candidates)
+    scene_entries: dict[int, RasterEntry] = {}
     entries: list[RasterEntry] = []
-    for (_url, name, _n, product, match), meta in zip(candidates, metas):
+    for (url, name, _n, product, match), meta in zip(candidates, metas):
         cls = product.cls if product is not None else None
         date = None
         if match is not None and match.groupdict().get("date"):
             date = format_date(match.group("date"), cls.date_format)
         elif meta.tag_date:
             date = meta.tag_date.replace(":", "-", 2).replace(" ", "T")
-        if product is not None and cls.separate_files and match is not None and "band" in match.groupdict():
-            key = _scene_key(product, match, name)
-            entry = groups.get(key)
+        if _in_scenes(product, match):
+            number = scene_of.get(url)
+            if number is None:  # the same band of the same scene as another file of its folder
+                skipped.append(name)
+                continue
+            entry = scene_entries.get(number)
             if entry is None:
-                entry = groups[key] = RasterEntry(_scene_name(name, match), product.name, [], [], date)
+                scene_name = _scene_name(name, match, tuple(cls.band_variant_groups))
+                entry = scene_entries[number] = RasterEntry(scene_name, product.name, [], [], date)
                 entries.append(entry)
             entry.files.append(meta)
             entry.bands.append(match.group("band"))

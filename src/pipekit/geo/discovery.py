@@ -60,7 +60,6 @@ class GeoReferenceError(StageError, ValueError):
     """A raster cannot be placed on the map: it has no CRS or no geotransform."""
 
 
-
 # ---------------------------------------------------------------------------------------------
 # dates in file names
 
