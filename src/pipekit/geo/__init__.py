@@ -1,5 +1,11 @@
 """Geospatial datasets: bounding-box queries, composition across CRSs, samplers.
 
+The datasets live in :mod:`pipekit.geo.base` (:class:`GeoDataset`),
+:mod:`pipekit.geo.raster` (:class:`RasterDataset`) and
+:mod:`pipekit.geo.composition` (``a & b``, ``a | b``); how their files are
+found, grouped into scenes and their headers read in
+:mod:`pipekit.geo.discovery`; the samplers in :mod:`pipekit.geo.samplers`.
+
 >>> from pipekit.geo import BoundingBox, RandomGeoSampler, GridGeoSampler, stack_samples
 """
 
