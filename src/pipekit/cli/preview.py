@@ -104,7 +104,7 @@ def _pick(found: Counter, wanted: str | None, mask: bool, path: str) -> tuple[bo
 
 def _dataset(layer: _Layer, storage_options: dict[str, Any], mask: bool,
              index: tuple[str, dict[str, str]] | None = None, shared: bool = False) -> Any:
-    from pipekit.geo.dataset import RasterDataset
+    from pipekit.geo.raster import RasterDataset
 
     kwargs: dict[str, Any] = {"storage_options": storage_options} if storage_options else {}
     if layer.product is not None:

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from pipekit.geo.dataset import RasterDataset, Sample
+from pipekit.geo.base import Sample
+from pipekit.geo.raster import RasterDataset
 
 __all__ = ["CDL", "CDL_CLASSES"]
 

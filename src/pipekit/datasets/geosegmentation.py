@@ -32,8 +32,10 @@ from pipekit.datasets._recipe import Recipe, check_positive_int, check_stage
 from pipekit.datasets.landsat import Landsat7, Landsat8
 from pipekit.datasets.naip import NAIP
 from pipekit.datasets.sentinel2 import Sentinel2
+from pipekit.geo.base import GeoDataset
 from pipekit.geo.collate import stack_samples
-from pipekit.geo.dataset import GeoDataset, IntersectionDataset, RasterDataset, UnionDataset
+from pipekit.geo.composition import IntersectionDataset, UnionDataset
+from pipekit.geo.raster import RasterDataset
 from pipekit.geo.samplers import BatchGeoSampler, GeoSampler, GridGeoSampler, RandomGeoSampler
 from pipekit.pipes.base import IterDataPipe
 from pipekit.transforms.indices import INDICES

@@ -22,7 +22,7 @@ first file's unless given).
 
 from __future__ import annotations
 
-from pipekit.geo.dataset import RasterDataset
+from pipekit.geo.raster import RasterDataset
 
 __all__ = ["Landsat", "Landsat7", "Landsat8", "Landsat9"]
 

@@ -17,7 +17,7 @@ e.g. EPSG:26915)::
 
 from __future__ import annotations
 
-from pipekit.geo.dataset import RasterDataset
+from pipekit.geo.raster import RasterDataset
 
 __all__ = ["NAIP"]
 

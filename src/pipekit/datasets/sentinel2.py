@@ -22,7 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pipekit.geo.dataset import RasterDataset, Sample
+from pipekit.geo.base import Sample
+from pipekit.geo.raster import RasterDataset
 
 __all__ = ["Sentinel2"]
 

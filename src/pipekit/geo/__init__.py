@@ -1,15 +1,24 @@
 """Geospatial datasets: bounding-box queries, composition across CRSs, samplers.
 
+The datasets live in :mod:`pipekit.geo.base` (:class:`GeoDataset`),
+:mod:`pipekit.geo.raster` (:class:`RasterDataset`) and
+:mod:`pipekit.geo.composition` (``a & b``, ``a | b``); how their files are
+found, grouped into scenes and their headers read in
+:mod:`pipekit.geo.discovery`; the samplers in :mod:`pipekit.geo.samplers`.
+
 >>> from pipekit.geo import BoundingBox, RandomGeoSampler, GridGeoSampler, stack_samples
 """
 
+from pipekit.geo.base import GeoDataset
 from pipekit.geo.bbox import BoundingBox
 from pipekit.geo.collate import concat_samples, merge_samples, stack_samples, unbind_samples
-from pipekit.geo.dataset import GeoDataset, GeoReferenceError, IntersectionDataset, RasterDataset, UnionDataset
+from pipekit.geo.composition import IntersectionDataset, UnionDataset
+from pipekit.geo.discovery import GeoReferenceError
 from pipekit.geo.index import GeoIndex
 from pipekit.geo.io import RasterOpener, close_cached_handles, set_handle_budget
 from pipekit.geo.pipes import GeoReader
 from pipekit.geo.plot import plot_sample
+from pipekit.geo.raster import RasterDataset
 from pipekit.geo.read import Grid, patch_shape
 from pipekit.geo.samplers import (
     BatchGeoSampler,

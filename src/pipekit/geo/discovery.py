@@ -1,0 +1,579 @@
+"""Finding the files of a raster dataset and what their names and headers say.
+
+What a :class:`~pipekit.geo.raster.RasterDataset` does when it is built, in
+functions of their own so that ``pipekit inspect`` shares them:
+
+* :func:`find_files`: scan roots (directories, files, globs, fsspec URLs,
+  lists of them) for ``filename_glob``, skip hidden files and GDAL's side
+  files, keep the names matching ``filename_regex``;
+* :func:`date_interval`: the time interval a date in a file name stands for;
+* :func:`group_scenes`: band files grouped into scenes (``separate_files``
+  products such as Landsat and Sentinel-2);
+* :func:`read_header` and :func:`read_headers`: what raster headers say
+  (:class:`RasterHeader`), and why a raster cannot be indexed
+  (:meth:`RasterHeader.index_error`, :class:`GeoReferenceError`);
+* ``_FileTable``: the per-file metadata of an index, in arrays.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import fnmatch
+import glob as globlib
+import logging
+import math
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, TypeVar
+
+import numpy as np
+from affine import Affine
+from rasterio.crs import CRS
+
+from pipekit.errors import ReadError, StageError
+from pipekit.geo import io as geo_io
+from pipekit.geo.read import apply_affine, transform_bounds_fast
+
+__all__ = [
+    "GeoReferenceError",
+    "RasterHeader",
+    "any_band_glob",
+    "date_interval",
+    "find_files",
+    "group_scenes",
+    "read_header",
+    "read_headers",
+]
+
+logger = logging.getLogger("pipekit.geo")
+
+T = TypeVar("T")
+
+#: one scene of band files: ``{(band, *variants): (path, its filename_regex match)}``
+Scene = dict[tuple[Any, ...], tuple[str, "re.Match[str]"]]
+
+
+class GeoReferenceError(StageError, ValueError):
+    """A raster cannot be placed on the map: it has no CRS or no geotransform."""
+
+
+# ---------------------------------------------------------------------------------------------
+# dates in file names
+
+
+_PRECISION_STEPS = (
+    ("%f", "microsecond"),
+    ("%S", "second"),
+    ("%s", "second"),
+    ("%T", "second"),
+    ("%M", "minute"),
+    ("%H", "hour"),
+    ("%I", "hour"),
+    ("%d", "day"),
+    ("%j", "day"),
+    ("%m", "month"),
+    ("%b", "month"),
+    ("%B", "month"),
+)
+
+
+def date_interval(text: str, date_format: str) -> tuple[float, float]:
+    """The time interval (POSIX seconds) a date string stands for at its format's precision.
+
+    ``"2021"`` with ``"%Y"`` is the whole year 2021; ``"20210701"`` with
+    ``"%Y%m%d"`` that day.  The end is one microsecond before the next period.
+
+    Example:
+        >>> from datetime import datetime, timezone
+        >>> start, end = date_interval("20210701", "%Y%m%d")
+        >>> datetime.fromtimestamp(start, timezone.utc).isoformat()
+        '2021-07-01T00:00:00+00:00'
+        >>> round(end - start, 6)
+        86399.999999
+    """
+    start = datetime.strptime(text, date_format)
+    if start.tzinfo is None:
+        start = start.replace(tzinfo=timezone.utc)
+    unit = "year"
+    for directive, name in _PRECISION_STEPS:
+        if directive in date_format:
+            unit = name
+            break
+    if unit == "year":
+        end = start.replace(year=start.year + 1, month=1, day=1, hour=0, minute=0, second=0, microsecond=0)
+    elif unit == "month":
+        year, month = (start.year + 1, 1) if start.month == 12 else (start.year, start.month + 1)
+        end = start.replace(year=year, month=month, day=1, hour=0, minute=0, second=0, microsecond=0)
+    else:
+        step = {"day": timedelta(days=1), "hour": timedelta(hours=1), "minute": timedelta(minutes=1),
+                "second": timedelta(seconds=1), "microsecond": timedelta(microseconds=1)}[unit]
+        end = start + step
+    return start.timestamp(), end.timestamp() - 1e-6
+
+
+# ---------------------------------------------------------------------------------------------
+# scanning roots
+
+
+def _as_list(root: Any) -> list[str]:
+    if isinstance(root, (str, os.PathLike)):
+        return [os.fspath(root)]
+    if isinstance(root, Iterable):
+        items = [os.fspath(r) for r in root]
+        if not items:
+            raise ValueError("root is an empty list")
+        return items
+    raise TypeError(f"root must be a path, URL, glob or a list of them, got {type(root).__name__}")
+
+
+def _has_magic(path: str) -> bool:
+    return any(c in path for c in "*?[")
+
+
+class _Lister:
+    """Lists files under local paths and fsspec URLs (one filesystem per protocol)."""
+
+    def __init__(self, storage_options: Mapping[str, Any]) -> None:
+        self.storage_options = dict(storage_options)
+        self._dirs: dict[str, set[str]] = {}
+
+    def _fs(self, url: str) -> tuple[Any, str]:
+        import fsspec
+
+        return fsspec.core.url_to_fs(url, **self.storage_options)
+
+    def expand(self, root: str, pattern: str) -> tuple[list[str], bool]:
+        """The files ``root`` stands for, and whether they were named explicitly (not found by a scan)."""
+        if geo_io.is_local(root):
+            path = geo_io.local_path(root)
+            if os.path.isdir(path):
+                found = []
+                for dirpath, _, names in os.walk(path):
+                    for fname in names:
+                        rel = os.path.relpath(os.path.join(dirpath, fname), path)
+                        if fnmatch.fnmatchcase(fname, pattern) or fnmatch.fnmatchcase(rel, pattern):
+                            found.append(os.path.join(dirpath, fname))
+                return found, False
+            if _has_magic(path):
+                return [p for p in globlib.glob(path, recursive=True) if os.path.isfile(p)], False
+            if os.path.isfile(path):
+                return [path], True
+            raise FileNotFoundError(f"no such file or directory: {root!r}")
+        fs, path = self._fs(root)
+        if _has_magic(path):
+            return [fs.unstrip_protocol(p) for p in fs.glob(path) if fs.isfile(p)], False
+        if fs.isdir(path):
+            base = path.rstrip("/")
+            found = []
+            for p in fs.find(base):
+                fname = p.rsplit("/", 1)[-1]
+                rel = p[len(base) + 1:]
+                if fnmatch.fnmatchcase(fname, pattern) or fnmatch.fnmatchcase(rel, pattern):
+                    found.append(fs.unstrip_protocol(p))
+            return found, False
+        if fs.isfile(path):
+            return [fs.unstrip_protocol(path)], True
+        raise FileNotFoundError(f"no such file or directory: {root!r}")
+
+    def siblings(self, path: str) -> set[str]:
+        """Names of the files in ``path``'s directory (listed once per directory)."""
+        if geo_io.is_local(path):
+            directory = os.path.dirname(geo_io.local_path(path)) or "."
+        else:
+            directory = path.rsplit("/", 1)[0]
+        names = self._dirs.get(directory)
+        if names is None:
+            if geo_io.is_local(directory):
+                try:
+                    names = set(os.listdir(directory))
+                except OSError:
+                    names = set()
+            else:
+                fs, p = self._fs(directory)
+                try:
+                    names = {e.rstrip("/").rsplit("/", 1)[-1] for e in fs.ls(p, detail=False)}
+                except OSError:
+                    names = set()
+            self._dirs[directory] = names
+        return names
+
+
+def _split_name(path: str) -> tuple[str, str]:
+    """``(directory with separator, file name)`` of a local path or URL."""
+    if geo_io.is_local(path):
+        head, tail = os.path.split(path)
+        return (head + os.sep if head else ""), tail
+    head, _, tail = path.rpartition("/")
+    return head + "/", tail
+
+
+_SIDECAR_SUFFIXES = (".aux.xml", ".ovr", ".msk")
+
+
+def _is_sidecar(name: str) -> bool:
+    """Hidden files (``.complete``, ``.DS_Store``) and GDAL's side files found next to rasters."""
+    return name.startswith(".") or name.lower().endswith(_SIDECAR_SUFFIXES)
+
+
+def any_band_glob(filename_glob: str) -> str:
+    """``filename_glob`` with its band placeholder ``{}`` matching any band (scenes are grouped later).
+
+    Example:
+        >>> any_band_glob("LC08_*_{}.*")
+        'LC08_*_*.*'
+    """
+    return filename_glob.replace("{}", "*")
+
+
+def find_files(
+    root: Any,
+    pattern: str,
+    regex: re.Pattern[str],
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    with_siblings: bool = False,
+    name: str = "find_files",
+) -> list[tuple[str, re.Match[str]]]:
+    """The files ``root`` stands for whose names match ``regex``, sorted by path, with their matches.
+
+    ``root`` is a directory (searched recursively for files whose name, or
+    path relative to it, matches the glob ``pattern``), a file, a glob, an
+    fsspec URL or a list of them.  Hidden files and GDAL's side files
+    (``.*``, ``*.aux.xml``, ``*.ovr``, ``*.msk``) found by a scan are
+    skipped; a file named explicitly is kept, and with ``with_siblings``
+    (products with one file per band) the files beside it are candidates too.
+    ``regex`` is matched against file names (not paths).  ``name`` is the
+    dataset named in log messages and errors.
+
+    Raises:
+        FileNotFoundError: a root does not exist, or no file matches (names ``root`` and ``pattern``).
+
+    Example:
+        >>> import os, re, tempfile
+        >>> root = tempfile.mkdtemp()
+        >>> for f in ("a_2021.tif", "b_2022.tif", "notes.txt", ".hidden_2020.tif", "a_2021.tif.aux.xml"):
+        ...     open(os.path.join(root, f), "w").close()
+        >>> found = find_files(root, "*", re.compile(r"(?P<name>[a-z])_(?P<date>[0-9]{4})[.]tif$"))
+        >>> [(os.path.basename(path), match.group("date")) for path, match in found]
+        [('a_2021.tif', '2021'), ('b_2022.tif', '2022')]
+    """
+    lister = _Lister(storage_options or {})
+    # where each candidate came from: "scan" (a directory or glob), "file" (named), "sibling"
+    candidates: dict[str, str] = {}
+    sidecars = 0
+    for item in _as_list(root):
+        found, explicit = lister.expand(item, pattern)
+        for path in found:
+            if not explicit and _is_sidecar(_split_name(path)[1]):
+                sidecars += 1  # hidden files and GDAL's side files are not rasters of their own
+                continue
+            if explicit or path not in candidates:
+                candidates[path] = "file" if explicit else "scan"
+    if sidecars:
+        logger.info("%s: skipped %d hidden or GDAL side file(s) (.*, *.aux.xml, *.ovr, *.msk)", name, sidecars)
+    if with_siblings:
+        # the other bands of a file named explicitly lie beside it
+        for path in [p for p, origin in candidates.items() if origin == "file"]:
+            directory = _split_name(path)[0]
+            for sibling in sorted(lister.siblings(path)):
+                candidates.setdefault(directory + sibling, "sibling")
+    matched: list[tuple[str, re.Match[str]]] = []
+    ignored: list[str] = []
+    for path in sorted(candidates):
+        match = regex.match(_split_name(path)[1])
+        if match is None:
+            if candidates[path] == "file":
+                logger.warning("%s: ignoring %r: its name does not match filename_regex", name, path)
+            if candidates[path] != "sibling":
+                ignored.append(path)
+            continue
+        matched.append((path, match))
+    if ignored:
+        logger.info("%s: %d file(s) found by filename_glob %r do not match filename_regex, e.g. %s",
+                    name, len(ignored), pattern, ignored[:3])
+    if not matched:
+        raise FileNotFoundError(
+            f"{name}: no files matching filename_glob {pattern!r} and filename_regex found in {root!r}"
+        )
+    return matched
+
+
+# ---------------------------------------------------------------------------------------------
+# scenes of band files
+
+
+def group_scenes(
+    matched: Iterable[tuple[str, re.Match[str]]], variant_groups: Sequence[str] = ("resolution",)
+) -> list[Scene]:
+    """Band files grouped into scenes, each ``{(band, *variants): (path, match)}``.
+
+    A scene is the files whose names agree in every ``filename_regex`` group
+    except ``band`` and the ``variant_groups`` (e.g. Sentinel-2's
+    ``resolution``), wherever they lie (Sentinel-2 Level-2A keeps its 10, 20
+    and 60 m bands in sibling folders) -- unless two of them would hold the
+    same band and variant, in which case each folder is a scene of its own.
+    Scenes come in the order of their first file in ``matched`` (the
+    folders of a split scene in sorted order); of files of one folder that
+    agree in every group, the last one is kept.
+
+    Example:
+        >>> import re
+        >>> regex = re.compile(r"(?P<scene>S[0-9])_(?P<band>B[0-9])(?:_(?P<resolution>[0-9]+m))?[.]tif$")
+        >>> names = ["a/S1_B1.tif", "a/S1_B2.tif", "b/S1_B3_20m.tif", "a/S2_B1.tif"]
+        >>> scenes = group_scenes([(n, regex.search(n)) for n in names])
+        >>> [sorted(path for path, _ in scene.values()) for scene in scenes]
+        [['a/S1_B1.tif', 'a/S1_B2.tif', 'b/S1_B3_20m.tif'], ['a/S2_B1.tif']]
+        >>> sorted(scenes[0])
+        [('B1', None), ('B2', None), ('B3', '20m')]
+    """
+    variants = tuple(variant_groups)
+    groups: dict[tuple[Any, ...], dict[str, Scene]] = {}
+    for path, match in matched:
+        gd = match.groupdict()
+        key = tuple(sorted((k, v) for k, v in gd.items() if k != "band" and k not in variants))
+        band_variant = (gd.get("band"), *(gd.get(g) for g in variants))
+        directory = _split_name(path)[0]
+        groups.setdefault(key, {}).setdefault(directory, {})[band_variant] = (path, match)
+    scenes: list[Scene] = []
+    for dirs in groups.values():
+        merged: Scene = {}
+        collision = False
+        for directory in sorted(dirs):
+            for band_variant, found in dirs[directory].items():
+                collision = collision or band_variant in merged
+                merged[band_variant] = found
+        scenes.extend([merged] if not collision else [dirs[d] for d in sorted(dirs)])
+    return scenes
+
+
+# ---------------------------------------------------------------------------------------------
+# raster headers
+
+
+@dataclass
+class RasterHeader:
+    """What a raster's header says (see :func:`read_header`).
+
+    Attributes:
+        url: the file.
+        crs: its CRS (``None`` if it has none).
+        transform: its geotransform (the identity if it has none).
+        width, height, count: pixels and bands.
+        dtype: the first band's data type (``""`` without bands).
+        nodata: the nodata value, or ``None``.
+        bounds: ``(left, bottom, right, top)`` in its CRS, as rasterio reports them.
+        has_gcps: it has ground control points (read only when it has no CRS).
+        block_shape, compression, overviews, tags: its storage layout (band 1's
+            ``(rows, cols)`` blocks, the ``compress`` creation option, how many
+            overviews band 1 has, the dataset tags); only read with ``layout=True``.
+    """
+
+    url: str
+    crs: CRS | None
+    transform: Affine
+    width: int
+    height: int
+    count: int
+    dtype: str
+    nodata: float | None
+    bounds: tuple[float, float, float, float]
+    has_gcps: bool = False
+    block_shape: tuple[int, int] | None = None
+    compression: str | None = None
+    overviews: int = 0
+    tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def georeferenced(self) -> bool:
+        """Whether the raster can be placed on the map: it has a CRS and a geotransform."""
+        return self.crs is not None and bool(self.crs.to_wkt()) and self.transform != Affine.identity()
+
+    @property
+    def res(self) -> tuple[float, float]:
+        """``(xres, yres)``: the pixel size along its columns and rows, in CRS units (rotation-aware)."""
+        t = self.transform
+        return math.hypot(t.a, t.d), math.hypot(t.b, t.e)
+
+    def index_error(self, stage: str) -> StageError | None:
+        """Why this raster cannot be indexed by a geo dataset (no CRS, no geotransform, no bands), or ``None``."""
+        if self.crs is None or not self.crs.to_wkt():
+            extra = " (it has ground control points; warp it to a CRS first, e.g. gdalwarp)" if self.has_gcps else ""
+            return GeoReferenceError(
+                "index raster", self.url, stage, f"the raster has no CRS, so it cannot be placed on the map{extra}"
+            )
+        if self.transform == Affine.identity():
+            return GeoReferenceError(
+                "index raster", self.url, stage, "the raster has no geotransform (pixel coordinates only)"
+            )
+        if self.count < 1:
+            return ReadError("index raster", self.url, stage, "the raster has no bands")
+        return None
+
+
+def read_header(
+    opener: geo_io.RasterOpener, url: str, stage: str = "read_header", layout: bool = False
+) -> RasterHeader:
+    """Open ``url`` with ``opener``, read its header and close it again.
+
+    ``layout=True`` also reads the storage layout (blocks, compression,
+    overviews, tags), which only reports need.
+
+    Raises:
+        ReadError: the file cannot be opened (naming ``url`` and ``stage``).
+
+    Example:
+        >>> import tempfile, numpy as np, rasterio
+        >>> from affine import Affine
+        >>> from pipekit.geo.io import RasterOpener
+        >>> path = f"{tempfile.mkdtemp()}/a.tif"
+        >>> with rasterio.open(path, "w", driver="GTiff", width=4, height=2, count=1, dtype="uint8",
+        ...                    crs="EPSG:32615", transform=Affine(10, 0, 500000, 0, -10, 4000000)) as f:
+        ...     f.write(np.zeros((1, 2, 4), dtype="uint8"))
+        >>> header = read_header(RasterOpener(), path)
+        >>> header.crs.to_epsg(), header.res, header.bounds, header.georeferenced
+        (32615, (10.0, 10.0), (500000.0, 3999980.0, 500040.0, 4000000.0), True)
+    """
+    ds = opener.open(url, stage)
+    try:
+        crs = ds.crs
+        header = RasterHeader(
+            url=url,
+            crs=crs,
+            transform=ds.transform,
+            width=ds.width,
+            height=ds.height,
+            count=ds.count,
+            dtype=ds.dtypes[0] if ds.count else "",
+            nodata=ds.nodata,
+            bounds=tuple(ds.bounds),
+            has_gcps=bool(ds.gcps[0]) if crs is None else False,
+        )
+        if layout:
+            header.block_shape = tuple(ds.block_shapes[0]) if ds.count else (0, 0)
+            header.compression = ds.profile.get("compress")
+            header.overviews = len(ds.overviews(1)) if ds.count else 0
+            header.tags = dict(ds.tags())
+    finally:
+        ds.close()
+    return header
+
+
+def read_headers(paths: Sequence[str], read: Callable[[str], T]) -> list[T]:
+    """``read(path)`` for every path, in order: local files one after the other, remote ones on threads.
+
+    Remote headers are read on up to 16 threads started from pipekit's GDAL
+    network I/O threads, never on the calling thread (see
+    :mod:`pipekit.geo.io`).  Local files are read sequentially: opening is
+    CPU-bound and holds the GIL for much of it, and threads were slower than
+    a plain loop (1,000 files: 0.92 s with 16 threads, 0.67 s sequentially,
+    2 cores).
+    """
+    remote = not all(geo_io.is_local(p) for p in paths)
+    if remote:
+        # on GDAL's network threads: never on this thread (see pipekit.geo.io)
+        return list(geo_io.run_remote(lambda: _map_threads(read, paths)))
+    return [read(p) for p in paths]
+
+
+def _map_threads(read: Callable[[str], T], paths: Sequence[str]) -> list[T]:
+    if len(paths) > 1:
+        workers = min(16, len(paths))
+        with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="pipekit-geo-index") as pool:
+            return list(pool.map(read, paths))
+    return [read(p) for p in paths]
+
+
+# ---------------------------------------------------------------------------------------------
+# the file table
+
+
+class _FileTable:
+    """Per-file metadata in arrays (cheap to pickle for 100,000 files)."""
+
+    def __init__(self, paths: list[str], headers: list[RasterHeader], times: np.ndarray,
+                 band_spans: np.ndarray | None, band_overrides: dict[tuple[int, str], str]) -> None:
+        # a shared leading string (not path components): names are stored without it
+        prefix = os.path.commonprefix(paths) if len(paths) > 1 else ""  # noqa: RUF071
+        self.prefix = prefix
+        self.names = [p[len(prefix):] for p in paths]
+        crs_list: list[CRS] = []
+        crs_keys: dict[str, int] = {}
+        crs_ids = np.empty(len(paths), dtype=np.int32)
+        dtypes: list[str] = []
+        dtype_ids = np.empty(len(paths), dtype=np.int16)
+        self.transforms = np.empty((len(paths), 6), dtype=np.float64)
+        self.shapes = np.empty((len(paths), 2), dtype=np.int64)
+        self.counts = np.empty(len(paths), dtype=np.int32)
+        self.nodata = np.full(len(paths), np.nan, dtype=np.float64)
+        self.has_nodata = np.zeros(len(paths), dtype=bool)
+        for i, header in enumerate(headers):
+            wkt = header.crs.to_wkt()
+            if wkt not in crs_keys:
+                crs_keys[wkt] = len(crs_list)
+                crs_list.append(header.crs)
+            crs_ids[i] = crs_keys[wkt]
+            if header.dtype not in dtypes:
+                dtypes.append(header.dtype)
+            dtype_ids[i] = dtypes.index(header.dtype)
+            t = header.transform
+            self.transforms[i] = (t.a, t.b, t.c, t.d, t.e, t.f)
+            self.shapes[i] = (header.height, header.width)
+            self.counts[i] = header.count
+            if header.nodata is not None:
+                self.nodata[i] = header.nodata
+                self.has_nodata[i] = True
+        self.crs_list = crs_list
+        self.crs_ids = crs_ids
+        self.dtypes = dtypes
+        self.dtype_ids = dtype_ids
+        self.times = times
+        self.band_spans = band_spans
+        self.band_overrides = band_overrides
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def path(self, i: int) -> str:
+        return self.prefix + self.names[i]
+
+    def band_path(self, i: int, band: str) -> str:
+        override = self.band_overrides.get((i, band))
+        if override is not None:
+            return override
+        path = self.path(i)
+        start, stop = self.band_spans[i]
+        return path[:start] + band + path[stop:]
+
+    def crs(self, i: int) -> CRS:
+        return self.crs_list[int(self.crs_ids[i])]
+
+    def transform(self, i: int) -> Affine:
+        return Affine(*self.transforms[i])
+
+    def native_bounds(self, i: int) -> tuple[float, float, float, float]:
+        """``(left, bottom, right, top)`` of file ``i`` in its own CRS (rotation-aware)."""
+        t = self.transform(i)
+        h, w = self.shapes[i]
+        xs, ys = zip(*(apply_affine(t, c, r) for c, r in ((0, 0), (w, 0), (0, h), (w, h))))
+        return min(xs), min(ys), max(xs), max(ys)
+
+    def file_nodata(self, i: int) -> float | None:
+        return float(self.nodata[i]) if self.has_nodata[i] else None
+
+    def res(self, i: int) -> tuple[float, float]:
+        t = self.transform(i)
+        return math.hypot(t.a, t.d), math.hypot(t.b, t.e)
+
+    def footprints(self, crs: CRS) -> np.ndarray:
+        """``[N, 4]`` (minx, maxx, miny, maxy) of every file in ``crs`` (densified edge transforms)."""
+        out = np.empty((len(self), 4), dtype=np.float64)
+        same = {k: bool(c == crs) for k, c in enumerate(self.crs_list)}
+        for i in range(len(self)):
+            left, bottom, right, top = self.native_bounds(i)
+            if not same[int(self.crs_ids[i])]:
+                left, bottom, right, top = transform_bounds_fast(self.crs(i), crs, left, bottom, right, top)
+            out[i] = (left, right, bottom, top)
+        return out

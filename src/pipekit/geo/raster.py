@@ -1,0 +1,549 @@
+"""Raster datasets: :class:`RasterDataset`, a geo dataset of raster files (GeoTIFF, COG, JPEG 2000...).
+
+Files are listed and their metadata read once, when the dataset is built
+(see :mod:`pipekit.geo.discovery`); their footprints (in the dataset CRS)
+and time intervals (from their names) go into a
+:class:`~pipekit.geo.index.GeoIndex`.  The dataset holds no open file: it
+pickles to DataLoader workers as a few arrays and strings, and each worker
+opens files lazily through :mod:`pipekit.geo.io`'s per-process cache.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from rasterio.crs import CRS
+from rasterio.enums import Resampling
+
+from pipekit.errors import ParseError, ReadError, SkipLog, StageError, check_on_error
+from pipekit.geo import io as geo_io
+from pipekit.geo.base import Arrays, GeoDataset, Sample, _crs_name, _default_res, _fill_dtype, _to_crs, _to_res
+from pipekit.geo.bbox import MAX_TIME, MIN_TIME, BoundingBox
+from pipekit.geo.discovery import (
+    RasterHeader,
+    _FileTable,
+    _split_name,
+    any_band_glob,
+    date_interval,
+    find_files,
+    group_scenes,
+    read_header,
+    read_headers,
+)
+from pipekit.geo.index import GeoIndex
+from pipekit.geo.read import Grid, SourceReadError, read_stack_into, resampling_from
+
+__all__ = ["RasterDataset"]
+
+logger = logging.getLogger("pipekit.geo")
+
+
+class RasterDataset(GeoDataset):
+    """A geo dataset of raster files (GeoTIFF, COG, JPEG 2000...), local or remote.
+
+    Subclasses describe a product with class attributes:
+
+    * ``filename_glob``: files to consider in directories (``"{}"`` stands
+      for the band in the names of ``separate_files`` products);
+    * ``filename_regex``: a verbose (``re.VERBOSE``) regex matched against
+      file names, with optional named groups ``date`` (or ``start`` and
+      ``stop``), parsed with ``date_format``, and ``band``;
+    * ``is_image``: samples hold ``"image"`` (float32) if true, else
+      ``"mask"`` (int64);
+    * ``all_bands``, ``default_bands``, ``rgb_bands``: band names;
+    * ``separate_files``: one file per band: the files whose names differ
+      only in the ``band`` group (and a ``resolution`` group, which may
+      differ between bands) form a scene, indexed once through the file of
+      its first band; the other bands are read from the files with their
+      band name substituted;
+    * ``nodata``, ``dtype``, ``resampling`` (bilinear for images, nearest for
+      masks), ``cmap`` and ``class_names`` for plots.
+
+    Args:
+        root: a directory (searched recursively for ``filename_glob``), a
+            file, a glob, an fsspec URL (``s3://bucket/prefix``,
+            ``memory://...``) or a list of them.  ``paths=`` is accepted as
+            TorchGeo's name for it.
+        crs: the dataset CRS (default: the first file's); other files are
+            reprojected on read.
+        res: pixel size, a number or ``(xres, yres)`` (default: the first
+            file's, converted to ``crs`` if needed).
+        bands: band names to read (default ``default_bands``, else all).
+        transforms: a callable applied to every sample dict.
+        cache: keep file handles open between reads (per worker process).
+        storage_options: fsspec options for remote roots (s3fs spelling for S3).
+        nodata: override the files' nodata value (also the fill value).
+        dtype: torch dtype of samples (default float32 for images, int64 for masks).
+        resampling: override ``resampling`` (name or rasterio ``Resampling``).
+        on_error: ``"raise"`` (default) or ``"skip"``: unreadable files are
+            then logged and counted in ``self.skip_log`` instead.
+        vsi: how remote files are opened (see :class:`pipekit.geo.io.RasterOpener`).
+        gdal_options: extra GDAL configuration for remote files.
+
+    Raises:
+        FileNotFoundError: no file found (names the root and glob).
+        ReadError: a file cannot be opened (names it).
+        GeoReferenceError: a file has no CRS or geotransform (names it).
+
+    Example:
+        >>> import tempfile, numpy as np, rasterio
+        >>> from affine import Affine
+        >>> from pipekit.geo import BoundingBox
+        >>> from pipekit.datasets import RasterDataset
+        >>> root = tempfile.mkdtemp()
+        >>> with rasterio.open(f"{root}/a.tif", "w", driver="GTiff", width=64, height=64, count=1, dtype="uint8",
+        ...                    crs="EPSG:32615", transform=Affine(10, 0, 500000, 0, -10, 4000640)) as f:
+        ...     f.write(np.arange(64 * 64, dtype="uint8").reshape(1, 64, 64))
+        >>> ds = RasterDataset(root)
+        >>> sample = ds[BoundingBox(500000, 500320, 4000320, 4000640)]
+        >>> sample["image"].shape, sample["image"].dtype, sample["crs"].to_epsg()
+        (torch.Size([1, 32, 32]), torch.float32, 32615)
+    """
+
+    filename_glob: str = "*"
+    filename_regex: str = ".*"
+    date_format: str = "%Y%m%d"
+    is_image: bool = True
+    separate_files: bool = False
+    all_bands: Sequence[str] = ()
+    default_bands: Sequence[str] | None = None
+    rgb_bands: Sequence[str] = ()
+    nodata: float | None = None
+    dtype: torch.dtype | None = None
+    resampling: Resampling | str | None = None
+    cmap: Mapping[int, Sequence[int]] | None = None
+    class_names: Mapping[int, str] | None = None
+    #: regex groups that may differ between the files of one scene besides ``band``
+    band_variant_groups: Sequence[str] = ("resolution",)
+
+    def __init__(
+        self,
+        root: Any = None,
+        crs: Any = None,
+        res: Any = None,
+        bands: Sequence[str] | None = None,
+        transforms: Callable[[Sample], Sample] | None = None,
+        cache: bool = True,
+        storage_options: Mapping[str, Any] | None = None,
+        *,
+        paths: Any = None,
+        nodata: float | None = None,
+        dtype: torch.dtype | None = None,
+        resampling: Resampling | str | None = None,
+        on_error: str = "raise",
+        vsi: bool | None = None,
+        gdal_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if root is not None and paths is not None:
+            raise TypeError("pass root= or paths= (TorchGeo's name), not both")
+        root = paths if root is None else root
+        self.root = "data" if root is None else root
+        self.paths = self.root
+        if transforms is not None and not callable(transforms):
+            raise TypeError(f"transforms must be callable, got {type(transforms).__name__}")
+        if not isinstance(cache, bool):
+            raise TypeError(f"cache must be a bool, got {cache!r}")
+        self.transforms = transforms
+        self.cache = cache
+        self.on_error = check_on_error(on_error)
+        self.skip_log = SkipLog(self.name)
+        self._opener = geo_io.RasterOpener(storage_options, vsi, gdal_options)
+        self.storage_options = self._opener.storage_options
+        if nodata is not None:
+            self.nodata = float(nodata)
+        if dtype is not None:
+            if not isinstance(dtype, torch.dtype):
+                raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
+            self.dtype = dtype
+        if self.dtype is None:
+            self.dtype = torch.float32 if self.is_image else torch.long
+        chosen = resampling if resampling is not None else self.resampling
+        if chosen is None:
+            chosen = Resampling.bilinear if self.is_image else Resampling.nearest
+        self.resampling = resampling_from(chosen)
+        self.bands = self._check_bands(bands)
+        try:
+            self._regex = re.compile(self.filename_regex, re.VERBOSE)
+        except re.error as exc:
+            raise ValueError(f"{self.name}.filename_regex is not a valid regex: {exc}") from None
+        if self.separate_files and "band" not in self._regex.groupindex:
+            raise ValueError(f"{self.name} has separate_files=True, so its filename_regex needs a 'band' group")
+
+        given_crs = None if crs is None else _to_crs(crs)
+        given_res = None if res is None else _to_res(res)
+
+        self._files = self._build_file_table()
+        first = 0
+        target_crs = self._files.crs(first) if given_crs is None else given_crs
+        if given_res is not None:
+            target_res = given_res
+        else:
+            file_res = self._files.res(first)
+            if target_crs == self._files.crs(first):
+                target_res = file_res
+            else:
+                left, bottom, right, top = self._files.native_bounds(first)
+                target_res = _default_res(
+                    self._files.crs(first), target_crs, file_res, BoundingBox(left, right, bottom, top)
+                )
+        self._crs = target_crs
+        self._res = target_res
+        self.index = self._build_index(target_crs)
+        self._log_choice(crs, res)
+
+    # -- configuration --------------------------------------------------------------------
+    def _check_bands(self, bands: Sequence[str] | None) -> list[Any]:
+        if bands is not None and (isinstance(bands, str) or not isinstance(bands, Sequence)):
+            raise TypeError(f"bands must be a sequence of band names, got {bands!r}")
+        if bands is not None and len(bands) == 0:
+            raise ValueError("bands must not be empty")
+        if bands is None:
+            chosen = list(self.default_bands) if self.default_bands is not None else list(self.all_bands)
+        else:
+            chosen = list(bands)
+        if self.all_bands:
+            unknown = [b for b in chosen if b not in self.all_bands]
+            if unknown:
+                raise ValueError(
+                    f"{self.name} has no band(s) {unknown}; its bands are {list(self.all_bands)}"
+                )
+        elif chosen:
+            bad = [b for b in chosen if isinstance(b, bool) or not isinstance(b, int) or b < 1]
+            if bad:
+                raise ValueError(
+                    f"{self.name} names no bands (all_bands is empty): select bands by 1-based index, got {bad}"
+                )
+        if self.separate_files and not chosen:
+            raise ValueError(f"{self.name} has separate_files=True but no bands (set all_bands or pass bands=)")
+        if len(set(chosen)) != len(chosen):
+            raise ValueError(f"bands must not repeat, got {chosen}")
+        return chosen
+
+    @property
+    def files(self) -> list[str]:
+        """The indexed files (for ``separate_files``, one per scene: its first band's)."""
+        return [self._files.path(i) for i in range(len(self._files))]
+
+    @property
+    def crs(self) -> CRS:
+        return self._crs
+
+    @crs.setter
+    def crs(self, value: Any) -> None:
+        new = _to_crs(value)
+        if new == self._crs:
+            return
+        self._crs = new
+        self.__dict__.pop("_crs_key", None)
+        self.index = self._build_index(new)
+
+    @property
+    def res(self) -> tuple[float, float]:
+        return self._res
+
+    @res.setter
+    def res(self, value: Any) -> None:
+        self._res = _to_res(value)
+
+    # -- indexing -------------------------------------------------------------------------
+    def _glob(self) -> str:
+        """``filename_glob`` with its band placeholder ``{}`` matching any band (scenes are grouped later)."""
+        return any_band_glob(self.filename_glob)
+
+    def _skip_or_raise(self, error: StageError) -> None:
+        if self.on_error == "raise":
+            raise error
+        self.skip_log.record(error)
+
+    def _build_file_table(self) -> _FileTable:
+        matched = find_files(self.root, self._glob(), self._regex, self.storage_options,
+                             with_siblings=self.separate_files, name=self.name)
+        found_count = len(matched)
+        bands_of: list[dict[str, str]] = []
+        if self.separate_files:
+            scenes = self._group_scenes(matched)
+            matched = [(path, match) for path, match, _ in scenes]
+            bands_of = [bands for _, _, bands in scenes]
+
+        paths = [p for p, _ in matched]
+        headers = self._read_metadata(paths) if paths else []
+        rows = [i for i, header in enumerate(headers) if header is not None]
+        if not rows:
+            raise FileNotFoundError(
+                f"{self.name}: none of the {found_count} file(s) found in {self.root!r} could be indexed "
+                f"({self.skip_log.count} skipped, see skip_log)"
+            )
+        times = np.empty((len(rows), 2), dtype=np.float64)
+        band_spans = np.empty((len(rows), 2), dtype=np.int64) if self.separate_files else None
+        band_overrides: dict[tuple[int, str], str] = {}
+        for k, i in enumerate(rows):
+            path, match = matched[i]
+            times[k] = self._time_interval(path, match)
+            if band_spans is not None:
+                offset = len(_split_name(path)[0])
+                start, stop = match.span("band")
+                band_spans[k] = (offset + start, offset + stop)
+                for band, other in bands_of[i].items():
+                    if other != path[: offset + start] + band + path[offset + stop:]:
+                        band_overrides[(k, band)] = other
+        table = _FileTable([paths[i] for i in rows], [headers[i] for i in rows], times, band_spans, band_overrides)
+        self._check_table(table)
+        return table
+
+    def _group_scenes(
+        self, matched: list[tuple[str, re.Match[str]]]
+    ) -> list[tuple[str, re.Match[str], dict[str, str]]]:
+        """Band files grouped into scenes: ``(index file, its match, {band: file})`` for complete scenes.
+
+        The scenes are :func:`~pipekit.geo.discovery.group_scenes`': the files
+        whose names agree in every regex group except ``band`` and the
+        ``band_variant_groups`` (e.g. Sentinel-2's ``resolution``), wherever
+        they lie (Sentinel-2 Level-2A keeps its 10, 20 and 60 m bands in
+        sibling folders) -- unless two of them would hold the same band and
+        variant, in which case each folder is a scene of its own.  The index
+        file is the finest copy of the first requested band; each band is read
+        from its finest copy.  A scene missing a requested band is reported
+        (``ReadError``, or recorded with ``on_error="skip"``).
+        """
+        scenes = []
+        for files in group_scenes(matched, self.band_variant_groups):
+            scene = self._complete_scene(files)
+            if scene is not None:
+                scenes.append(scene)
+        scenes.sort(key=lambda scene: scene[0])
+        return scenes
+
+    def _complete_scene(
+        self, files: dict[tuple[Any, ...], tuple[str, re.Match[str]]]
+    ) -> tuple[str, re.Match[str], dict[str, str]] | None:
+        by_band: dict[str, list[tuple[tuple[float, str], str, re.Match[str]]]] = {}
+        for (band, *_), (path, match) in files.items():
+            by_band.setdefault(band, []).append((self._variant_rank(match), path, match))
+        for options in by_band.values():
+            options.sort(key=lambda option: (option[0], option[1]))
+        first = self.bands[0]
+        if first in by_band:
+            _, index_path, index_match = by_band[first][0]
+        else:
+            _, index_path, index_match = min(option for options in by_band.values() for option in options)
+        directory, name = _split_name(index_path)
+        start, stop = index_match.span("band")
+        chosen: dict[str, str] = {}
+        for band in self.bands:
+            options = by_band.get(band)
+            if not options:
+                self._skip_or_raise(ReadError(
+                    "find band file", directory + name[:start] + band + name[stop:], self.name,
+                    f"band {band!r} of the scene of {name!r} is missing (separate_files: one file per band)",
+                ))
+                return None
+            best = options[0][0]
+            same_folder = [o for o in options if o[0] == best and _split_name(o[1])[0] == directory]
+            chosen[band] = (same_folder or options)[0][1]
+        return index_path, index_match, chosen
+
+    def _variant_rank(self, match: re.Match[str]) -> tuple[float, str]:
+        """Sort key among the files of one band: the finest resolution (digits of the variant group) first."""
+        for group in self.band_variant_groups:
+            value = match.groupdict().get(group)
+            if value:
+                digits = re.sub(r"\D", "", value)
+                return (float(digits) if digits else math.inf, value)
+        return (-math.inf, "")
+
+    def _time_interval(self, path: str, match: re.Match[str]) -> tuple[float, float]:
+        groups = match.groupdict()
+        try:
+            if groups.get("date"):
+                return date_interval(groups["date"], self.date_format)
+            mint, maxt = MIN_TIME, MAX_TIME
+            if groups.get("start"):
+                mint = date_interval(groups["start"], self.date_format)[0]
+            if groups.get("stop"):
+                maxt = date_interval(groups["stop"], self.date_format)[1]
+            return mint, maxt
+        except ValueError as exc:
+            raise ParseError("parse the date of", path, self.name,
+                             f"{exc} (date_format {self.date_format!r})") from exc
+
+    def _inspect(self, path: str) -> RasterHeader | None:
+        try:
+            header = read_header(self._opener, path, self.name)
+        except ReadError as exc:
+            self._skip_or_raise(exc)
+            return None
+        error = header.index_error(self.name)
+        if error is not None:
+            self._skip_or_raise(error)
+            return None
+        return header
+
+    def _read_metadata(self, paths: list[str]) -> list[RasterHeader | None]:
+        return read_headers(paths, self._inspect)
+
+    def _check_table(self, table: _FileTable) -> None:
+        if not self.separate_files:
+            if self.all_bands:
+                needed = max(list(self.all_bands).index(b) + 1 for b in self.bands)
+                what = f"band {list(self.all_bands)[needed - 1]!r} (band {needed})"
+            elif self.bands:
+                needed = max(self.bands)
+                what = f"band {needed}"
+            else:
+                needed = int(table.counts.max())
+                what = f"{needed} bands (like {table.path(int(np.argmax(table.counts)))!r})"
+            short = np.flatnonzero(table.counts < needed)
+            if len(short):
+                i = int(short[0])
+                raise ReadError("index raster", table.path(i), self.name,
+                                f"it has {int(table.counts[i])} band(s), the dataset reads {what}")
+        natives = [np.dtype(d) for d in table.dtypes]
+        native = np.result_type(*natives) if natives else np.dtype(np.float32)
+        if self.nodata is not None:
+            fill = float(self.nodata)
+        else:
+            first = table.file_nodata(0)
+            fill = first if first is not None else 0.0
+        self._fill_value = fill
+        self._np_dtype = _fill_dtype(native, fill)
+        if self.separate_files:
+            self._indexes = [1]
+        elif self.all_bands:
+            self._indexes = [list(self.all_bands).index(b) + 1 for b in self.bands]
+        elif self.bands:
+            self._indexes = list(self.bands)
+        else:
+            self._indexes = list(range(1, int(table.counts.max()) + 1))
+        self._channels = len(self.bands) if self.separate_files else len(self._indexes)
+
+    def _build_index(self, crs: CRS) -> GeoIndex:
+        boxes = np.empty((len(self._files), 6), dtype=np.float64)
+        boxes[:, :4] = self._files.footprints(crs)
+        boxes[:, 4:] = self._files.times
+        return GeoIndex(boxes)
+
+    def _log_choice(self, crs: Any, res: Any) -> None:
+        other = [k for k, c in enumerate(self._files.crs_list) if c != self._crs]
+        n_other = int(np.isin(self._files.crs_ids, other).sum()) if other else 0
+        logger.info(
+            "%s: indexed %d file(s); CRS %s (%s), res %s (%s)%s",
+            self.name,
+            len(self._files),
+            _crs_name(self._crs),
+            "given" if crs is not None else f"from the first file {self._files.path(0)!r}",
+            self._res,
+            "given" if res is not None else "from the first file",
+            f"; {n_other} file(s) in other CRSs are reprojected on read" if n_other else "",
+        )
+
+    # -- reading ----------------------------------------------------------------------------
+    def _layers(self) -> dict[str, int]:
+        return {"image" if self.is_image else "mask": self._channels}
+
+    def _dtypes(self) -> dict[str, torch.dtype]:
+        return {"image" if self.is_image else "mask": self.dtype}
+
+    def _read(self, bbox: BoundingBox, grid: Grid, track_valid: bool) -> Arrays | None:
+        hits = self.index.query(bbox)
+        if len(hits) == 0:
+            return None
+        key = "image" if self.is_image else "mask"
+        shape = (self._channels, grid.height, grid.width)
+        if track_valid or len(hits) > 1:
+            out = np.full(shape, self._fill_value, dtype=self._np_dtype)
+            valid = np.zeros(shape, dtype=bool)
+            for n, i in enumerate(hits.tolist()):
+                self._read_entry(i, grid, out, valid, True)
+                if n + 1 < len(hits) and valid.all():
+                    break
+            return {key: (self._postprocess(out), valid)}
+        # one file: read straight into an uninitialised buffer (filled only where the file is absent)
+        out = np.empty(shape, dtype=self._np_dtype)
+        self._read_entry(int(hits[0]), grid, out, None, False)
+        return {key: (self._postprocess(out), None)}
+
+    def _read_entry(self, i: int, grid: Grid, out: np.ndarray, valid: np.ndarray | None, prefilled: bool) -> None:
+        """Read index entry ``i`` (a file, or a scene of band files) into ``out``."""
+        if self.separate_files:
+            urls = [self._files.band_path(i, band) for band in self.bands]
+            parts = [(url, [1]) for url in urls]
+        else:
+            urls = [self._files.path(i)]
+            parts = [(urls[0], self._indexes)]
+        if any(geo_io.uses_gdal_network(self._opener, url) for url in urls):
+            geo_io.run_remote(self._read_parts, parts, grid, out, valid, prefilled)
+        else:
+            self._read_parts(parts, grid, out, valid, prefilled)
+
+    def _read_parts(
+        self, parts: list[tuple[str, list[int]]], grid: Grid, out: np.ndarray, valid: np.ndarray | None,
+        prefilled: bool,
+    ) -> None:
+        opened: list[geo_io.RasterHandle] = []
+        handles: list[tuple[geo_io.RasterHandle, list[int]]] = []
+        current = parts[0][0]
+        try:
+            for url, indexes in parts:
+                current = url
+                if self.cache:
+                    h = geo_io.cached_handle(self._opener, url, self.name)
+                else:
+                    h = geo_io.open_handle(self._opener, url, self.name)
+                    opened.append(h)
+                handles.append((h, indexes))
+            nodatas = [self.nodata if self.nodata is not None else h.nodata for h, _ in handles]
+            read_stack_into(handles, nodatas, grid, out, valid, self.resampling, self._fill_value, prefilled)
+        except Exception as exc:
+            url = exc.url if isinstance(exc, SourceReadError) else current
+            if not prefilled:
+                out[...] = self._fill_value
+            if self.cache:
+                geo_io.evict_handle(self._opener, url)
+            if isinstance(exc, StageError):
+                error = exc
+            else:
+                error = ReadError("read raster", url, self.name, str(exc) if isinstance(exc, SourceReadError)
+                                  else f"{type(exc).__name__}: {exc}")
+            if self.on_error == "raise":
+                raise error from exc
+            self.skip_log.record(error)
+        finally:
+            for h in opened:
+                h.close()
+
+    def _postprocess(self, array: np.ndarray) -> np.ndarray:
+        """Hook for products (e.g. CDL's ordinal class mapping); identity by default."""
+        return array
+
+    def _retargeted(self, crs: CRS, res: tuple[float, float]) -> RasterDataset:
+        clone = copy.copy(self)
+        clone.__dict__.pop("_crs_key", None)
+        clone._res = res
+        if crs != self._crs:
+            clone._crs = crs
+            clone.index = clone._build_index(crs)
+        return clone
+
+    def _plot_spec(self) -> dict[str, Any]:
+        spec: dict[str, Any] = {}
+        if self.is_image:
+            if self.rgb_bands and all(b in self.bands for b in self.rgb_bands):
+                spec["rgb"] = [self.bands.index(b) for b in self.rgb_bands]
+        else:
+            if self.cmap is not None:
+                spec["cmap"] = self.cmap
+            if self.class_names is not None:
+                spec["class_names"] = self.class_names
+        return spec
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("_crs_key", None)
+        return state

@@ -1,0 +1,81 @@
+"""Samplers that pick the query boxes of a geo dataset (TorchGeo's sampler semantics).
+
+A geo dataset is indexed by :class:`~pipekit.geo.BoundingBox`, not by
+integers, so a sampler decides *where* the patches come from:
+
+* :class:`RandomGeoSampler`: random patches, footprints chosen in proportion
+  to their area (training);
+* :class:`GridGeoSampler`: a regular grid covering every pixel of every
+  footprint (evaluation, prediction);
+* :class:`RandomBatchGeoSampler`: batches of random patches, each batch from
+  one footprint (a batch sampler; reads stay within one file);
+* :class:`PreChippedGeoSampler`: one box per footprint (datasets already cut
+  into chips).
+
+Each is a ``torch.utils.data.Sampler`` (pass it as ``sampler=`` or
+``batch_sampler=`` of a DataLoader, with the dataset itself) and offers
+:meth:`GeoSampler.as_pipe`, a resumable pipe of its boxes for pipe-native
+pipelines (``sampler.as_pipe().sharding_filter().read_geo(dataset)``).
+
+Only ``dataset.index`` (a :class:`~pipekit.geo.index.GeoIndex` of the
+footprints) and ``dataset.res`` (``(xres, yres)`` or one number) are read;
+the dataset itself is not kept, so samplers pickle cheaply.
+
+Patches and the pixel grid
+    Sizes in pixels (the default) become CRS units with the dataset's
+    resolution: a ``size=(h, w)`` patch is ``h * yres`` high and ``w * xres``
+    wide, so the dataset returns exactly ``h x w`` pixels.  Patch positions are
+    whole pixels away from the footprint's top-left corner ``(minx, maxy)``,
+    so they stay on the footprint's pixel grid and nothing is resampled.  With
+    an ``roi``, footprints are clipped to it and the clipped sides moved
+    inwards to the nearest pixel edge of the footprint's grid (so the grid
+    stays aligned); footprints that only touch the roi are dropped.
+
+Randomness
+    Each epoch draws one seed (from ``generator``, from ``seed=``, or from
+    torch's global RNG) and derives every box from it, in chunks, with numpy.
+    The iterators are resumable: ``state_dict()`` is the epoch seed and the
+    count of boxes yielded, which is how :class:`pipekit.DataLoader` resumes
+    both the sampler form and the pipe form exactly.
+
+The samplers live in modules by concern: :mod:`~pipekit.geo.samplers.base`
+(units, argument checks, the :class:`GeoSampler` base class and its
+resumable epoch iterator), :mod:`~pipekit.geo.samplers.random_patches`,
+:mod:`~pipekit.geo.samplers.grid`, :mod:`~pipekit.geo.samplers.prechipped`
+and :mod:`~pipekit.geo.samplers.pipe` (:class:`GeoSamplerPipe`); this
+package re-exports them all.
+"""
+
+from __future__ import annotations
+
+# the samplers, and (aliased, so re-exported) the private helpers they and GeoSamplerPipe share, importable
+# from here as before the split
+from pipekit.geo.samplers.base import _CHUNK as _CHUNK
+from pipekit.geo.samplers.base import _SEED_MASK as _SEED_MASK
+from pipekit.geo.samplers.base import _TOL as _TOL
+from pipekit.geo.samplers.base import BatchGeoSampler, GeoSampler, Units, tile_to_chips
+from pipekit.geo.samplers.base import _boxes as _boxes
+from pipekit.geo.samplers.base import _generator as _generator
+from pipekit.geo.samplers.base import _pair as _pair
+from pipekit.geo.samplers.base import _resolution as _resolution
+from pipekit.geo.samplers.base import _roi as _roi
+from pipekit.geo.samplers.base import _rows_cols as _rows_cols
+from pipekit.geo.samplers.base import _SamplerIterator as _SamplerIterator
+from pipekit.geo.samplers.base import _toi as _toi
+from pipekit.geo.samplers.base import _units as _units
+from pipekit.geo.samplers.grid import GridGeoSampler
+from pipekit.geo.samplers.pipe import GeoSamplerPipe
+from pipekit.geo.samplers.prechipped import PreChippedGeoSampler
+from pipekit.geo.samplers.random_patches import RandomBatchGeoSampler, RandomGeoSampler
+
+__all__ = [
+    "Units",
+    "GeoSampler",
+    "BatchGeoSampler",
+    "RandomGeoSampler",
+    "GridGeoSampler",
+    "RandomBatchGeoSampler",
+    "PreChippedGeoSampler",
+    "GeoSamplerPipe",
+    "tile_to_chips",
+]

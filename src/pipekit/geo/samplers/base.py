@@ -1,0 +1,356 @@
+"""What every geo sampler shares: units, argument checks, the :class:`GeoSampler` base class, epochs.
+
+:class:`GeoSampler` selects the footprints of a dataset's index within an
+roi/toi (snapped inwards to whole pixels), draws one seed per epoch and
+hands out boxes chunk by chunk through :class:`_SamplerIterator`, a
+resumable iterator (its state is the epoch seed and the count yielded).
+The helpers here (:func:`tile_to_chips`, ``_pair``, ``_rows_cols``...) are
+the argument checks and grid arithmetic of the concrete samplers.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterator
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch.utils.data import Sampler
+
+from pipekit.geo.bbox import BoundingBox, to_timestamp
+from pipekit.geo.index import GeoIndex
+
+if TYPE_CHECKING:
+    from pipekit.geo.samplers.pipe import GeoSamplerPipe
+
+__all__ = ["Units", "GeoSampler", "BatchGeoSampler", "tile_to_chips"]
+
+# Tolerance, in pixels (or strides), for float noise in sizes and positions.
+_TOL = 1e-6
+
+# Boxes are generated in chunks of this many (vectorised), from one seed per chunk.
+_CHUNK = 1024
+
+_SEED_MASK = (1 << 64) - 1
+
+
+class Units(str, Enum):
+    """Units of a sampler's ``size`` and ``stride``: ``"pixels"`` (default) or ``"crs"``."""
+
+    PIXELS = "pixels"
+    CRS = "crs"
+
+
+def _units(units: Any) -> Units:
+    if isinstance(units, Units):
+        return units
+    if isinstance(units, str):
+        try:
+            return Units(units.lower())
+        except ValueError:
+            pass
+    raise ValueError(f'units must be "pixels" or "crs" (or a Units member), got {units!r}')
+
+
+def _pair(value: Any, name: str, pixels: bool) -> tuple[float, float]:
+    """``value`` as ``(height, width)``, validated positive (whole numbers when in pixels)."""
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise ValueError(f"{name} must be a number or a (height, width) pair, got {value!r}")
+        items = list(value)
+    else:
+        items = [value, value]
+    out = []
+    for v in items:
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise TypeError(f"{name} must be a number or a (height, width) pair of numbers, got {value!r}")
+        f = float(v)
+        if not math.isfinite(f) or f <= 0:
+            raise ValueError(f"{name} must be positive and finite, got {value!r}")
+        if pixels and f != round(f):
+            raise ValueError(f"{name} in pixels must be whole numbers, got {value!r} (use units='crs' for CRS units)")
+        out.append(f)
+    return out[0], out[1]
+
+
+def _resolution(dataset: Any) -> tuple[float, float]:
+    res = getattr(dataset, "res", None)
+    if res is None:
+        raise TypeError(f"a geo sampler needs a dataset with a .res attribute, got {type(dataset).__name__}")
+    if isinstance(res, numbers.Real):
+        res = (res, res)
+    try:
+        xres, yres = (float(r) for r in res)
+    except (TypeError, ValueError):
+        raise ValueError(f"dataset.res must be (xres, yres) or a number, got {res!r}") from None
+    if not (math.isfinite(xres) and math.isfinite(yres) and xres > 0 and yres > 0):
+        raise ValueError(f"dataset.res must be positive, got {res!r}")
+    return xres, yres
+
+
+def _roi(roi: Any) -> BoundingBox | None:
+    if roi is None or isinstance(roi, BoundingBox):
+        return roi
+    if isinstance(roi, (tuple, list)) and len(roi) in (4, 6):
+        return BoundingBox(*roi)
+    raise TypeError(f"roi must be a BoundingBox (or (minx, maxx, miny, maxy[, mint, maxt])), got {roi!r}")
+
+
+def _toi(toi: Any) -> tuple[float, float] | None:
+    """A time of interest as ``(mint, maxt)`` POSIX seconds."""
+    if toi is None:
+        return None
+    if isinstance(toi, BoundingBox):
+        start, stop = toi.mint, toi.maxt
+    elif isinstance(toi, slice):
+        if toi.step is not None:
+            raise ValueError(f"toi slice must not have a step, got {toi!r}")
+        start, stop = toi.start, toi.stop
+    elif hasattr(toi, "left") and hasattr(toi, "right"):  # pandas.Interval
+        start, stop = toi.left, toi.right
+    elif isinstance(toi, (tuple, list)) and len(toi) == 2:
+        start, stop = toi
+    else:
+        raise TypeError(f"toi must be a (start, stop) pair, a slice or a pandas.Interval, got {toi!r}")
+    mint = -math.inf if start is None else to_timestamp(start)
+    maxt = math.inf if stop is None else to_timestamp(stop)
+    if mint > maxt:
+        raise ValueError(f"toi starts after it ends: {toi!r}")
+    return mint, maxt
+
+
+def _generator(generator: Any, seed: Any) -> torch.Generator | None:
+    if seed is not None:
+        if generator is not None:
+            raise ValueError("pass either generator= or seed=, not both")
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+            raise TypeError(f"seed must be an int, got {seed!r}")
+        return torch.Generator().manual_seed(int(seed) & ((1 << 63) - 1))
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    return generator
+
+
+def _rows_cols(extent: np.ndarray, size: float, stride: float) -> np.ndarray:
+    """TorchGeo's ``ceil((extent - size) / stride) + 1``, robust to float noise, at least 1."""
+    n = np.ceil((extent - size) / stride - _TOL) + 1
+    return np.maximum(n, 1).astype(np.int64)
+
+
+def tile_to_chips(
+    bounds: BoundingBox, size: tuple[float, float], stride: tuple[float, float] | None = None
+) -> tuple[int, int]:
+    """Rows and columns of ``size`` patches, ``stride`` apart, that cover ``bounds`` (TorchGeo's helper).
+
+    ``ceil((extent - size) / stride) + 1`` along each axis (tolerant of float
+    noise), with the last row/column ending at the edge.
+
+    Example:
+        >>> from pipekit.geo import BoundingBox
+        >>> from pipekit.geo.samplers import tile_to_chips
+        >>> tile_to_chips(BoundingBox(0, 100, 0, 50), (10, 10))
+        (5, 10)
+        >>> tile_to_chips(BoundingBox(0, 100, 0, 50), (10, 10), (8, 8))
+        (6, 13)
+    """
+    if stride is None:
+        stride = size
+    if stride[0] <= 0 or stride[1] <= 0:
+        raise ValueError(f"stride must be positive, got {stride!r}")
+    rows = _rows_cols(np.array([bounds.height]), size[0], stride[0])[0]
+    cols = _rows_cols(np.array([bounds.width]), size[1], stride[1])[0]
+    return int(rows), int(cols)
+
+
+def _boxes(b: np.ndarray) -> list[BoundingBox]:
+    """BoundingBoxes from the rows of an ``[n, 6]`` array."""
+    return [BoundingBox(*row) for row in b.tolist()]
+
+
+class GeoSampler(Sampler[BoundingBox]):
+    """Base class of the samplers: footprints within the roi/toi, epochs, resumable iterators.
+
+    Subclasses implement ``__len__`` and ``_chunk(seed, c)`` (the boxes at
+    positions ``c * 1024 ...`` of an epoch drawn with ``seed``), and set
+    ``random``.
+
+    Attributes:
+        res: ``(xres, yres)`` of the dataset.
+        roi: the region of interest (the dataset's total bounds by default).
+        toi: the time of interest as ``(mint, maxt)`` seconds, or ``None``.
+        hits: indices (into ``dataset.index``) of the footprints sampled from.
+        footprints: ``[len(hits), 6]`` array of those footprints, clipped to
+            the roi/toi.
+        skipped: indices (into ``dataset.index``) of footprints within the
+            roi that are too small for one patch.
+        generator: the ``torch.Generator`` epochs draw their seed from
+            (``None``: torch's global RNG).
+    """
+
+    random: bool = False
+
+    def __init__(self, dataset: Any, roi: Any = None, toi: Any = None) -> None:
+        index = getattr(dataset, "index", None)
+        if not isinstance(index, GeoIndex):
+            raise TypeError(
+                f"a geo sampler needs a geo dataset (with a GeoIndex .index), got {type(dataset).__name__}"
+            )
+        self.res = _resolution(dataset)
+        roi_box = _roi(roi)
+        self.toi = _toi(toi)
+        if len(index) == 0:
+            raise ValueError(f"cannot sample from an empty dataset ({type(dataset).__name__} has no footprints)")
+        total = index.total_bounds
+        self.roi = roi_box if roi_box is not None else total
+        self.generator: torch.Generator | None = None
+        self.skipped = np.empty(0, dtype=np.int64)
+
+        query = self.roi
+        if self.toi is not None:
+            mint, maxt = max(query.mint, self.toi[0]), min(query.maxt, self.toi[1])
+            if mint > maxt:
+                raise ValueError(f"the roi's time interval and the toi do not overlap: {query!r}, toi {toi!r}")
+            query = query.with_time(mint, maxt)
+        if roi_box is None and self.toi is None:
+            hits = np.arange(len(index), dtype=np.int64)
+        else:
+            hits = index.query(query)
+        if len(hits) == 0:
+            what = "roi/toi" if roi_box is not None and self.toi is not None else ("roi" if roi_box else "toi")
+            raise ValueError(
+                f"the {what} does not intersect any footprint of the dataset: {what} "
+                f"{query if roi_box is not None else toi!r}, dataset bounds {total!r}"
+            )
+        orig = index.bounds[hits]
+        b = orig.copy()
+        b[:, 0::2] = np.maximum(b[:, 0::2], [query.minx, query.miny, query.mint])
+        b[:, 1::2] = np.minimum(b[:, 1::2], [query.maxx, query.maxy, query.maxt])
+        # footprints whose time interval only touches the roi's/toi's (a single instant of a longer one)
+        keep = ~((b[:, 4] == b[:, 5]) & (orig[:, 4] < orig[:, 5]))
+        hits, orig, b = hits[keep], orig[keep], b[keep]
+        if len(hits) == 0:
+            raise ValueError(
+                f"the toi only touches the time intervals of the dataset's footprints at their ends: "
+                f"toi {toi!r}, roi {roi_box!r}"
+            )
+        if roi_box is not None:
+            b = self._snap_inwards(orig, b)
+            keep = (b[:, 0] <= b[:, 1]) & (b[:, 2] <= b[:, 3])
+            # footprints that only touch the roi (a zero-width or zero-height sliver of a box with area)
+            keep &= ~((b[:, 0] == b[:, 1]) & (orig[:, 0] < orig[:, 1]))
+            keep &= ~((b[:, 2] == b[:, 3]) & (orig[:, 2] < orig[:, 3]))
+            hits, b = hits[keep], b[keep]
+            if len(hits) == 0:
+                raise ValueError(
+                    f"the roi covers no whole pixel of any footprint of the dataset: roi {roi_box!r}, "
+                    f"dataset bounds {total!r}, res {self.res}"
+                )
+        self.hits = hits
+        self.footprints = b
+
+    def _snap_inwards(self, orig: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Move the clipped sides of footprints inwards onto their own pixel grid (origin minx, maxy)."""
+        xres, yres = self.res
+        b = b.copy()
+        left = b[:, 0] > orig[:, 0]
+        b[left, 0] = orig[left, 0] + np.ceil((b[left, 0] - orig[left, 0]) / xres - _TOL) * xres
+        right = b[:, 1] < orig[:, 1]
+        b[right, 1] = orig[right, 0] + np.floor((b[right, 1] - orig[right, 0]) / xres + _TOL) * xres
+        top = b[:, 3] < orig[:, 3]
+        b[top, 3] = orig[top, 3] - np.ceil((orig[top, 3] - b[top, 3]) / yres - _TOL) * yres
+        bottom = b[:, 2] > orig[:, 2]
+        b[bottom, 2] = orig[bottom, 3] - np.floor((orig[bottom, 3] - b[bottom, 2]) / yres + _TOL) * yres
+        return b
+
+    def _keep_fitting(self, size: tuple[float, float]) -> None:
+        """Drop (and record in ``skipped``) the footprints smaller than a ``size`` patch."""
+        h, w = size
+        xres, yres = self.res
+        b = self.footprints
+        fits = (b[:, 1] - b[:, 0] >= w - _TOL * xres) & (b[:, 3] - b[:, 2] >= h - _TOL * yres)
+        self.skipped = self.hits[~fits]
+        self.hits, self.footprints = self.hits[fits], b[fits]
+        if len(self.hits) == 0:
+            widths, heights = b[:, 1] - b[:, 0], b[:, 3] - b[:, 2]
+            raise ValueError(
+                f"no footprint of the dataset (within the roi) is large enough for a patch of "
+                f"{h:g} x {w:g} CRS units (height x width); the largest footprint is "
+                f"{heights.max():g} x {widths.max():g}"
+            )
+
+    # epochs -----------------------------------------------------------------------
+    def _epoch_seed(self) -> int:
+        """A new epoch's seed, drawn from ``generator`` (or torch's global RNG)."""
+        seed = int(torch.empty((), dtype=torch.int64).random_(generator=self.generator).item())
+        return seed & _SEED_MASK
+
+    def _chunk(self, seed: int | None, c: int) -> list[Any]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _chunk_rng(self, seed: int | None, c: int) -> np.random.Generator:
+        if seed is None:
+            raise RuntimeError(f"{type(self).__name__} needs an epoch seed")
+        return np.random.default_rng([c, seed & _SEED_MASK])
+
+    def __iter__(self) -> Iterator[Any]:
+        """One epoch of boxes; the iterator has ``state_dict``/``load_state_dict``."""
+        seed = self._epoch_seed() if self.random else None
+        state = self.generator.get_state() if self.generator is not None and self.random else None
+        return _SamplerIterator(self, seed, 0, state)
+
+    def __len__(self) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def as_pipe(self) -> GeoSamplerPipe:
+        """This sampler's boxes as a resumable pipe (see :class:`GeoSamplerPipe`)."""
+        from pipekit.geo.samplers.pipe import GeoSamplerPipe
+
+        return GeoSamplerPipe(self)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({len(self.hits)} footprints, {len(self)} items per epoch)"
+
+
+class BatchGeoSampler(GeoSampler):
+    """Base class of samplers that yield lists of boxes (use as ``batch_sampler=``)."""
+
+
+class _SamplerIterator(Iterator[Any]):
+    """One epoch of a sampler from a position; resumable (torchdata's ``Stateful`` protocol)."""
+
+    def __init__(self, sampler: GeoSampler, seed: int | None, start: int, generator_state: Any) -> None:
+        self.sampler = sampler
+        self.seed = seed
+        self.length = len(sampler)
+        self.pos = start
+        self.generator_state = generator_state
+        self._chunk_id = -1
+        self._items: list[Any] = []
+
+    def __iter__(self) -> _SamplerIterator:
+        return self
+
+    def __next__(self) -> Any:
+        if self.pos >= self.length:
+            raise StopIteration
+        c, offset = divmod(self.pos, _CHUNK)
+        if c != self._chunk_id:
+            self._items = self.sampler._chunk(self.seed, c)
+            self._chunk_id = c
+        self.pos += 1
+        return self._items[offset]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"seed": self.seed, "yielded": self.pos, "generator": self.generator_state}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.seed = state["seed"]
+        self.pos = int(state["yielded"])
+        self._chunk_id = -1
+        gen_state = state.get("generator")
+        if gen_state is not None and self.sampler.generator is not None:
+            self.sampler.generator.set_state(gen_state)
+            self.generator_state = gen_state
