@@ -159,7 +159,7 @@ class TagEpochSeed:
         self.source = source
 
     def __call__(self, sample):
-        return self.source._epoch_seed, sample["bounds"]
+        return self.source.epoch_seed, sample["bounds"]
 
 
 def grid_chain(dataset, batch=None):

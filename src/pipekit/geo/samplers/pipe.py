@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from pipekit.geo.samplers.base import _SEED_MASK, GeoSampler, _SamplerIterator
-from pipekit.pipes.base import IterDataPipe
+from pipekit.geo.samplers.base import GeoSampler, _SamplerIterator
+from pipekit.pipes.state import PermutationSource
 
 __all__ = ["GeoSamplerPipe"]
 
 
-class GeoSamplerPipe(IterDataPipe):
+class GeoSamplerPipe(PermutationSource):
     """A geo sampler's boxes as a resumable source pipe of :class:`~pipekit.geo.BoundingBox` objects.
 
     For pipe-native pipelines:
@@ -23,8 +23,9 @@ class GeoSamplerPipe(IterDataPipe):
     comes from the sampler's generator (or torch's global RNG).  Deterministic
     samplers ignore seeds.
 
-    ``state_dict()`` is ``{"seed": epoch seed, "yielded": count}``, so
-    :class:`pipekit.DataLoader` resumes mid-epoch exactly.
+    A :class:`~pipekit.pipes.state.PermutationSource`: an epoch's boxes follow
+    from its seed, so ``state_dict()`` is ``{"seed": epoch seed, "yielded":
+    count}`` and :class:`pipekit.DataLoader` resumes mid-epoch exactly.
 
     Args:
         sampler: a :class:`GeoSampler` (batch samplers yield lists of boxes).
@@ -46,47 +47,20 @@ class GeoSamplerPipe(IterDataPipe):
     def __init__(self, sampler: GeoSampler) -> None:
         if not isinstance(sampler, GeoSampler):
             raise TypeError(f"GeoSamplerPipe takes a GeoSampler, got {type(sampler).__name__}")
+        super().__init__()
         self.sampler = sampler
-        self._seed: int | None = None
-        self._restore: dict[str, Any] | None = None
-        self._epoch_seed: int | None = None
-        self._start = 0
-        self._yielded = 0
 
-    def set_seed(self, seed: int) -> GeoSamplerPipe:
-        """Seed the next epoch (torch's DataLoader calls this with its shared seed)."""
-        self._seed = int(seed)
-        return self
+    @property
+    def shuffled(self) -> bool:
+        """Whether epochs need a seed: the sampler's boxes are random (``set_shuffle`` does not change it)."""
+        return bool(self.sampler.random)
 
-    def reset(self) -> None:
-        restore, self._restore = self._restore, None
-        if restore is not None:
-            self._epoch_seed = restore["seed"]
-            self._start = int(restore["yielded"])
-        else:
-            self._start = 0
-            if self.sampler.random:
-                self._epoch_seed = (
-                    self._seed & _SEED_MASK if self._seed is not None else self.sampler._epoch_seed()
-                )
-            else:
-                self._epoch_seed = None
-        self._seed = None
-        self._yielded = self._start
+    def draw_epoch_seed(self) -> int:
+        """An epoch seed from the sampler's ``generator`` (or torch's global generator)."""
+        return self.sampler._epoch_seed()
 
-    def __iter__(self) -> Iterator[Any]:
-        it = _SamplerIterator(self.sampler, self._epoch_seed, self._start, None)
-        for item in it:
-            self._yielded += 1
-            yield item
+    def epoch_items(self, epoch_seed: int | None, start: int) -> Iterator[Any]:
+        return _SamplerIterator(self.sampler, epoch_seed, start, None)
 
     def __len__(self) -> int:
         return len(self.sampler)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"seed": self._epoch_seed, "yielded": self._yielded}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if not isinstance(state, dict) or "yielded" not in state or "seed" not in state:
-            raise ValueError(f"not a GeoSamplerPipe state: {state!r:.200}")
-        self._restore = dict(state)
