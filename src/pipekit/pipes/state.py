@@ -133,13 +133,13 @@ SEED_MASK = (1 << 64) - 1  # epoch seeds of permutations are non-negative 64-bit
 P = TypeVar("P")
 
 
-def draw_seed() -> int:
-    """A seed drawn from torch's global CPU generator, as torch's ``Shuffler`` draws its own.
+def draw_seed(generator: torch.Generator | None = None) -> int:
+    """A seed drawn from torch's global CPU generator (or ``generator``), as torch's ``Shuffler`` draws its own.
 
     ``torch.manual_seed`` makes the draws reproducible; each call advances the
     generator, so successive epochs get different seeds.
     """
-    return int(torch.empty((), dtype=torch.int64).random_().item())
+    return int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
 
 
 def check_seed(seed: Any, owner: str) -> int:

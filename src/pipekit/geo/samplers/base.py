@@ -22,6 +22,7 @@ from torch.utils.data import Sampler
 
 from pipekit.geo.bbox import BoundingBox, to_timestamp
 from pipekit.geo.index import GeoIndex
+from pipekit.pipes.state import draw_seed
 
 if TYPE_CHECKING:
     from pipekit.geo.samplers.pipe import GeoSamplerPipe
@@ -284,8 +285,7 @@ class GeoSampler(Sampler[BoundingBox]):
     # epochs -----------------------------------------------------------------------
     def _epoch_seed(self) -> int:
         """A new epoch's seed, drawn from ``generator`` (or torch's global RNG)."""
-        seed = int(torch.empty((), dtype=torch.int64).random_(generator=self.generator).item())
-        return seed & _SEED_MASK
+        return draw_seed(self.generator) & _SEED_MASK
 
     def _chunk(self, seed: int | None, c: int) -> list[Any]:  # pragma: no cover - abstract
         raise NotImplementedError
