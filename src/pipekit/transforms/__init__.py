@@ -9,6 +9,10 @@ batch ``{"image": [B, C, H, W], ...}`` on the GPU, with the same numbers.
   ``band_math``...), band axis -3, any device and float dtype;
 * :mod:`~pipekit.transforms.spectral`: :class:`AppendIndex` and TorchGeo-named
   shortcuts (:class:`AppendNDVI`...), bands by position or by name;
+* :mod:`~pipekit.transforms.functional`: pure augmentation kernels
+  (brightness, contrast, gamma, noise, flips, 90-degree rotations, crops...)
+  on ``[C, H, W]`` images and ``[B, C, H, W]`` batches, shared by the two
+  augmentation paths below;
 * :mod:`~pipekit.transforms.augment`: :class:`Augment` on torchvision v2 with
   multispectral-aware ops;
 * :mod:`~pipekit.transforms.batch_augment`: per-sample random ops on batches,
@@ -27,7 +31,7 @@ torchvision (slow to import) is imported only when a name from
 import importlib
 from typing import Any
 
-from pipekit.transforms import batch_augment, indices, normalize, seeding, spectral, stats
+from pipekit.transforms import batch_augment, functional, indices, normalize, seeding, spectral, stats
 from pipekit.transforms.batch_augment import (
     BatchCompose,
     BatchRandomBrightness,
@@ -148,6 +152,7 @@ __all__ = [
     "bndvi",
     "compute_stats",
     "evi",
+    "functional",
     "gbndvi",
     "gndvi",
     "grndvi",

@@ -57,15 +57,16 @@ from torchvision import tv_tensors
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
+from pipekit.transforms import functional as K
 from pipekit.transforms._bands import check_band_spec, check_names, resolve_band
 from pipekit.transforms._common import (
     DEFAULT_BOX_KEYS,
+    _check_k,
+    _check_noise,
     _check_p,
     _check_value_range,
     _factor_range,
-    _finish,
     _uniform,
-    _work_dtype,
 )
 from pipekit.transforms.seeding import RandomStream
 
@@ -109,11 +110,6 @@ def _image_in(flat_inputs: list[Any]) -> Tensor | None:
         if _is_plain_tensor(x):
             return x
     return None
-
-
-def _per_band_view(values: Tensor, x: Tensor) -> Tensor:
-    """``[C]`` (or scalar) parameters shaped to broadcast over ``[..., C, H, W]``."""
-    return values.to(device=x.device, dtype=_work_dtype(x)).reshape(-1, 1, 1) if values.dim() else values.item()
 
 
 def _band_count(flat_inputs: list[Any], where: str) -> int:
@@ -198,8 +194,7 @@ class RandomBrightness(_ImageOp):
         return {"factor": _uniform(*self.brightness, channels if self.per_band else None)}
 
     def _band_op(self, x: Tensor, params: dict[str, Any]) -> Tensor:
-        y = x.to(_work_dtype(x)) * _per_band_view(params["factor"], x)
-        return _finish(y, x, self.value_range)
+        return K.adjust_brightness(x, params["factor"], self.value_range)
 
 
 class RandomContrast(_ImageOp):
@@ -239,10 +234,7 @@ class RandomContrast(_ImageOp):
         return {"factor": _uniform(*self.contrast, channels if self.per_band else None)}
 
     def _band_op(self, x: Tensor, params: dict[str, Any]) -> Tensor:
-        xf = x.to(_work_dtype(x))
-        mean = xf.mean(dim=(-2, -1), keepdim=True)
-        y = mean + _per_band_view(params["factor"], x) * (xf - mean)
-        return _finish(y, x, self.value_range)
+        return K.adjust_contrast(x, params["factor"], self.value_range)
 
 
 class RandomGamma(_ImageOp):
@@ -287,16 +279,7 @@ class RandomGamma(_ImageOp):
         return {"gamma": _uniform(*self.gamma, channels if self.per_band else None)}
 
     def _band_op(self, x: Tensor, params: dict[str, Any]) -> Tensor:
-        if self.value_range is not None:
-            lo, hi = self.value_range
-        elif x.is_floating_point():
-            lo, hi = 0.0, 1.0
-        else:
-            lo, hi = 0.0, float(torch.iinfo(x.dtype).max)
-        xf = x.to(_work_dtype(x))
-        t = ((xf - lo) / (hi - lo)).clamp(0.0, 1.0)
-        y = lo + (hi - lo) * t.pow(_per_band_view(params["gamma"], x))
-        return _finish(y, x, (lo, hi))
+        return K.adjust_gamma(x, params["gamma"], self.value_range)
 
 
 class RandomGaussianNoise(_ImageOp):
@@ -332,13 +315,7 @@ class RandomGaussianNoise(_ImageOp):
     ) -> None:
         super().__init__(p)
         where = type(self).__name__
-        values = [std] if isinstance(std, numbers.Real) else list(std)
-        if not values or any(isinstance(v, bool) or not isinstance(v, numbers.Real) or v < 0 for v in values):
-            raise ValueError(f"{where}: std must be a non-negative number or one per band, got {std!r}")
-        if isinstance(mean, bool) or not isinstance(mean, numbers.Real):
-            raise TypeError(f"{where}: mean must be a number, got {mean!r}")
-        self.std = tuple(float(v) for v in values)
-        self.mean = float(mean)
+        self.std, self.mean = _check_noise(std, mean, where)
         self.value_range = _check_value_range(value_range, where)
 
     def _draw(self, channels: int) -> dict[str, Any]:
@@ -349,10 +326,9 @@ class RandomGaussianNoise(_ImageOp):
         return {}
 
     def _band_op(self, x: Tensor, params: dict[str, Any]) -> Tensor:
-        noise = torch.randn(x.shape, dtype=torch.float32)
-        std = torch.tensor(self.std).reshape(-1, 1, 1) if len(self.std) > 1 else self.std[0]
-        noise = (noise * std + self.mean).to(device=x.device, dtype=_work_dtype(x))
-        return _finish(x.to(_work_dtype(x)) + noise, x, self.value_range)
+        noise = torch.randn(x.shape, dtype=torch.float32)  # on the CPU: the same numbers on any device
+        std = torch.tensor(self.std) if len(self.std) > 1 else self.std[0]
+        return K.add_gaussian_noise(x, noise, std, self.mean, self.value_range)
 
 
 class RandomChannelDropout(_ImageOp):
@@ -403,9 +379,7 @@ class RandomChannelDropout(_ImageOp):
             info = torch.iinfo(x.dtype)
             if not (info.min <= self.fill <= info.max and float(self.fill).is_integer()):
                 raise ValueError(f"RandomChannelDropout: fill {self.fill} is not a valid {x.dtype} value")
-        out = x.clone()
-        out[..., params["drop"], :, :] = self.fill
-        return out
+        return K.channel_dropout(x, params["drop"], self.fill)
 
 
 # --------------------------------------------------------------------------- RGB-only ops
@@ -600,12 +574,9 @@ class ColorJitter(_ImageOp, _RGBSelection):
         out = x
         for step in params["order"]:
             if step == 0 and "brightness" in params:
-                y = out.to(_work_dtype(out)) * _per_band_view(params["brightness"], out)
-                out = _finish(y, x, self.value_range)
+                out = K.adjust_brightness(out, params["brightness"], self.value_range)
             elif step == 1 and "contrast" in params:
-                xf = out.to(_work_dtype(out))
-                mean = xf.mean(dim=(-2, -1), keepdim=True)
-                out = _finish(mean + _per_band_view(params["contrast"], out) * (xf - mean), x, self.value_range)
+                out = K.adjust_contrast(out, params["contrast"], self.value_range)
             elif step == 2 and "saturation" in params:
                 out = _on_bands(out, params["rgb"], lambda s: F.adjust_saturation(s, params["saturation"]))
             elif step == 3 and "hue" in params:
@@ -706,15 +677,7 @@ class RandomRot90(v2.Transform):
 
     def __init__(self, k: Sequence[int] = (0, 1, 2, 3), *, p: float = 1.0) -> None:
         super().__init__()
-        if isinstance(k, numbers.Integral):
-            k = (int(k),)
-        if (
-            not isinstance(k, Sequence)
-            or not k
-            or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in k)
-        ):
-            raise ValueError(f"RandomRot90: k must be a non-empty sequence of ints, got {k!r}")
-        self.k = tuple(int(v) % 4 for v in k)
+        self.k = _check_k(k, "RandomRot90")
         self.p = _check_p(p, "RandomRot90")
 
     def make_params(self, flat_inputs: list[Any]) -> dict[str, Any]:
@@ -729,7 +692,7 @@ class RandomRot90(v2.Transform):
         if isinstance(inpt, tv_tensors.BoundingBoxes):
             return _rot90_boxes(inpt, k)
         if isinstance(inpt, Tensor) and inpt.dim() >= 2:
-            return _rewrap(torch.rot90(_plain(inpt), k, dims=(-2, -1)), inpt)
+            return _rewrap(K.rot90(_plain(inpt), k), inpt)
         return inpt
 
     _get_params = make_params
@@ -742,13 +705,7 @@ def _rot90_boxes(boxes: tv_tensors.BoundingBoxes, k: int) -> tv_tensors.Bounding
         raise ValueError(f"RandomRot90: boxes in format {fmt.name} are not supported (axis-aligned formats only)")
     h, w = boxes.canvas_size
     xyxy = _plain(F.convert_bounding_box_format(boxes, new_format=tv_tensors.BoundingBoxFormat.XYXY))
-    x1, y1, x2, y2 = xyxy.unbind(-1)
-    if k == 1:
-        out, canvas = torch.stack((y1, w - x2, y2, w - x1), dim=-1), (w, h)
-    elif k == 2:
-        out, canvas = torch.stack((w - x2, h - y2, w - x1, h - y1), dim=-1), (h, w)
-    else:
-        out, canvas = torch.stack((h - y2, x1, h - y1, x2), dim=-1), (w, h)
+    out, canvas = K.rot90_boxes(xyxy, k, (h, w))
     result = tv_tensors.BoundingBoxes(out, format="XYXY", canvas_size=canvas)
     if fmt.name != "XYXY":
         result = F.convert_bounding_box_format(result, new_format=fmt)
