@@ -104,7 +104,7 @@ def _plane_param(value: Param, like: Tensor, dtype: torch.dtype | None = None) -
 
 
 def _per_image(value: Any, name: str) -> Tensor | None:
-    """``value`` as a 1-d CPU tensor when it gives one value per image, ``None`` when it is one number."""
+    """``value`` as a 1-d tensor when it gives one value per image, ``None`` when it is one number."""
     if isinstance(value, numbers.Number) or (isinstance(value, Tensor) and value.dim() == 0):
         return None
     t = torch.as_tensor(value)
