@@ -269,3 +269,83 @@ class TestCollate:
             collate([])
         with pytest.raises(TypeError, match="list of samples"):
             collate(torch.zeros(2))
+
+
+class TestOneRuleForSampleDicts:
+    """collate, collate_dicts and pipekit.geo.stack_samples collate a key the same way (one implementation)."""
+
+    CASES = {
+        # name: (values of one key across 2 samples, expected: a (dtype, shape) or "list")
+        "int": ([1, 2], (torch.int64, (2,))),
+        "float": ([0.5, 1.5], (torch.float64, (2,))),
+        "bool": ([True, False], (torch.bool, (2,))),
+        "numpy int32 scalar": ([np.int32(1), np.int32(2)], (torch.int32, (2,))),
+        "numpy float32 scalar": ([np.float32(1), np.float32(2)], (torch.float32, (2,))),
+        "numpy array": ([np.ones(3, np.uint8), np.zeros(3, np.uint8)], (torch.uint8, (2, 3))),
+        "tensor": ([torch.ones(3), torch.zeros(3)], (torch.float32, (2, 3))),
+        "0-d tensor": ([torch.tensor(1), torch.tensor(2)], (torch.int64, (2,))),
+        "tensors of two dtypes": ([torch.ones(3, dtype=torch.uint8), torch.ones(3)], (torch.float32, (2, 3))),
+        "None": ([None, None], "list"),
+        "str": (["a", "b"], "list"),
+        "crs": (["EPSG:32615", "EPSG:32616"], "list"),
+        "nested dict": ([{"a": 1}, {"a": 2}], "list"),
+        "nested list": ([[1, 2], [3, 4]], "list"),
+        "complex": ([1j, 2j], "list"),
+        "numpy strings": ([np.array(["a"]), np.array(["b"])], "list"),
+        "tensor and None": ([torch.ones(3), None], "list"),
+        "None and tensor": ([None, torch.ones(3)], "list"),
+        "number and None": ([1, None], "list"),
+        "tensor and number": ([torch.tensor(1), 2], "list"),
+    }
+
+    @pytest.mark.parametrize("case", list(CASES))
+    def test_collate_and_stack_samples_agree(self, case):
+        from pipekit.collate import collate, collate_dicts
+        from pipekit.geo import stack_samples
+
+        values, expected = self.CASES[case]
+        samples = [{"k": v} for v in values]
+        outs = [collate(samples)["k"], collate_dicts(samples)["k"], stack_samples(samples)["k"]]
+        for out in outs:
+            if expected == "list":
+                assert isinstance(out, list) and len(out) == 2
+                assert all(a is b for a, b in zip(out, values))
+            else:
+                assert isinstance(out, torch.Tensor) and (out.dtype, tuple(out.shape)) == expected
+                assert out.tolist() == [torch.as_tensor(v).tolist() for v in values]
+
+    def test_bounds_are_kept_as_lists(self):
+        from pipekit.collate import collate
+        from pipekit.geo import BoundingBox, stack_samples
+
+        samples = [{"bounds": BoundingBox(i, i + 1, 0, 1), "crs": "EPSG:32615"} for i in range(2)]
+        assert collate(samples) == stack_samples(samples) == {
+            "bounds": [BoundingBox(0, 1, 0, 1), BoundingBox(1, 2, 0, 1)],
+            "crs": ["EPSG:32615", "EPSG:32615"],
+        }
+
+    def test_same_errors(self):
+        from pipekit.collate import collate
+        from pipekit.geo import stack_samples
+
+        for fn, name in ((collate, "collate"), (stack_samples, "stack_samples")):
+            with pytest.raises(ValueError, match=rf"{name}: cannot stack key 'image'.*shapes \[\(2, 2\), \(3, 3\)\]"):
+                fn([{"image": torch.zeros(2, 2)}, {"image": torch.zeros(3, 3)}])
+            with pytest.raises(ValueError, match=rf"{name}: sample 1 has different keys.*missing \['b'\]"):
+                fn([{"a": 1, "b": 2}, {"a": 1}])
+            with pytest.raises(TypeError, match=rf"{name}: samples must be dicts, but sample 1 is a list"):
+                fn([{"a": 1}, [1]])
+
+    def test_worker_batches_promote_dtypes_into_shared_memory(self):
+        # default_collate used to fail in a worker on a uint8 and a float32 tensor of one key
+        from pipekit.collate import collate
+        from pipekit.geo import stack_samples
+
+        def check(samples):
+            return [
+                (b["a"].dtype, b["a"].is_shared(), b["n"].dtype) for b in (collate(samples), stack_samples(samples))
+            ]
+
+        data = [{"a": torch.ones(2, dtype=torch.uint8), "n": 1}, {"a": torch.ones(2), "n": 2}]
+        [result] = list(torch.utils.data.DataLoader(data, batch_size=2, num_workers=1, collate_fn=check))
+        assert result == [(torch.float32, True, torch.int64)] * 2

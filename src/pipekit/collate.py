@@ -22,12 +22,29 @@ dict                 one ``dict``: the collated fields, plus ``"<key>_sizes"``
                      (``LongTensor [B, ndim]``) right after each padded ``key``
 ===================  ===========================================================
 
-Fields that are not padded are collated with :func:`torch.utils.data.default_collate`
-when every value is a tensor, a NumPy array or a number, and kept as a plain
-list otherwise (strings, nested structures, arbitrary objects).
-
 :func:`collate` stacks samples of equal shapes (sample dicts from geo datasets
 included: ``crs``, ``bounds`` and other non-tensors become lists).
+
+One rule collates a field (a key of sample dicts, a field of tuples) in
+:func:`collate`, in :func:`collate_dicts` -- the sample-dict collation behind
+:func:`collate` and :func:`pipekit.geo.stack_samples` -- and for the fields
+:func:`pad_collate` does not pad, looking at all the values of the field:
+
+=====================================  ==============================================
+the values of a field                  become
+=====================================  ==============================================
+tensors, numeric NumPy arrays          one stacked tensor ``[B, ...]`` (dtypes promoted
+                                       to a common one; different shapes are an error
+                                       naming the field)
+numbers: Python ``int``/``float``/     a tensor, as :func:`torch.utils.data.default_collate`
+``bool``, NumPy scalars                makes it (``int`` -> int64, ``float`` -> float64)
+anything else, or a mix of kinds:      a list, as they are
+``None``, strings, CRS, bounds,
+dicts, lists, complex numbers...
+=====================================  ==============================================
+
+Nested dicts and lists are kept as they are (a list of them), not collated
+recursively.
 
 Both :func:`collate` and :func:`pad_collate` take ``pin_memory=True`` to write
 the batch straight into page-locked host memory, ready for an asynchronous
@@ -44,22 +61,33 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-__all__ = ["collate", "pad_collate", "pad_stack", "empty_host"]
+__all__ = ["collate", "collate_dicts", "pad_collate", "pad_stack", "empty_host"]
 
 PadValue = int | float | bool
 
 _STAGE = "pad_collate"
+_COLLATE = "collate"
 
 
 def _is_array(value: Any) -> bool:
     return isinstance(value, (torch.Tensor, np.ndarray))
+
+
+def _is_stackable(value: Any) -> bool:
+    """A tensor, or a NumPy array torch can hold (not strings or objects)."""
+    return isinstance(value, torch.Tensor) or (isinstance(value, np.ndarray) and value.dtype.kind in "biufc")
+
+
+def _is_number(value: Any) -> bool:
+    """A real number (Python or NumPy scalar, bools included), as :func:`default_collate` turns into a tensor."""
+    return isinstance(value, numbers.Number) and not isinstance(value, complex)
 
 
 def _check_pad_scalar(value: Any, where: str) -> None:
@@ -191,24 +219,82 @@ def pad_stack(
     return out, sizes
 
 
-def _collate_plain(values: list[Any], name: str, pin_memory: bool = False, stage: str = _STAGE) -> Any:
-    """Collate a field that is not padded (see the module docstring)."""
-    if pin_memory and all(_is_array(v) for v in values):
-        ts = [torch.as_tensor(v) for v in values]
-        if len({tuple(t.shape) for t in ts}) == 1 and all(t.device.type == "cpu" for t in ts):
-            dtype = _common_dtype(ts)
-            out = empty_host((len(ts), *ts[0].shape), dtype, pin_memory=True)
-            return torch.stack([t.to(dtype) for t in ts], out=out)
-    if all(_is_array(v) or (isinstance(v, numbers.Number) and not isinstance(v, complex)) for v in values):
-        try:
-            return default_collate(values)
-        except RuntimeError as exc:
-            shapes = sorted({tuple(v.shape) for v in values if _is_array(v)})
-            hint = "list it in keys to pad it" if stage == _STAGE else "use pad_collate to pad them"
-            raise ValueError(
-                f"{stage}: cannot stack {name}: its tensors have different shapes {shapes[:4]}; {hint}"
-            ) from exc
+def _stack(tensors: list[torch.Tensor], name: str, stage: str, pin_memory: bool = False) -> torch.Tensor:
+    """``torch.stack`` of same-shape tensors into a fresh batch: pinned, or in shared memory inside a worker."""
+    shapes = sorted({tuple(t.shape) for t in tensors})
+    if len(shapes) > 1:
+        hint = "list it in keys to pad it" if stage == _STAGE else "use pad_collate to pad them"
+        raise ValueError(f"{stage}: cannot stack {name}: its tensors have different shapes {shapes[:4]}; {hint}")
+    dtype = _common_dtype(tensors)
+    ts = [t.to(dtype) for t in tensors]
+    try:
+        if all(t.device.type == "cpu" for t in ts) and not any(t.requires_grad for t in ts):
+            return torch.stack(ts, out=empty_host((len(ts), *shapes[0]), dtype, pin_memory=pin_memory))
+        return torch.stack(ts)
+    except RuntimeError as exc:  # tensors on different devices...
+        raise ValueError(f"{stage}: cannot stack {name}: {exc}") from exc
+
+
+def _collate_column(values: list[Any], name: str, pin_memory: bool = False, stage: str = _COLLATE) -> Any:
+    """Collate the values one field takes in the samples of a batch (the rule in the module docstring)."""
+    if all(_is_stackable(v) for v in values):
+        return _stack([torch.as_tensor(v) for v in values], name, stage, pin_memory)
+    if all(_is_number(v) for v in values):
+        return default_collate(values)
     return list(values)
+
+
+def _check_dicts(samples: list[Any], stage: str, same_keys: bool = True) -> None:
+    """Refuse an empty batch, samples that are not dicts and (with ``same_keys``) samples whose keys differ."""
+    if not samples:
+        raise ValueError(f"{stage}: cannot collate an empty batch (it needs at least one sample)")
+    first = samples[0]
+    for i, s in enumerate(samples):
+        if not isinstance(s, Mapping):
+            raise TypeError(f"{stage}: samples must be dicts, but sample {i} is a {type(s).__name__}")
+        if same_keys and s.keys() != first.keys():
+            missing = [k for k in first if k not in s]
+            extra = [k for k in s if k not in first]
+            raise ValueError(
+                f"{stage}: sample {i} has different keys from sample 0 (missing {missing!r}, extra {extra!r})"
+            )
+
+
+def _columns(samples: list[Mapping[Any, Any]]) -> dict[Any, list[Any]]:
+    """``{key: [the values of the samples that have it]}``, keys in order of appearance."""
+    columns: dict[Any, list[Any]] = {}
+    for sample in samples:
+        for key, value in sample.items():
+            columns.setdefault(key, []).append(value)
+    return columns
+
+
+def collate_dicts(samples: Iterable[Mapping[Any, Any]], *, pin_memory: bool = False, name: str = _COLLATE) -> dict:
+    """Collate sample dicts with the same keys into one batch dict, key by key.
+
+    The sample-dict collation shared by :func:`collate` and
+    :func:`pipekit.geo.stack_samples`: each key is collated by the rule in the
+    module docstring (tensors and arrays stacked, numbers to a tensor, the rest
+    kept as a list).  Inside a DataLoader worker the stacked tensors are built
+    in shared memory, with ``pin_memory`` in pinned memory (see :func:`empty_host`).
+
+    Args:
+        samples: a non-empty iterable of dicts with the same keys.
+        pin_memory: write the stacked tensors into pinned host memory.
+        name: how error messages name the caller.
+
+    Example:
+        >>> import torch
+        >>> from pipekit.collate import collate_dicts
+        >>> batch = collate_dicts([{"image": torch.zeros(2, 2), "id": 7, "crs": "EPSG:4326", "x": 0.5}] * 3)
+        >>> batch["image"].shape, batch["id"], batch["crs"], batch["x"].dtype
+        (torch.Size([3, 2, 2]), tensor([7, 7, 7]), ['EPSG:4326', 'EPSG:4326', 'EPSG:4326'], torch.float64)
+    """
+    samples = list(samples)
+    _check_dicts(samples, name)
+    return {
+        key: _collate_column(values, f"key {key!r}", pin_memory, name) for key, values in _columns(samples).items()
+    }
 
 
 def _pad_value_for(pad_value: PadValue | Mapping[Hashable, PadValue], key: Hashable) -> PadValue:
@@ -236,17 +322,9 @@ def _collate_dict(
     keys: Sequence[Hashable] | None,
     pin_memory: bool = False,
 ) -> dict[Any, Any]:
+    _check_dicts(samples, _STAGE)
     first = samples[0]
     names = list(first.keys())
-    for i, s in enumerate(samples):
-        if not isinstance(s, Mapping):
-            raise TypeError(f"{_STAGE}: sample 0 is a dict but sample {i} is a {type(s).__name__}")
-        if s.keys() != first.keys():
-            missing = [k for k in names if k not in s]
-            extra = [k for k in s if k not in first]
-            raise ValueError(
-                f"{_STAGE}: sample {i} has different keys from sample 0 (missing {missing!r}, extra {extra!r})"
-            )
     if keys is None:
         padded = [k for k in names if _is_array(first[k])]
     else:
@@ -275,7 +353,7 @@ def _collate_dict(
                 values, _pad_value_for(pad_value, k), name=f"key {k!r}", pin_memory=pin_memory
             )
         else:
-            out[k] = _collate_plain(values, f"key {k!r}", pin_memory)
+            out[k] = _collate_column(values, f"key {k!r}", pin_memory, _STAGE)
     return out
 
 
@@ -320,7 +398,7 @@ def _collate_fields(
             fields.append(batch)
             sizes.append(size)
         else:
-            fields.append(_collate_plain(values, f"field {j}", pin_memory))
+            fields.append(_collate_column(values, f"field {j}", pin_memory, _STAGE))
             sizes.append(None)
     if isinstance(first, tuple) and hasattr(first, "_fields"):  # namedtuple
         return type(first)(*fields), tuple(sizes)
@@ -400,17 +478,19 @@ def pad_collate(
     )
 
 
-_COLLATE = "collate"
-
-
 def collate(samples: Sequence[Any], *, pin_memory: bool = False) -> Any:
     """Stack samples of equal shapes into a batch.
 
     * tensors and NumPy arrays are stacked along a new first axis (when shapes
       differ, the error names the key and points to :func:`pad_collate`);
-    * numbers become a tensor;
+    * numbers become a tensor (``int`` -> int64, ``float`` -> float64, as
+      :func:`torch.utils.data.default_collate`);
     * everything else (``crs``, ``bounds``, strings, ``None``...) becomes a list;
-    * dicts are collated key by key, tuples and lists field by field.
+    * dicts are collated key by key (:func:`collate_dicts`), tuples and lists
+      field by field.
+
+    A field is stacked or made a tensor only when all its values are of that
+    kind; a mix (a tensor in one sample, ``None`` in another) is kept as a list.
 
     Args:
         samples: a non-empty sequence of samples of the same structure.
@@ -436,24 +516,15 @@ def collate(samples: Sequence[Any], *, pin_memory: bool = False) -> Any:
         for i, s in enumerate(samples):
             if not _is_array(s):
                 raise TypeError(f"{_COLLATE}: sample 0 is a tensor but sample {i} is a {type(s).__name__}")
-        return _collate_plain(samples, "the samples", pin_memory, _COLLATE)
+        return _collate_column(samples, "the samples", pin_memory, _COLLATE)
     if isinstance(first, Mapping):
-        for i, s in enumerate(samples):
-            if not isinstance(s, Mapping):
-                raise TypeError(f"{_COLLATE}: sample 0 is a dict but sample {i} is a {type(s).__name__}")
-            if s.keys() != first.keys():
-                missing = [k for k in first if k not in s]
-                extra = [k for k in s if k not in first]
-                raise ValueError(
-                    f"{_COLLATE}: sample {i} has different keys from sample 0 (missing {missing!r}, extra {extra!r})"
-                )
-        return {k: _collate_plain([s[k] for s in samples], f"key {k!r}", pin_memory, _COLLATE) for k in first}
+        return collate_dicts(samples, pin_memory=pin_memory)
     if isinstance(first, (tuple, list)):
         n = len(first)
         for i, s in enumerate(samples):
             if not isinstance(s, (tuple, list)) or len(s) != n:
                 raise ValueError(f"{_COLLATE}: sample 0 has {n} fields but sample {i} does not: {s!r:.80}")
-        fields = [_collate_plain([s[j] for s in samples], f"field {j}", pin_memory, _COLLATE) for j in range(n)]
+        fields = [_collate_column([s[j] for s in samples], f"field {j}", pin_memory, _COLLATE) for j in range(n)]
         if isinstance(first, tuple) and hasattr(first, "_fields"):  # namedtuple
             return type(first)(*fields)
         return type(first)(fields)

@@ -11,8 +11,13 @@ A geo sample is a dict such as ``{"image": Tensor[C, H, W], "mask": Tensor[H, W]
   dataset does;
 * :func:`unbind_samples`: the inverse of :func:`stack_samples`.
 
-Values that are not tensors are kept as lists (``stack``) or taken from the
-first sample (``concat``), as in TorchGeo.
+:func:`stack_samples` is :func:`pipekit.collate.collate_dicts`, the sample-dict
+collation :func:`pipekit.collate.collate` uses too: tensors (and NumPy arrays)
+are stacked, numbers become a tensor as :func:`torch.utils.data.default_collate`
+makes it (``int`` -> int64, ``float`` -> float64), and every other value
+(``crs``, ``bounds``, strings, ``None``...) is kept as a list, as in TorchGeo.
+:func:`concat_samples` keeps the first sample's value for anything that is not
+a tensor, as in TorchGeo.
 """
 
 from __future__ import annotations
@@ -23,70 +28,30 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pipekit.collate import empty_host
+from pipekit.collate import _check_dicts, _columns, collate_dicts
 
 __all__ = ["stack_samples", "concat_samples", "merge_samples", "unbind_samples"]
 
 
-def _gather(samples: Iterable[Mapping[str, Any]], fn: str, strict: bool = True) -> dict[str, list[Any]]:
-    """``{key: [values of the samples that have it]}``; with ``strict``, refuse samples whose keys differ."""
-    samples = list(samples)
-    if not samples:
-        raise ValueError(f"{fn} needs at least one sample")
-    out: dict[str, list[Any]] = {}
-    keys = None
-    for i, sample in enumerate(samples):
-        if not isinstance(sample, Mapping):
-            raise TypeError(f"{fn} takes dicts, sample {i} is a {type(sample).__name__}")
-        if keys is None:
-            keys = list(sample)
-        elif strict and set(sample) != set(keys):
-            missing, extra = set(keys) - set(sample), set(sample) - set(keys)
-            raise ValueError(
-                f"{fn}: sample {i} has different keys than sample 0 "
-                f"(missing {sorted(missing)}, extra {sorted(extra)})"
-            )
-        for key, value in sample.items():
-            out.setdefault(key, []).append(value)
-    return out
-
-
-def _stack(values: list[Tensor]) -> Tensor:
-    """``torch.stack``; into shared memory inside a DataLoader worker (no copy on the way to the main process)."""
-    first = values[0]
-    if first.device.type == "cpu" and all(
-        isinstance(v, Tensor) and v.dtype == first.dtype and v.shape == first.shape for v in values
-    ):
-        return torch.stack(values, out=empty_host((len(values), *first.shape), first.dtype))
-    return torch.stack(values)
-
-
 def stack_samples(samples: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """Stack samples into a mini-batch: tensors on a new first axis, other values as lists.
+    """Stack samples into a mini-batch: tensors on a new first axis, numbers to a tensor, other values as lists.
 
     Args:
         samples: sample dicts with the same keys; tensors of a key must have
             the same shape.
 
     Returns:
-        one dict: ``{"image": Tensor[B, C, H, W], "crs": [crs, ...], ...}``.
+        one dict: ``{"image": Tensor[B, C, H, W], "crs": [crs, ...], ...}``;
+        inside a DataLoader worker its tensors are in shared memory.
 
     Example:
         >>> import torch
         >>> from pipekit.geo.collate import stack_samples
         >>> batch = stack_samples([{"image": torch.zeros(3, 4, 4), "id": 1}, {"image": torch.ones(3, 4, 4), "id": 2}])
         >>> batch["image"].shape, batch["id"]
-        (torch.Size([2, 3, 4, 4]), [1, 2])
+        (torch.Size([2, 3, 4, 4]), tensor([1, 2]))
     """
-    collated: dict[str, Any] = _gather(samples, "stack_samples")
-    for key, values in collated.items():
-        if isinstance(values[0], Tensor):
-            try:
-                collated[key] = _stack(values)
-            except (RuntimeError, TypeError) as exc:
-                shapes = [tuple(v.shape) if isinstance(v, Tensor) else type(v).__name__ for v in values]
-                raise ValueError(f"stack_samples: cannot stack {key!r} (shapes {shapes}): {exc}") from exc
-    return collated
+    return collate_dicts(samples, name="stack_samples")
 
 
 def concat_samples(samples: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
@@ -106,7 +71,9 @@ def concat_samples(samples: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         >>> joined["image"].shape, joined["crs"]
         (torch.Size([4, 4, 4]), 'a')
     """
-    collated: dict[str, Any] = _gather(samples, "concat_samples", strict=False)
+    samples = list(samples)
+    _check_dicts(samples, "concat_samples", same_keys=False)
+    collated: dict[str, Any] = _columns(samples)
     for key, values in collated.items():
         if isinstance(values[0], Tensor):
             try:
@@ -134,12 +101,9 @@ def merge_samples(samples: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         ([1, 2, 0], 5)
     """
     samples = list(samples)
-    if not samples:
-        raise ValueError("merge_samples needs at least one sample")
+    _check_dicts(samples, "merge_samples", same_keys=False)
     merged: dict[str, Any] = {}
-    for i, sample in enumerate(samples):
-        if not isinstance(sample, Mapping):
-            raise TypeError(f"merge_samples takes dicts, sample {i} is a {type(sample).__name__}")
+    for sample in samples:
         for key, value in sample.items():
             if key in merged and isinstance(value, Tensor) and isinstance(merged[key], Tensor):
                 try:
@@ -157,8 +121,9 @@ def merge_samples(samples: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 def unbind_samples(sample: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Split a mini-batch back into samples (the inverse of :func:`stack_samples`).
 
-    Tensors are unbound along their first axis; other values must be
-    sequences with one element per sample.  The batch is not modified.
+    Tensors are unbound along their first axis (numbers that
+    :func:`stack_samples` made a tensor come back as 0-d tensors); other values
+    must be sequences with one element per sample.  The batch is not modified.
 
     Example:
         >>> import torch

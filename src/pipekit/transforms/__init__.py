@@ -9,8 +9,14 @@ batch ``{"image": [B, C, H, W], ...}`` on the GPU, with the same numbers.
   ``band_math``...), band axis -3, any device and float dtype;
 * :mod:`~pipekit.transforms.spectral`: :class:`AppendIndex` and TorchGeo-named
   shortcuts (:class:`AppendNDVI`...), bands by position or by name;
+* :mod:`~pipekit.transforms.functional`: pure augmentation kernels
+  (brightness, contrast, gamma, noise, flips, 90-degree rotations, crops...)
+  on ``[C, H, W]`` images and ``[B, C, H, W]`` batches, shared by the two
+  augmentation paths below;
 * :mod:`~pipekit.transforms.augment`: :class:`Augment` on torchvision v2 with
-  multispectral-aware ops;
+  multispectral-aware ops (from :mod:`~pipekit.transforms.radiometric`,
+  :mod:`~pipekit.transforms.color`, :mod:`~pipekit.transforms.geometric` and
+  :mod:`~pipekit.transforms.autoaugment`);
 * :mod:`~pipekit.transforms.batch_augment`: per-sample random ops on batches,
   MixUp, CutMix;
 * :mod:`~pipekit.transforms.normalize`: :class:`Normalize`;
@@ -20,14 +26,15 @@ batch ``{"image": [B, C, H, W], ...}`` on the GPU, with the same numbers.
 >>> from pipekit.transforms import AppendNDVI, Augment, Normalize, compute_stats
 
 torchvision (slow to import) is imported only when a name from
-:mod:`~pipekit.transforms.augment` is first used, so importing this package
-(and ``import pipekit``) stays fast.
+:mod:`~pipekit.transforms.augment` (or one of the sample-op modules it
+re-exports) is first used, so importing this package (and ``import pipekit``)
+stays fast.
 """
 
 import importlib
 from typing import Any
 
-from pipekit.transforms import batch_augment, indices, normalize, seeding, spectral, stats
+from pipekit.transforms import batch_augment, functional, indices, normalize, seeding, spectral, stats
 from pipekit.transforms.batch_augment import (
     BatchCompose,
     BatchRandomBrightness,
@@ -148,6 +155,7 @@ __all__ = [
     "bndvi",
     "compute_stats",
     "evi",
+    "functional",
     "gbndvi",
     "gndvi",
     "grndvi",
@@ -170,21 +178,28 @@ __all__ = [
     "tri_band_normalized_difference",
 ]
 
+_AUGMENT = "pipekit.transforms.augment"
+
 _LAZY = {
-    "DEFAULT_BOX_KEYS": "pipekit.transforms.augment",
-    "Augment": "pipekit.transforms.augment",
-    "ColorJitter": "pipekit.transforms.augment",
-    "RandomBrightness": "pipekit.transforms.augment",
-    "RandomChannelDropout": "pipekit.transforms.augment",
-    "RandomContrast": "pipekit.transforms.augment",
-    "RandomGamma": "pipekit.transforms.augment",
-    "RandomGaussianNoise": "pipekit.transforms.augment",
-    "RandomHue": "pipekit.transforms.augment",
-    "RandomRot90": "pipekit.transforms.augment",
-    "RandomSaturation": "pipekit.transforms.augment",
-    "RGBOnly": "pipekit.transforms.augment",
-    "TrivialAugment": "pipekit.transforms.augment",
-    "augment": None,
+    "DEFAULT_BOX_KEYS": _AUGMENT,
+    "Augment": _AUGMENT,
+    "ColorJitter": _AUGMENT,
+    "RandomBrightness": _AUGMENT,
+    "RandomChannelDropout": _AUGMENT,
+    "RandomContrast": _AUGMENT,
+    "RandomGamma": _AUGMENT,
+    "RandomGaussianNoise": _AUGMENT,
+    "RandomHue": _AUGMENT,
+    "RandomRot90": _AUGMENT,
+    "RandomSaturation": _AUGMENT,
+    "RGBOnly": _AUGMENT,
+    "TrivialAugment": _AUGMENT,
+    # submodules that import torchvision
+    "augment": _AUGMENT,
+    "autoaugment": "pipekit.transforms.autoaugment",
+    "color": "pipekit.transforms.color",
+    "geometric": "pipekit.transforms.geometric",
+    "radiometric": "pipekit.transforms.radiometric",
 }
 
 
@@ -192,8 +207,8 @@ def __getattr__(name: str) -> Any:
     """Import :mod:`pipekit.transforms.augment` (and torchvision) on first use of one of its names."""
     if name not in _LAZY:
         raise AttributeError(f"module 'pipekit.transforms' has no attribute {name!r}")
-    module = importlib.import_module("pipekit.transforms.augment")
-    value = module if name == "augment" else getattr(module, name)
+    module = importlib.import_module(_LAZY[name])
+    value = module if module.__name__.rpartition(".")[2] == name else getattr(module, name)
     globals()[name] = value
     return value
 

@@ -1,4 +1,7 @@
-"""Helpers shared by the sample and batch augmentation modules (no torchvision import here)."""
+"""Argument checks and parameter draws shared by the sample and batch augmentation modules.
+
+No torchvision import here; the arithmetic lives in :mod:`pipekit.transforms.functional`.
+"""
 
 from __future__ import annotations
 
@@ -63,18 +66,24 @@ def _uniform(lo: float, hi: float, n: int | None = None) -> Tensor:
     return torch.empty(shape).uniform_(lo, hi) if hi > lo else torch.full(shape, lo)
 
 
-def _work_dtype(x: Tensor) -> torch.dtype:
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
+def _check_k(k: Any, where: str) -> tuple[int, ...]:
+    """The multiples of 90 degrees a rot90 op chooses from, as ints in 0..3."""
+    if isinstance(k, numbers.Integral):
+        k = (int(k),)
+    if (
+        not isinstance(k, Sequence)
+        or not k
+        or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in k)
+    ):
+        raise ValueError(f"{where}: k must be a non-empty sequence of ints, got {k!r}")
+    return tuple(int(v) % 4 for v in k)
 
 
-def _finish(y: Tensor, like: Tensor, value_range: tuple[float, float] | None) -> Tensor:
-    """Back to ``like``'s dtype: integers rounded and clamped, floats clamped only to ``value_range``."""
-    if like.is_floating_point():
-        if value_range is not None:
-            y = y.clamp(value_range[0], value_range[1])
-        return y.to(like.dtype)
-    info = torch.iinfo(like.dtype)
-    lo, hi = (
-        (info.min, info.max) if value_range is None else (max(value_range[0], info.min), min(value_range[1], info.max))
-    )
-    return y.round().clamp(lo, hi).to(like.dtype)
+def _check_noise(std: Any, mean: Any, where: str) -> tuple[tuple[float, ...], float]:
+    """``std`` (one number or one per band, non-negative) and ``mean`` of a Gaussian noise op."""
+    values = [std] if isinstance(std, numbers.Real) else list(std)
+    if not values or any(isinstance(v, bool) or not isinstance(v, numbers.Real) or v < 0 for v in values):
+        raise ValueError(f"{where}: std must be a non-negative number or one per band, got {std!r}")
+    if isinstance(mean, bool) or not isinstance(mean, numbers.Real):
+        raise TypeError(f"{where}: mean must be a number, got {mean!r}")
+    return tuple(float(v) for v in values), float(mean)

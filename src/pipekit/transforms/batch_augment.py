@@ -23,6 +23,8 @@ Random parameters are drawn on the CPU from a numpy generator (the module's
 and moved to the batch's device, so a seed gives the same augmentation on CPU
 and GPU, and runs are reproducible.  Any number of bands and any dtype work
 (crops with interpolation compute in float32 and round integer data back).
+The arithmetic is done by the kernels of :mod:`pipekit.transforms.functional`,
+the same ones the sample-dict ops of :mod:`pipekit.transforms.augment` use.
 
 Boxes (``boxes``, ``bbox_xyxy``...) vary in number per sample and are not
 transformed by these ops: a batch holding them is refused instead of being
@@ -39,15 +41,17 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as TF
+import torch.nn.functional as nnf
 from torch import Tensor, nn
 
+from pipekit.transforms import functional as K
 from pipekit.transforms._common import (
     DEFAULT_BOX_KEYS,
+    _check_k,
+    _check_noise,
+    _check_p,
     _check_value_range,
     _factor_range,
-    _finish,
-    _work_dtype,
 )
 from pipekit.transforms.seeding import RandomStream
 
@@ -66,12 +70,6 @@ __all__ = [
     "CutMix",
     "MixUp",
 ]
-
-
-def _check_p(p: Any, where: str) -> float:
-    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 <= float(p) <= 1.0:
-        raise ValueError(f"{where}: p must be a probability in [0, 1], got {p!r}")
-    return float(p)
 
 
 def _size(size: Any, where: str) -> tuple[int, int]:
@@ -161,7 +159,7 @@ class BatchTransform(nn.Module):
 
 
 class _BatchFlip(BatchTransform):
-    _dim = -1
+    _kernel = staticmethod(K.hflip)
 
     def __init__(self, p: float = 0.5, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -169,15 +167,12 @@ class _BatchFlip(BatchTransform):
 
     def _transform(self, batch: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
         image = batch[self.image_key]
-        chosen = np.nonzero(rng.random(image.shape[0]) < self.p)[0]
-        if len(chosen) == 0:
+        chosen = rng.random(image.shape[0]) < self.p
+        if not chosen.any():
             return batch
-        sel = torch.from_numpy(chosen).to(image.device)
+        apply = torch.from_numpy(chosen)
         for key in [self.image_key, *self._masks(batch)]:
-            x = batch[key]
-            out = x.clone()  # one full copy; only the chosen samples are flipped into it
-            out[sel] = x[sel].flip(self._dim)
-            batch[key] = out
+            batch[key] = self._kernel(batch[key], apply)  # one full copy; only the chosen samples flipped into it
         return batch
 
 
@@ -193,7 +188,7 @@ class BatchRandomHorizontalFlip(_BatchFlip):
         ([1.0, 0.0, 3.0, 2.0], [1, 0, 1, 0])
     """
 
-    _dim = -1
+    _kernel = staticmethod(K.hflip)
 
 
 class BatchRandomVerticalFlip(_BatchFlip):
@@ -207,7 +202,7 @@ class BatchRandomVerticalFlip(_BatchFlip):
         [1.0, 0.0]
     """
 
-    _dim = -2
+    _kernel = staticmethod(K.vflip)
 
 
 class BatchRandomRot90(BatchTransform):
@@ -228,15 +223,7 @@ class BatchRandomRot90(BatchTransform):
 
     def __init__(self, k: Sequence[int] = (0, 1, 2, 3), **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if isinstance(k, numbers.Integral):
-            k = (int(k),)
-        if (
-            not isinstance(k, Sequence)
-            or not k
-            or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in k)
-        ):
-            raise ValueError(f"BatchRandomRot90: k must be a non-empty sequence of ints, got {k!r}")
-        self.k = tuple(int(v) % 4 for v in k)
+        self.k = _check_k(k, "BatchRandomRot90")
 
     def _transform(self, batch: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
         image = batch[self.image_key]
@@ -246,16 +233,9 @@ class BatchRandomRot90(BatchTransform):
                 f"BatchRandomRot90: rotating samples by 90 or 270 degrees needs square images, got {h}x{w}; "
                 "use k=(0, 2)"
             )
-        ks = np.asarray(self.k)[rng.integers(0, len(self.k), image.shape[0])]
+        ks = torch.from_numpy(np.asarray(self.k)[rng.integers(0, len(self.k), image.shape[0])])
         for key in [self.image_key, *self._masks(batch)]:
-            x = batch[key]
-            out = x.clone()
-            for k in (1, 2, 3):
-                idx = np.nonzero(ks == k)[0]
-                if len(idx):
-                    sel = torch.from_numpy(idx).to(x.device)
-                    out[sel] = torch.rot90(x[sel], k, dims=(-2, -1))
-            batch[key] = out
+            batch[key] = K.rot90(batch[key], ks)
         return batch
 
 
@@ -285,12 +265,10 @@ class BatchRandomCrop(BatchTransform):
         ch, cw = self.size
         if ch > h or cw > w:
             raise ValueError(f"BatchRandomCrop: crop size {self.size} is larger than the images ({h}x{w})")
-        top = torch.from_numpy(rng.integers(0, h - ch + 1, b)).to(image.device)
-        left = torch.from_numpy(rng.integers(0, w - cw + 1, b)).to(image.device)
-        rows = top[:, None] + torch.arange(ch, device=image.device)  # [B, ch]
-        cols = left[:, None] + torch.arange(cw, device=image.device)  # [B, cw]
+        top = torch.from_numpy(rng.integers(0, h - ch + 1, b))
+        left = torch.from_numpy(rng.integers(0, w - cw + 1, b))
         for key in [self.image_key, *self._masks(batch)]:
-            batch[key] = _gather(batch[key], rows, cols)
+            batch[key] = K.crop(batch[key], top, left, ch, cw)
         return batch
 
 
@@ -368,52 +346,14 @@ class BatchRandomResizedCrop(BatchTransform):
     def _transform(self, batch: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
         image = batch[self.image_key]
         b, (h, w) = image.shape[0], image.shape[-2:]
-        crops = np.array([self._crop(h, w, rng) for _ in range(b)], dtype=np.float64)  # top, left, ch, cw
-        top, left, ch, cw = crops.T
-        oh, ow = self.size
+        crops = torch.tensor([self._crop(h, w, rng) for _ in range(b)], dtype=torch.float64).reshape(b, 4)
+        top, left, ch, cw = crops.unbind(1)
         # Nearest sampling (masks, and images with interpolation="nearest") gathers integer indices:
-        # exact for every dtype, and the same pixels for image and masks.  Output pixel j samples the
-        # input at left + (j + 0.5) * cw / ow - 0.5 (pixel centres), as grid_sample with align_corners=False.
-        ys = top[:, None] + (np.arange(oh) + 0.5) * (ch / oh)[:, None] - 0.5
-        xs = left[:, None] + (np.arange(ow) + 0.5) * (cw / ow)[:, None] - 0.5
-        rows = torch.from_numpy(np.clip(np.floor(ys + 0.5), 0, h - 1).astype(np.int64)).to(image.device)
-        cols = torch.from_numpy(np.clip(np.floor(xs + 0.5), 0, w - 1).astype(np.int64)).to(image.device)
-        if self.interpolation == "nearest":
-            batch[self.image_key] = _gather(image, rows, cols)
-        else:
-            theta = np.zeros((b, 2, 3))
-            theta[:, 0, 0] = cw / w
-            theta[:, 0, 2] = (2 * left + cw) / w - 1
-            theta[:, 1, 1] = ch / h
-            theta[:, 1, 2] = (2 * top + ch) / h - 1
-            work = image.dtype if image.dtype in (torch.float32, torch.float64) else torch.float32
-            grid = TF.affine_grid(
-                torch.from_numpy(theta).to(device=image.device, dtype=torch.float64),
-                [b, 1, oh, ow],
-                align_corners=False,
-            ).to(work)
-            batch[self.image_key] = _bilinear(image, grid, work)
+        # exact for every dtype, and the same pixels for image and masks.
+        batch[self.image_key] = K.resized_crop(image, top, left, ch, cw, self.size, self.interpolation)
         for key in self._masks(batch):
-            batch[key] = _gather(batch[key], rows, cols)
+            batch[key] = K.resized_crop(batch[key], top, left, ch, cw, self.size, "nearest")
         return batch
-
-
-def _gather(x: Tensor, rows: Tensor, cols: Tensor) -> Tensor:
-    """Per-sample windows: ``out[b, ..., i, j] = x[b, ..., rows[b, i], cols[b, j]]`` (one gather kernel)."""
-    b, (h, w) = x.shape[0], x.shape[-2:]
-    oh, ow = rows.shape[1], cols.shape[1]
-    flat = (rows[:, :, None] * w + cols[:, None, :]).reshape(b, 1, oh * ow)
-    src = x.reshape(b, -1, h * w)
-    out = src.gather(-1, flat.expand(b, src.shape[1], oh * ow))
-    return out.reshape(*x.shape[:-2], oh, ow)
-
-
-def _bilinear(x: Tensor, grid: Tensor, work: torch.dtype) -> Tensor:
-    out = TF.grid_sample(x.to(work), grid, mode="bilinear", padding_mode="border", align_corners=False)
-    if not x.is_floating_point():
-        info = torch.iinfo(x.dtype)
-        out = out.round().clamp(info.min, info.max)
-    return out.to(x.dtype)
 
 
 class _BatchPhotometric(BatchTransform):
@@ -439,7 +379,7 @@ class _BatchPhotometric(BatchTransform):
         f = rng.uniform(lo, hi, size=(b, c if self.per_band else 1))
         skip = rng.random(b) >= self.p
         f[skip] = neutral
-        return torch.from_numpy(f).to(device=image.device, dtype=_work_dtype(image)).view(b, -1, 1, 1)
+        return torch.from_numpy(f)  # [B, C] or [B, 1]: the kernels broadcast it over the bands and pixels
 
 
 class BatchRandomBrightness(_BatchPhotometric):
@@ -470,7 +410,7 @@ class BatchRandomBrightness(_BatchPhotometric):
     def _transform(self, batch: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
         image = batch[self.image_key]
         f = self._factors(rng, image, *self.brightness, neutral=1.0)
-        batch[self.image_key] = _finish(image.to(_work_dtype(image)) * f, image, self.value_range)
+        batch[self.image_key] = K.adjust_brightness(image, f, self.value_range)
         return batch
 
 
@@ -500,10 +440,7 @@ class BatchRandomContrast(_BatchPhotometric):
     def _transform(self, batch: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
         image = batch[self.image_key]
         f = self._factors(rng, image, *self.contrast, neutral=1.0)
-        xf = image.to(_work_dtype(image))
-        mean = xf.mean(dim=(-2, -1), keepdim=True)
-        out = (xf - mean).mul_(f).add_(mean)  # one full-size temporary
-        batch[self.image_key] = _finish(out, image, self.value_range)
+        batch[self.image_key] = K.adjust_contrast(image, f, self.value_range)
         return batch
 
 
@@ -531,34 +468,26 @@ class BatchRandomGaussianNoise(_BatchPhotometric):
         if "per_band" in kwargs:
             raise TypeError("BatchRandomGaussianNoise: give std one value per band instead of per_band")
         super().__init__(**kwargs)
-        values = [std] if isinstance(std, numbers.Real) else list(std)
-        if not values or any(isinstance(v, bool) or not isinstance(v, numbers.Real) or v < 0 for v in values):
-            raise ValueError(
-                f"BatchRandomGaussianNoise: std must be a non-negative number or one per band, got {std!r}"
-            )
-        if isinstance(mean, bool) or not isinstance(mean, numbers.Real):
-            raise TypeError(f"BatchRandomGaussianNoise: mean must be a number, got {mean!r}")
-        self.std = tuple(float(v) for v in values)
-        self.mean = float(mean)
+        self.std, self.mean = _check_noise(std, mean, "BatchRandomGaussianNoise")
 
     def _transform(self, batch: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
         image = batch[self.image_key]
         b, c = image.shape[:2]
         if len(self.std) not in (1, c):
             raise ValueError(f"BatchRandomGaussianNoise: std has {len(self.std)} values but the images have {c} bands")
-        work = _work_dtype(image)
+        work = K.work_dtype(image)
         gen = torch.Generator(device=image.device)
         gen.manual_seed(int(rng.integers(0, 2**63 - 1)))
         chosen = rng.random(b) < self.p
-        std = torch.tensor(self.std, dtype=work, device=image.device).view(1, -1, 1, 1)
+        std = torch.tensor(self.std, dtype=work, device=image.device).view(1, -1)  # [1, C] or [1, 1]
+        mean: float | Tensor = self.mean
+        if not chosen.all():  # samples left out get zero noise
+            keep = torch.from_numpy(chosen).to(device=image.device, dtype=work).view(b, 1)
+            std = std * keep
+            mean = self.mean * keep if self.mean else 0.0
         noise = torch.randn(image.shape, generator=gen, device=image.device, dtype=work)
-        noise.mul_(std)  # the noise buffer becomes the output: one full-size allocation
-        if self.mean:
-            noise.add_(self.mean)
-        if not chosen.all():
-            noise.mul_(torch.from_numpy(chosen).to(device=image.device, dtype=work).view(b, 1, 1, 1))
-        noise.add_(image)
-        batch[self.image_key] = _finish(noise, image, self.value_range)
+        # the noise buffer becomes the output: one full-size allocation
+        batch[self.image_key] = K.add_gaussian_noise(image, noise, std, mean, self.value_range, inplace=True)
         return batch
 
 
@@ -578,7 +507,7 @@ def _soft_labels(labels: Any, num_classes: int | None, batch_size: int, where: s
         raise ValueError(f"{where}: integer labels need num_classes")
     if len(labels) and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
         raise ValueError(f"{where}: labels must be within 0..{num_classes - 1}, got {labels.min()}..{labels.max()}")
-    return TF.one_hot(labels.long(), num_classes).to(torch.float32)
+    return nnf.one_hot(labels.long(), num_classes).to(torch.float32)
 
 
 def _check_mix_args(alpha: Any, num_classes: Any, where: str) -> tuple[float, int | None]:
@@ -637,9 +566,8 @@ class MixUp(BatchTransform):
             raise KeyError(f"MixUp: the batch has no {self.label_key!r} entry (keys: {sorted(map(str, batch))})")
         labels = _soft_labels(batch[self.label_key], self.num_classes, image.shape[0], "MixUp", self.label_key)
         lam = float(rng.beta(self.alpha, self.alpha))
-        batch[self.image_key] = image * lam + image.roll(1, 0) * (1.0 - lam)
-        labels = labels.to(image.device)
-        batch[self.label_key] = labels * lam + labels.roll(1, 0) * (1.0 - lam)
+        batch[self.image_key] = K.mixup(image, lam)
+        batch[self.label_key] = K.mixup(labels.to(image.device), lam)
         return batch
 
 
@@ -691,13 +619,10 @@ class CutMix(BatchTransform):
         x1, x2 = max(cx - half_w, 0), min(cx + half_w, w)
         y1, y2 = max(cy - half_h, 0), min(cy + half_h, h)
         for key in [self.image_key, *self._masks(batch)]:
-            x = batch[key]
-            out = x.clone()
-            out[..., y1:y2, x1:x2] = x.roll(1, 0)[..., y1:y2, x1:x2]
-            batch[key] = out
+            batch[key] = K.cutmix(batch[key], y1, x1, y2, x2)
         if labels is not None:
             kept = 1.0 - (x2 - x1) * (y2 - y1) / (w * h)
-            batch[self.label_key] = labels * kept + labels.roll(1, 0) * (1.0 - kept)
+            batch[self.label_key] = K.mixup(labels, kept)
         return batch
 
 
