@@ -235,8 +235,18 @@ def _stack(tensors: list[torch.Tensor], name: str, stage: str, pin_memory: bool 
         raise ValueError(f"{stage}: cannot stack {name}: {exc}") from exc
 
 
-def _collate_column(values: list[Any], name: str, pin_memory: bool = False, stage: str = _COLLATE) -> Any:
-    """Collate the values one field takes in the samples of a batch (the rule in the module docstring)."""
+def _collate_column(
+    values: list[Any], name: str, pin_memory: bool = False, stage: str = _COLLATE, tensors_only: bool = False
+) -> Any:
+    """Collate the values one field takes in the samples of a batch (the rule in the module docstring).
+
+    With ``tensors_only`` (TorchGeo's ``stack_samples``), only tensors are
+    stacked; numbers and arrays stay lists.
+    """
+    if tensors_only:
+        if all(isinstance(v, torch.Tensor) for v in values):
+            return _stack(values, name, stage, pin_memory)
+        return list(values)
     if all(_is_stackable(v) for v in values):
         return _stack([torch.as_tensor(v) for v in values], name, stage, pin_memory)
     if all(_is_number(v) for v in values):
@@ -269,7 +279,14 @@ def _columns(samples: list[Mapping[Any, Any]]) -> dict[Any, list[Any]]:
     return columns
 
 
-def collate_dicts(samples: Iterable[Mapping[Any, Any]], *, pin_memory: bool = False, name: str = _COLLATE) -> dict:
+def collate_dicts(
+    samples: Iterable[Mapping[Any, Any]],
+    *,
+    pin_memory: bool = False,
+    name: str = _COLLATE,
+    tensors_only: bool = False,
+    same_keys: bool = True,
+) -> dict:
     """Collate sample dicts with the same keys into one batch dict, key by key.
 
     The sample-dict collation shared by :func:`collate` and
@@ -282,6 +299,10 @@ def collate_dicts(samples: Iterable[Mapping[Any, Any]], *, pin_memory: bool = Fa
         samples: a non-empty iterable of dicts with the same keys.
         pin_memory: write the stacked tensors into pinned host memory.
         name: how error messages name the caller.
+        tensors_only: stack tensors only and keep every other value (numbers,
+            arrays) as a list: TorchGeo's ``stack_samples`` rule.
+        same_keys: refuse samples whose keys differ; with ``False`` a key
+            collates the values of the samples that have it (TorchGeo's rule).
 
     Example:
         >>> import torch
@@ -291,9 +312,10 @@ def collate_dicts(samples: Iterable[Mapping[Any, Any]], *, pin_memory: bool = Fa
         (torch.Size([3, 2, 2]), tensor([7, 7, 7]), ['EPSG:4326', 'EPSG:4326', 'EPSG:4326'], torch.float64)
     """
     samples = list(samples)
-    _check_dicts(samples, name)
+    _check_dicts(samples, name, same_keys=same_keys)
     return {
-        key: _collate_column(values, f"key {key!r}", pin_memory, name) for key, values in _columns(samples).items()
+        key: _collate_column(values, f"key {key!r}", pin_memory, name, tensors_only)
+        for key, values in _columns(samples).items()
     }
 
 

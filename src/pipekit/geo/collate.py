@@ -34,7 +34,14 @@ __all__ = ["stack_samples", "concat_samples", "merge_samples", "unbind_samples"]
 
 
 def stack_samples(samples: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """Stack samples into a mini-batch: tensors on a new first axis, numbers to a tensor, other values as lists.
+    """Stack samples into a mini-batch: tensors on a new first axis, every other value as a list.
+
+    TorchGeo's ``stack_samples``: only tensors are stacked (numbers, arrays,
+    CRSs and bounds stay lists).  :func:`pipekit.collate.collate` is the same
+    collation with ``torch.utils.data.default_collate``'s rule for numbers and
+    arrays.  Unlike TorchGeo, samples whose keys differ are refused with an
+    error naming the keys (TorchGeo builds a batch whose lists have different
+    lengths).
 
     Args:
         samples: sample dicts with the same keys; tensors of a key must have
@@ -49,9 +56,9 @@ def stack_samples(samples: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         >>> from pipekit.geo.collate import stack_samples
         >>> batch = stack_samples([{"image": torch.zeros(3, 4, 4), "id": 1}, {"image": torch.ones(3, 4, 4), "id": 2}])
         >>> batch["image"].shape, batch["id"]
-        (torch.Size([2, 3, 4, 4]), tensor([1, 2]))
+        (torch.Size([2, 3, 4, 4]), [1, 2])
     """
-    return collate_dicts(samples, name="stack_samples")
+    return collate_dicts(samples, name="stack_samples", tensors_only=True)
 
 
 def concat_samples(samples: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
