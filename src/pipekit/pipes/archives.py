@@ -375,8 +375,6 @@ class ZipArchiveLoader(ArchiveLoader):
             try:
                 fobj = zf.open(info)
             except (*CORRUPT, NotImplementedError, RuntimeError) as exc:
-                raise ArchiveError(
-                    "read archive", url, self.stage, f"member {info.filename!r}: {reason(exc)}"
-                ) from exc
+                raise ArchiveError("read archive", url, self.stage, f"member {info.filename!r}: {reason(exc)}") from exc
             member_url = self._member_url(url, info.filename)
             yield member_url, StreamWrapper(fobj, parent, name=member_url)
