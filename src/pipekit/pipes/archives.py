@@ -12,7 +12,7 @@ whose parent is the archive stream: the archive stream is closed once the
 archive has been read through *and* every member stream has been closed (or
 garbage collected).
 
-Resume (``load_from_tar``, ``load_from_zip``, both :class:`ArchiveLoader`\\ s):
+Resume (``load_from_tar``, ``load_from_zip``, both built on :class:`ArchiveLoader`):
 the loaders record the URL of the archive they are reading and how many
 entries of it they have gone through.  A restored loader first opens that
 archive again, skips the entries already handled and yields the rest, and
