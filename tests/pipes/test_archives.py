@@ -24,6 +24,7 @@ from pipekit.pipes import (
     IterableWrapper,
     TarArchiveLoader,
 )
+from pipekit.pipes.archives import ArchiveLoader
 from pipekit.pipes.resume import restore_pipeline, snapshot_pipeline
 from pipekit.testing import assert_resumes, resume_after
 
@@ -219,6 +220,18 @@ class TestTarArchiveLoader:
         loader = pipe.datapipe  # map -> load_from_tar
         assert isinstance(loader, TarArchiveLoader)
         assert loader.state_dict() == {"url": shards[1], "entries": 3}
+
+    def test_loaded_state_is_reported_until_the_loader_starts(self, shards: list[str]) -> None:
+        # A checkpoint taken before a restored loader ran again must keep its position.
+        loader = IterableWrapper(shards).open_files_by_fsspec(mode="rb").load_from_tar()
+        assert isinstance(loader, ArchiveLoader) and loader.datapipe is loader.source_datapipe
+        loader.load_state_dict({"url": shards[1], "entries": 3})
+        assert loader.state_dict() == {"url": shards[1], "entries": 3}
+        assert [url for url, _ in loader][:2] == [f"{shards[1]}/0001.jpg", f"{shards[1]}/0001.cls"]
+        assert loader.state_dict() == {"url": None, "entries": 0}
+        assert len(list(loader)) == 12  # the next epoch starts over
+        with pytest.raises(ValueError, match="not a TarArchiveLoader state"):
+            loader.load_state_dict({"url": shards[1]})
 
     def test_resume_reopens_through_filter(self, shards: list[str]) -> None:
         def make():

@@ -165,6 +165,18 @@ class TestFSSpecFileLister:
         assert list(fresh) == [str(tree / "b.txt"), str(tree / "c.csv")]
         assert next(iter(fresh)) == str(tree / "0-new.txt")  # the next epoch starts over
 
+    def test_loaded_state_is_reported_until_the_lister_starts(self, tree: Path) -> None:
+        dp = FSSpecFileLister(str(tree))
+        assert dp.datapipe is dp.source_datapipe
+        state = {"root": str(tree), "last": str(tree / "a.txt")}
+        dp.load_state_dict(state)
+        assert dp.state_dict() == state  # a checkpoint taken before it runs keeps the position
+        # the rest of the root, then the roots upstream (not restored here) from the start
+        assert list(dp) == [str(tree / n) for n in ["b.txt", "c.csv", "a.txt", "b.txt", "c.csv"]]
+        assert dp.state_dict() == {"root": None, "last": None}
+        with pytest.raises(ValueError, match="not a FSSpecFileLister state"):
+            dp.load_state_dict({"root": str(tree)})
+
     def test_pickle(self, tree: Path) -> None:
         dp = FSSpecFileLister(str(tree), masks="*.txt", key="k")
         clone = pickle.loads(pickle.dumps(dp))

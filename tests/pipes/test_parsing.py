@@ -247,6 +247,25 @@ class TestLineReader:
         assert list(dp) == [("a", "x"), ("a", "y")]
         with pytest.raises(ValueError, match="not a state"):
             dp.load_state_dict({"position": 3})
+        with pytest.raises(ValueError, match="incomplete state"):
+            dp.load_state_dict({"current": {"url": "a"}})
+
+    def test_loaded_state_is_reported_until_the_reader_starts_and_pickles_without_stream(self) -> None:
+        def make():
+            return IterableWrapper([("a", io.StringIO("x\ny\nz"))]).readlines()
+
+        dp = make()
+        it = iter(dp)
+        assert next(it) == ("a", "x")
+        state = dp.state_dict()
+        clone = pickle.loads(pickle.dumps(dp))  # the open stream stays behind
+        assert clone._feed is None and clone._cursor is None
+        fresh = make()
+        fresh.load_state_dict(state)
+        assert fresh.state_dict() == state  # a checkpoint taken now keeps the position
+        # the reader finishes "a", then reads its (not restored) upstream from the start
+        assert list(fresh) == [("a", "y"), ("a", "z"), ("a", "x"), ("a", "y"), ("a", "z")]
+        assert fresh.state_dict() == {"current": None}
 
 
 class TestCSVParser:

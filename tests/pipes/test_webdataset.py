@@ -161,6 +161,18 @@ class TestWebDataset:
             restore_pipeline(fresh, state)
             assert head + [materialize(s) for s in fresh] == expected
 
+    def test_loaded_state_is_reported_until_it_starts(self) -> None:
+        items = [("s.tar/0001.cls", b"3"), ("s.tar/0002.jpg", b"img2")]
+        pipe = IterableWrapper(items).webdataset()
+        state = {"key": "s.tar/0001", "fields": [(".jpg", True, b"img1")]}
+        pipe.load_state_dict(state)
+        assert pipe.state_dict() == state
+        first, second = list(pipe)
+        assert first[".jpg"].read() == b"img1"  # the restored stream field
+        assert (first["__key__"], first[".cls"]) == ("s.tar/0001", b"3")
+        assert second == {"__key__": "s.tar/0002", ".jpg": b"img2"}
+        assert pipe.state_dict() == {"key": None, "fields": []}
+
     def test_pickle(self, shards: list[str]) -> None:
         pipe = wds(shards)
         clone = pickle.loads(pickle.dumps(pipe))
@@ -242,6 +254,18 @@ class TestShardExpander:
         assert total == 3 + 1 + 4
         for n in (0, 1, 3, 4, 6, total):
             assert_resumes(make, n)
+
+    def test_loaded_state_is_reported_until_it_starts(self) -> None:
+        pipe = IterableWrapper(["x-{0..3}"]).shard_expand()
+        pipe.load_state_dict({"pattern": "x-{0..3}", "yielded": 3})
+        assert pipe.state_dict() == {"pattern": "x-{0..3}", "yielded": 3}
+        # the rest of the pattern, then the (not restored) upstream from the start
+        assert list(pipe) == ["x-3", "x-0", "x-1", "x-2", "x-3"]
+        assert pipe.state_dict() == {"pattern": None, "yielded": 0}
+        with pytest.raises(ValueError, match="not a ShardExpander state"):
+            pipe.load_state_dict({"pattern": "x-{0..3}"})
+        with pytest.raises(ValueError, match="not a ShardExpander state"):
+            pipe.load_state_dict({"pattern": "x-{0..3}", "yielded": "three"})
 
     def test_pickle(self) -> None:
         pipe = IterableWrapper(["x-{0..3}"]).shard_expand()

@@ -29,6 +29,7 @@ import fsspec
 from pipekit.errors import ReadError, SkipLog, check_on_error
 from pipekit.pipes.base import IterDataPipe, StreamWrapper, functional_datapipe
 from pipekit.pipes.builtin import IterableWrapper
+from pipekit.pipes.state import ResumablePipe
 
 __all__ = ["FSSpecFileLister", "FSSpecFileOpener", "FSSpecSaver", "Saver", "StreamWrapper"]
 
@@ -80,7 +81,7 @@ def _match(name: str, masks: Sequence[str]) -> bool:
 
 
 @functional_datapipe("list_files_by_fsspec")
-class FSSpecFileLister(IterDataPipe[str]):
+class FSSpecFileLister(ResumablePipe):
     """List the files under one or more roots, on any filesystem fsspec supports.
 
     For each root, yields the URL of every file in it, in sorted order, with
@@ -101,9 +102,10 @@ class FSSpecFileLister(IterDataPipe[str]):
         storage_options: fsspec storage options (merged with ``kwargs``).
         kwargs: more storage options (credentials, ``client_kwargs``...).
 
-    Resume: the pipe records the root it is listing and the last URL it
-    yielded; a restored copy lists that root again and continues after that
-    URL (so files added or removed meanwhile do not shift the position).
+    Resume: the checkpoint is ``{"root": the root being listed, "last": the
+    last URL yielded}``; a restored copy lists that root again, continues
+    after that URL (so files added or removed meanwhile do not shift the
+    position), then lists the next roots.
 
     Example:
         >>> import fsspec
@@ -115,6 +117,8 @@ class FSSpecFileLister(IterDataPipe[str]):
         >>> list(FSSpecFileLister("memory://lister_doc", masks="*.txt", recursive=True))
         ['memory:///lister_doc/a.txt', 'memory:///lister_doc/b.txt', 'memory:///lister_doc/sub/d.txt']
     """
+
+    state_keys = ("root", "last")
 
     def __init__(
         self,
@@ -129,9 +133,9 @@ class FSSpecFileLister(IterDataPipe[str]):
         if isinstance(root, str):
             root = [root]
         if isinstance(root, IterDataPipe):
-            self.datapipe: IterDataPipe = root
+            self.source_datapipe: IterDataPipe = root
         elif isinstance(root, Sequence) and all(isinstance(r, str) for r in root):
-            self.datapipe = IterableWrapper(list(root), deepcopy=False)
+            self.source_datapipe = IterableWrapper(list(root), deepcopy=False)
         else:
             raise TypeError(f"root must be a str, a sequence of str or an IterDataPipe, got {type(root).__name__}")
         if isinstance(masks, str):
@@ -147,7 +151,12 @@ class FSSpecFileLister(IterDataPipe[str]):
         self.skip_log = SkipLog("list_files_by_fsspec")
         self._root: str | None = None
         self._last: str | None = None
-        self._restore: dict[str, Any] | None = None
+        self._resume: tuple[str, str | None] | None = None
+
+    @property
+    def datapipe(self) -> IterDataPipe:
+        """The pipe of roots (torchdata's attribute name; same as ``source_datapipe``)."""
+        return self.source_datapipe
 
     def _list(self, root: str) -> list[str]:
         if not isinstance(root, str):
@@ -178,15 +187,18 @@ class FSSpecFileLister(IterDataPipe[str]):
         urls = [_join_url(root, n) for n in names if n.rstrip("/") != base and _match(n, self.masks)]
         return sorted(urls)
 
-    def reset(self) -> None:
-        self._root = None
-        self._last = None
+    def state_dict(self) -> dict[str, Any]:
+        return {"root": self._root, "last": self._last}
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        self._root = self._last = None
+        self._resume = None if state is None or state["root"] is None else (state["root"], state["last"])
 
     def __iter__(self) -> Iterator[str]:
-        restore, self._restore = self._restore, None
-        if restore is not None and restore["root"] is not None:
-            yield from self._yield_root(restore["root"], after=restore["last"])
-        for root in self.datapipe:
+        resume, self._resume = self._resume, None  # the root to continue, set by restore()
+        if resume is not None:
+            yield from self._yield_root(resume[0], after=resume[1])
+        for root in self.source_datapipe:
             yield from self._yield_root(root, after=None)
         self._root = self._last = None
 
@@ -204,12 +216,6 @@ class FSSpecFileLister(IterDataPipe[str]):
                 continue
             self._last = url
             yield url
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"root": self._root, "last": self._last}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._restore = {"root": state["root"], "last": state["last"]}
 
 
 _BUILTIN_OPEN_KWARGS = {"encoding", "errors", "newline"}

@@ -19,8 +19,8 @@ state already points after it).  To get the file again it uses, in order:
 
 1. the ``reopen(url)`` method of the nearest pipe upstream that has one
    (``open_files_by_fsspec``, ``decompress``), looking through ``filter``,
-   ``shuffle`` and ``sharding_filter``, so the same storage options,
-   credentials and decompression apply;
+   ``shuffle`` and ``sharding_filter`` (:func:`pipekit.pipes.state.find_reopen`),
+   so the same storage options, credentials and decompression apply;
 2. the path of the original stream, when it was an fsspec file (``.fs`` and
    ``.path``, e.g. from ``fsspec.open``) or a local file (torch's
    ``open_files``), opened with fsspec;
@@ -31,7 +31,9 @@ state already points after it).  To get the file again it uses, in order:
 It then seeks to the recorded byte offset (binary, seekable streams) or reads
 and drops the lines already consumed, so resuming costs at most one pass over
 the part of the file already read; a CSV row spanning several lines is never
-cut.  The checkpoint never holds credentials.
+cut.  The checkpoint never holds credentials.  The three pipes share this
+through their base, :class:`LineExpander` (a
+:class:`~pipekit.pipes.state.ResumablePipe`).
 """
 
 from __future__ import annotations
@@ -42,19 +44,16 @@ import csv
 import io
 import json
 import os
-from collections.abc import Callable, Iterator
-from typing import IO, Any
+from collections.abc import Iterator, Mapping
+from typing import IO, Any, ClassVar
 
 import fsspec
 
 from pipekit.errors import ParseError, ReadError, StageError
 from pipekit.pipes.base import IterDataPipe, functional_datapipe
-from pipekit.pipes.builtin import Filter, ShardingFilter, Shuffler
+from pipekit.pipes.state import ResumablePipe, find_reopen
 
 __all__ = ["CSVDictParser", "CSVParser", "JsonParser", "LineReader"]
-
-# Pipes that pass items through unchanged, looked through to find an opener.
-_PASS_THROUGH = (Filter, Shuffler, ShardingFilter)
 
 
 def _reason(exc: BaseException) -> str:
@@ -72,21 +71,6 @@ def _split_item(item: Any, stage: str) -> tuple[str, Any]:
     elif not hasattr(data, "read") and not hasattr(data, "__iter__"):
         raise TypeError(f"{stage}: the data for {url!r} is not a stream: {type(data).__name__}")
     return str(url), data
-
-
-def _find_reopen(pipe: Any) -> Callable[[str], Any] | None:
-    """The ``reopen(url)`` method of the nearest pipe upstream offering one."""
-    for _ in range(32):
-        if pipe is None:
-            return None
-        reopen = getattr(pipe, "reopen", None)
-        if callable(reopen):
-            return reopen
-        if not isinstance(pipe, _PASS_THROUGH):
-            return None
-        upstream = getattr(pipe, "source_datapipe", None)
-        pipe = upstream if upstream is not None else getattr(pipe, "datapipe", None)
-    return None
 
 
 def _source_of(stream: Any) -> dict[str, Any] | None:
@@ -183,21 +167,36 @@ class _LineFeed:
             self._it = None
 
 
-class _LineExpander(IterDataPipe):
-    """Shared iteration, errors and resume of the pipes that expand a file into lines or rows."""
+class LineExpander(ResumablePipe):
+    """Base of the pipes that expand a file into lines or rows (``readlines``, ``parse_csv``, ``parse_csv_as_dict``).
 
-    stage = ""
-    action = ""
+    Shares their iteration, errors and resume.  A subclass sets ``stage`` (its
+    functional name) and ``action`` (for error messages) and implements
+    ``_outputs(url, feed, cursor)``, which yields the outputs of one file from
+    ``feed``, its raw lines (``cursor`` counts them as they are consumed).
 
-    def _init_common(
+    Resume: the checkpoint is ``{"current": None}`` between files, else
+    ``{"current": cursor}``: the file's URL, the raw lines (and bytes) of it
+    consumed, the CSV header, and the unread lines when the file cannot be
+    opened again.  A restored pipe opens the file again, seeks or skips to that
+    position and finishes it before pulling the next file (see the module
+    docstring).  The arguments are those of :class:`LineReader`.
+    """
+
+    stage: ClassVar[str] = ""
+    action: ClassVar[str] = ""
+    _runtime = ("_cursor", "_feed")  # the feed holds an open stream
+
+    def __init__(
         self,
         source_datapipe: IterDataPipe,
-        skip_lines: int,
-        decode: bool,
-        encoding: str,
-        errors: str,
-        return_path: bool,
+        skip_lines: int = 0,
+        decode: bool = False,
+        encoding: str = "utf-8",
+        errors: str = "ignore",
+        return_path: bool = True,
     ) -> None:
+        super().__init__()
         if not isinstance(source_datapipe, IterDataPipe):
             raise TypeError(f"{self.stage}: source_datapipe must be an IterDataPipe, got {type(source_datapipe)}")
         if not isinstance(skip_lines, int) or isinstance(skip_lines, bool) or skip_lines < 0:
@@ -214,9 +213,12 @@ class _LineExpander(IterDataPipe):
         self.encoding = encoding
         self.errors = errors
         self.return_path = bool(return_path)
+        self._resume: dict[str, Any] | None = None
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
         self._cursor: dict[str, Any] | None = None
         self._feed: _LineFeed | None = None
-        self._restore: dict[str, Any] | None = None
 
     # -- to implement ------------------------------------------------------
 
@@ -273,7 +275,7 @@ class _LineExpander(IterDataPipe):
 
     def _reopen(self, cursor: dict[str, Any]) -> Any:
         url = cursor["url"]
-        reopen = _find_reopen(self.source_datapipe)
+        reopen = find_reopen(self.source_datapipe)
         try:
             if reopen is not None:
                 return reopen(url)
@@ -291,7 +293,7 @@ class _LineExpander(IterDataPipe):
                 "reopen", url, self.stage, f"cannot open it again to resume in the middle of it: {_reason(exc)}"
             ) from exc
 
-    def _resume(self, state: dict[str, Any]) -> Iterator[Any]:
+    def _continue(self, state: dict[str, Any]) -> Iterator[Any]:
         cursor = dict(state)
         rest = cursor.pop("rest", None)
         url = cursor["url"]
@@ -314,14 +316,10 @@ class _LineExpander(IterDataPipe):
             raise ReadError("resume", url, self.stage, f"cannot resume it: {_reason(exc)}") from exc
         return self._run(url, feed, cursor)
 
-    def reset(self) -> None:
-        self._cursor = None
-        self._feed = None
-
     def __iter__(self) -> Iterator[Any]:
-        pending, self._restore = self._restore, None
-        if pending is not None:
-            yield from self._resume(pending)
+        resume, self._resume = self._resume, None  # the file to finish, set by restore()
+        if resume is not None:
+            yield from self._continue(resume)
         for item in self.source_datapipe:
             url, stream = _split_item(item, self.stage)
             yield from self._start(url, stream)
@@ -332,7 +330,7 @@ class _LineExpander(IterDataPipe):
         cursor, feed = self._cursor, self._feed
         if cursor is None or feed is None:
             return {"current": None}
-        if feed.buffer is None and cursor["source"] is None and _find_reopen(self.source_datapipe) is None:
+        if feed.buffer is None and cursor["source"] is None and find_reopen(self.source_datapipe) is None:
             try:
                 feed.drain()
             except Exception as exc:
@@ -343,24 +341,22 @@ class _LineExpander(IterDataPipe):
         state["rest"] = list(feed.buffer) if feed.buffer is not None else None
         return {"current": state}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if not isinstance(state, dict) or "current" not in state:
+    def check_state(self, state: dict[str, Any]) -> None:
+        if "current" not in state:
             raise ValueError(f"{self.stage}: not a state of this pipe: {state!r:.200}")
         current = state["current"]
-        if current is not None and not {"url", "lines", "offset", "text"} <= set(current):
+        if current is not None and not (
+            isinstance(current, Mapping) and {"url", "lines", "offset", "text"} <= set(current)
+        ):
             raise ValueError(f"{self.stage}: incomplete state: {current!r:.200}")
-        self._restore = current
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_cursor"] = None
-        state["_feed"] = None  # holds an open stream
-        hook = IterDataPipe.getstate_hook
-        return hook(state) if hook is not None else state
+    def restore(self, state: dict[str, Any] | None) -> None:
+        self._init_runtime()
+        self._resume = None if state is None else state["current"]
 
 
 @functional_datapipe("readlines")
-class LineReader(_LineExpander):
+class LineReader(LineExpander):
     """Yield the lines of each ``(url, stream)`` item, as ``(url, line)`` (functional name: ``readlines``).
 
     Args:
@@ -402,8 +398,7 @@ class LineReader(_LineExpander):
         errors: str = "ignore",
         return_path: bool = True,
     ) -> None:
-        super().__init__()
-        self._init_common(source_datapipe, skip_lines, decode, encoding, errors, return_path)
+        super().__init__(source_datapipe, skip_lines, decode, encoding, errors, return_path)
         self.strip_newline = bool(strip_newline)
 
     def _outputs(self, url: str, feed: _LineFeed, cursor: dict[str, Any]) -> Iterator[Any]:
@@ -418,7 +413,7 @@ class LineReader(_LineExpander):
             yield (url, line) if self.return_path else line
 
 
-class _CSVBase(_LineExpander):
+class _CSVBase(LineExpander):
     action = "parse CSV"
     _dict_rows = False
 
@@ -495,8 +490,7 @@ class CSVParser(_CSVBase):
         as_tuple: bool = False,
         **fmtparams: Any,
     ) -> None:
-        super().__init__()
-        self._init_common(source_datapipe, skip_lines, decode, encoding, errors, return_path)
+        super().__init__(source_datapipe, skip_lines, decode, encoding, errors, return_path)
         self._init_csv(as_tuple, fmtparams)
 
 
@@ -543,8 +537,7 @@ class CSVDictParser(_CSVBase):
         return_path: bool = False,
         **fmtparams: Any,
     ) -> None:
-        super().__init__()
-        self._init_common(source_datapipe, skip_lines, decode, encoding, errors, return_path)
+        super().__init__(source_datapipe, skip_lines, decode, encoding, errors, return_path)
         self._init_csv(False, fmtparams)
 
 

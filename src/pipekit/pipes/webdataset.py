@@ -18,6 +18,7 @@ from typing import Any
 
 from pipekit.errors import ParseError, SkipLog
 from pipekit.pipes.base import IterDataPipe, StreamWrapper, functional_datapipe
+from pipekit.pipes.state import ResumablePipe
 
 __all__ = ["ShardExpander", "WebDataset"]
 
@@ -41,7 +42,7 @@ def _is_stream(value: Any) -> bool:
 
 
 @functional_datapipe("webdataset")
-class WebDataset(IterDataPipe[dict[str, Any]]):
+class WebDataset(ResumablePipe):
     """Group consecutive ``(path, data)`` items sharing a key into sample dicts.
 
     The key of a path is everything before the first ``.`` of its file name,
@@ -60,13 +61,16 @@ class WebDataset(IterDataPipe[dict[str, Any]]):
             or whatever a ``map`` before this pipe made of it).
 
     Resume: the pipe looks one item ahead (it sees the first member of the
-    next sample before yielding the current one), so its state holds the key
-    and fields of that partial sample.  Field values that are streams are
-    read into memory when the state is taken (the live pipeline then gets a
-    ``BytesIO``-backed stream with the same bytes); other values are stored
-    as they are and must be picklable.  Streams of a partial sample that is
-    never handed out (the iteration failed or stopped early, or a new epoch
-    began) are closed.
+    next sample before yielding the current one), so its state,
+    ``{"key": ..., "fields": [(extension, is_stream, value), ...]}``, holds
+    the key and fields of that partial sample; a restored copy starts from
+    that partial sample and completes it with the next items from upstream.
+    Field values that are streams are read into memory when the state is
+    taken (the live pipeline then gets a ``BytesIO``-backed stream with the
+    same bytes); other values are stored as they are and must be picklable.
+    Streams of a partial sample that is never handed out (the iteration
+    failed or stopped early, or a new epoch began) are closed; the partial
+    sample is never pickled with the pipe.
 
     Example:
         >>> from pipekit.pipes import IterableWrapper
@@ -80,17 +84,29 @@ class WebDataset(IterDataPipe[dict[str, Any]]):
         {'__key__': 's.tar/0002', '.jpg': b'img2', '.cls': b'5'}
     """
 
+    state_keys = ("key", "fields")
+    _runtime = ("_key", "_sample", "_owner")  # the buffered sample may hold open streams
+
     def __init__(self, source_datapipe: IterDataPipe[tuple[str, Any]]) -> None:
+        super().__init__()
         self.source_datapipe = source_datapipe
         self.skip_log = SkipLog("webdataset")
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
         self._key: str | None = None
         self._sample: dict[str, Any] | None = None
         self._owner: object | None = None
-        self._restore: dict[str, Any] | None = None
 
-    def reset(self) -> None:
-        self._close_buffered()
-        self._key, self._sample, self._owner = None, None, None
+    def restore(self, state: dict[str, Any] | None) -> None:
+        self._close_buffered()  # a previous iterator's look-ahead, never handed out
+        self._init_runtime()
+        if state is not None and state["key"] is not None:
+            key = state["key"]
+            self._key = key
+            self._sample = {"__key__": key}
+            for suffix, is_stream, value in state["fields"]:
+                self._sample[suffix] = StreamWrapper(io.BytesIO(value), name=key + suffix) if is_stream else value
 
     def _close_buffered(self) -> None:
         """Close the streams of the partial sample: it was never handed out."""
@@ -101,15 +117,7 @@ class WebDataset(IterDataPipe[dict[str, Any]]):
                     close()
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        restore, self._restore = self._restore, None
         owner = self._owner = object()  # this iterator owns the buffered sample
-        if restore is not None and restore["key"] is not None:
-            self._key = restore["key"]
-            self._sample = {"__key__": restore["key"]}
-            for suffix, is_stream, value in restore["fields"]:
-                if is_stream:
-                    value = StreamWrapper(io.BytesIO(value), name=restore["key"] + suffix)
-                self._sample[suffix] = value
         try:
             yield from self._group()
         except BaseException:  # an error, or the iterator closed early
@@ -157,14 +165,6 @@ class WebDataset(IterDataPipe[dict[str, Any]]):
                 else:
                     fields.append((suffix, False, value))
         return {"key": self._key, "fields": fields}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._restore = {"key": state["key"], "fields": list(state["fields"])}
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(super().__getstate__())
-        state["_key"], state["_sample"], state["_owner"] = None, None, None  # never pickle buffered streams
-        return state
 
 
 _RANGE = re.compile(r"\{(\d+)\.\.(\d+)\}")
@@ -241,7 +241,7 @@ def shard_expand(pattern: str) -> Iterator[str]:
 
 
 @functional_datapipe("shard_expand")
-class ShardExpander(IterDataPipe[str]):
+class ShardExpander(ResumablePipe):
     """Expand shard patterns with numeric brace ranges into shard names.
 
     ``"imagenet-{000000..001199}.tar"`` becomes the 1200 names
@@ -257,8 +257,10 @@ class ShardExpander(IterDataPipe[str]):
     Args:
         source_datapipe: a pipe yielding shard patterns.
 
-    Resume: records the pattern being expanded and how many names it has
-    yielded; a restored copy expands it again and continues after them.
+    Resume: the checkpoint is ``{"pattern": pattern being expanded or None,
+    "yielded": names of it yielded}``; a restored copy expands that pattern
+    again (names are computed, nothing is listed), continues after those
+    names, then expands the next patterns from upstream.
 
     Example:
         >>> from pipekit.pipes import IterableWrapper
@@ -268,14 +270,30 @@ class ShardExpander(IterDataPipe[str]):
         ['imgs_0.tar', 'imgs_1.tar', 'labels_0.tar', 'labels_1.tar']
     """
 
+    state_keys = ("pattern", "yielded")
+
     def __init__(self, source_datapipe: IterDataPipe[str]) -> None:
+        super().__init__()
         self.source_datapipe = source_datapipe
         self._pattern: str | None = None
         self._yielded = 0
-        self._restore: dict[str, Any] | None = None
+        self._resume: tuple[str, int] | None = None
 
-    def reset(self) -> None:
+    def state_dict(self) -> dict[str, Any]:
+        return {"pattern": self._pattern, "yielded": self._yielded}
+
+    def check_state(self, state: dict[str, Any]) -> None:
+        try:
+            int(state["yielded"])
+        except (TypeError, ValueError):
+            raise ValueError(f"not a ShardExpander state (yielded is not a count): {state!r:.200}") from None
+
+    def restore(self, state: dict[str, Any] | None) -> None:
         self._pattern, self._yielded = None, 0
+        if state is None or state["pattern"] is None:
+            self._resume = None
+        else:
+            self._resume = (state["pattern"], int(state["yielded"]))
 
     def _expand(self, pattern: str, skip: int) -> Iterator[str]:
         self._pattern, self._yielded = pattern, skip
@@ -284,15 +302,9 @@ class ShardExpander(IterDataPipe[str]):
             yield name
 
     def __iter__(self) -> Iterator[str]:
-        restore, self._restore = self._restore, None
-        if restore is not None and restore["pattern"] is not None:
-            yield from self._expand(restore["pattern"], restore["yielded"])
+        resume, self._resume = self._resume, None  # the pattern to continue, set by restore()
+        if resume is not None:
+            yield from self._expand(*resume)
         for pattern in self.source_datapipe:
             yield from self._expand(pattern, 0)
         self._pattern, self._yielded = None, 0
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"pattern": self._pattern, "yielded": self._yielded}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._restore = {"pattern": state["pattern"], "yielded": int(state["yielded"])}

@@ -1,0 +1,244 @@
+"""Decompress ``(url, stream)`` items: torchdata's ``Decompressor`` (``decompress``).
+
+gzip, bz2 and xz streams are decompressed lazily as they are read; ``tar``
+and ``zip`` yield an open ``tarfile.TarFile`` / ``zipfile.ZipFile`` for
+``load_from_tar`` / ``load_from_zip`` (:mod:`pipekit.pipes.archives`, which
+also re-exports the names of this module).  The pipe is stateless; its
+:meth:`Decompressor.reopen` lets pipes downstream that resume in the middle
+of a file (archive loaders, ``readlines``) open that file again,
+decompressed, with the same upstream options.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import lzma
+import os
+import posixpath
+import tarfile
+import zipfile
+from collections.abc import Callable, Iterator
+from enum import Enum
+from typing import IO, Any
+
+from pipekit.errors import ArchiveError
+from pipekit.pipes._stream_items import CORRUPT, check_pair, is_seekable, raw_stream, reason, reopen_stream
+from pipekit.pipes.base import IterDataPipe, StreamWrapper, functional_datapipe
+
+__all__ = ["CompressionType", "Decompressor"]
+
+
+class CompressionType(Enum):
+    """The formats :class:`Decompressor` handles (torchdata's ``CompressionType``)."""
+
+    GZIP = "gzip"
+    LZMA = "lzma"
+    TAR = "tar"
+    ZIP = "zip"
+    BZIP2 = "bz2"
+
+
+_TYPE_ALIASES = {"gz": "gzip", "xz": "lzma", "bzip2": "bz2"}
+
+# Multi-part extensions first: a compressed tar is opened as a tar.
+_EXTENSIONS: list[tuple[str, CompressionType]] = [
+    (".tar.gz", CompressionType.TAR),
+    (".tgz", CompressionType.TAR),
+    (".tar.xz", CompressionType.TAR),
+    (".txz", CompressionType.TAR),
+    (".tar.bz2", CompressionType.TAR),
+    (".tbz2", CompressionType.TAR),
+    (".tar", CompressionType.TAR),
+    (".gz", CompressionType.GZIP),
+    (".xz", CompressionType.LZMA),
+    (".lzma", CompressionType.LZMA),
+    (".bz2", CompressionType.BZIP2),
+    (".zip", CompressionType.ZIP),
+]
+
+
+_STRIPPABLE = (CompressionType.GZIP, CompressionType.BZIP2, CompressionType.LZMA)
+
+
+class _NamedErrors(io.BufferedIOBase):
+    """A read-only stream that reports decompression errors with the URL and stage."""
+
+    def __init__(self, inner: IO[bytes], url: str) -> None:
+        self._inner = inner
+        self._url = url
+
+    def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except CORRUPT as exc:
+            if isinstance(exc, ValueError) and self._inner.closed:
+                raise  # reading a closed stream is a usage error, not a corrupt file
+            raise ArchiveError("decompress", self._url, "decompress", reason(exc)) from exc
+
+    def read(self, size: int | None = -1) -> bytes:
+        return self._call(self._inner.read, size)
+
+    def read1(self, size: int = -1) -> bytes:
+        return self._call(self._inner.read1, size)  # type: ignore[attr-defined]
+
+    def readinto(self, buffer: Any) -> int:
+        return self._call(self._inner.readinto, buffer)  # type: ignore[attr-defined]
+
+    def readline(self, size: int | None = -1) -> bytes:
+        return self._call(self._inner.readline, size)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self._call(self._inner.seek, offset, whence)
+
+    def tell(self) -> int:
+        return self._inner.tell()
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return self._inner.seekable()
+
+    def close(self) -> None:
+        if not self.closed:
+            self._inner.close()
+        super().close()
+
+
+@functional_datapipe("decompress")
+class Decompressor(IterDataPipe[tuple[str, StreamWrapper]]):
+    """Decompress ``(url, stream)`` items, yielding ``(url, decompressed_stream)``.
+
+    The format is ``file_type`` or, when it is ``None``, guessed from the URL's
+    extension: ``.gz`` (gzip), ``.bz2``, ``.xz``/``.lzma``, ``.zip``, and
+    ``.tar``/``.tar.gz``/``.tgz``/``.tar.bz2``/``.tar.xz``.  gzip, bz2 and xz are
+    decompressed lazily as the stream is read (nothing is read up front);
+    errors from a damaged stream name the URL and ``decompress``.  As in
+    torchdata, ``"tar"`` yields an open ``tarfile.TarFile`` and ``"zip"`` a
+    ``zipfile.ZipFile`` (``load_from_tar``/``load_from_zip`` yield their
+    members), and the URL is passed on unchanged unless ``strip_extension``.
+
+    Args:
+        source_datapipe: a pipe yielding ``(url, binary stream)`` tuples.
+        file_type: ``None`` (by extension), a :class:`CompressionType` or one of
+            ``"gzip"``/``"gz"``, ``"bz2"``, ``"lzma"``/``"xz"``, ``"tar"``, ``"zip"``.
+        strip_extension: yield the URL without its compression extension
+            (``a.txt.gz`` -> ``a.txt``); only for gzip, bz2 and xz.
+
+    An unknown extension without ``file_type`` raises
+    :class:`~pipekit.errors.ArchiveError`.  The pipe is stateless for resume.
+
+    Example:
+        >>> import gzip, io
+        >>> from pipekit.pipes import IterableWrapper
+        >>> item = ("notes.txt.gz", io.BytesIO(gzip.compress(b"hello")))
+        >>> [(url, s.read()) for url, s in IterableWrapper([item]).decompress()]
+        [('notes.txt.gz', b'hello')]
+        >>> item = ("notes.txt.gz", io.BytesIO(gzip.compress(b"hello")))
+        >>> [(url, s.read()) for url, s in IterableWrapper([item]).decompress(strip_extension=True)]
+        [('notes.txt', b'hello')]
+    """
+
+    types = CompressionType
+    stateless = True
+
+    def __init__(
+        self,
+        source_datapipe: IterDataPipe[tuple[str, Any]],
+        file_type: str | CompressionType | None = None,
+        *,
+        strip_extension: bool = False,
+    ) -> None:
+        if isinstance(file_type, str):
+            name = _TYPE_ALIASES.get(file_type.lower(), file_type.lower())
+            try:
+                file_type = CompressionType(name)
+            except ValueError:
+                allowed = sorted({t.value for t in CompressionType} | set(_TYPE_ALIASES))
+                raise ValueError(f"file_type must be one of {allowed} or None, got {file_type!r}") from None
+        elif file_type is not None and not isinstance(file_type, CompressionType):
+            raise TypeError(f"file_type must be a str, a CompressionType or None, got {type(file_type).__name__}")
+        if not isinstance(strip_extension, bool):
+            raise TypeError(f"strip_extension must be a bool, got {type(strip_extension).__name__}")
+        self.source_datapipe = source_datapipe
+        self.file_type: CompressionType | None = file_type
+        self.strip_extension = strip_extension
+
+    def _detect(self, url: str) -> tuple[CompressionType, str]:
+        """The format of ``url`` and the extension it was recognised by ('' if given)."""
+        lower = url.lower()
+        for ext, kind in _EXTENSIONS:
+            if lower.endswith(ext) and (self.file_type is None or self.file_type is kind):
+                return kind, ext
+        if self.file_type is not None:
+            return self.file_type, ""
+        ext = os.path.splitext(posixpath.basename(url))[1]
+        raise ArchiveError(
+            "decompress",
+            url,
+            "decompress",
+            f"unknown compression extension {ext!r}; pass file_type= (one of "
+            f"{', '.join(t.value for t in CompressionType)})",
+        )
+
+    def _decompress(self, url: str, stream: Any, kind: CompressionType) -> Any:
+        raw = raw_stream(stream)
+        try:
+            if kind is CompressionType.GZIP:
+                return _NamedErrors(gzip.GzipFile(fileobj=raw, mode="rb"), url)
+            if kind is CompressionType.BZIP2:
+                return _NamedErrors(bz2.BZ2File(raw, mode="rb"), url)
+            if kind is CompressionType.LZMA:
+                return _NamedErrors(lzma.LZMAFile(raw, mode="rb"), url)
+            if kind is CompressionType.TAR:
+                return tarfile.open(fileobj=raw, mode="r:*" if is_seekable(raw) else "r|*")
+            if not is_seekable(raw):
+                raw = io.BytesIO(raw.read())  # zipfile needs random access
+            return zipfile.ZipFile(raw)
+        except CORRUPT as exc:
+            raise ArchiveError("decompress", url, "decompress", reason(exc)) from exc
+
+    def _out_url(self, url: str, kind: CompressionType, ext: str) -> str:
+        if self.strip_extension and ext and kind in _STRIPPABLE:
+            return url[: -len(ext)]
+        return url
+
+    def reopen(self, url: str) -> StreamWrapper:
+        """Open ``url`` (as this pipe yielded it) again upstream and decompress it.
+
+        Archive loaders downstream call this to resume a partly read archive.
+        With ``strip_extension`` the upstream URL is found by trying the
+        stripped extensions (``.gz``, ``.bz2``, ``.xz``, ``.lzma``) in turn.
+        """
+        candidates = [url]
+        if self.strip_extension:
+            candidates = [
+                url + ext
+                for ext, kind in _EXTENSIONS
+                if kind in _STRIPPABLE and (self.file_type is None or self.file_type is kind)
+            ]
+        error: ArchiveError | None = None
+        for in_url in candidates:
+            try:
+                stream = reopen_stream(self.source_datapipe, in_url, "decompress")
+            except ArchiveError as exc:
+                error = error or exc
+                continue
+            kind, ext = self._detect(in_url)
+            out_url = self._out_url(in_url, kind, ext)
+            return StreamWrapper(self._decompress(in_url, stream, kind), stream, name=out_url)
+        raise error if error is not None else ArchiveError("reopen", url, "decompress", "no candidate URL")
+
+    def __iter__(self) -> Iterator[tuple[str, StreamWrapper]]:
+        for item in self.source_datapipe:
+            url, stream = check_pair(item, "decompress")
+            try:
+                kind, ext = self._detect(url)
+                out_url = self._out_url(url, kind, ext)
+                parent = stream if isinstance(stream, StreamWrapper) else None
+                yield out_url, StreamWrapper(self._decompress(url, stream, kind), parent, name=out_url)
+            finally:
+                if isinstance(stream, StreamWrapper):
+                    stream.autoclose()
