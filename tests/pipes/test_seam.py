@@ -96,3 +96,25 @@ def test_the_seam_is_imported_through_base():
     assert base.IterDataPipe is _torch.IterDataPipe
     assert base.MapDataPipe is _torch.MapDataPipe
     assert base.StreamWrapper is _torch.StreamWrapper
+
+
+def test_one_way_to_draw_a_seed_from_torch():
+    """pipes.state.draw_seed is the only place that draws a seed from torch's generator."""
+    offences = []
+    for path in sorted(SRC.rglob("*.py")):
+        if path == SRC / "pipes" / "state.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "random_":
+                offences.append(f"{path.relative_to(SRC)}:{node.lineno}")
+    assert offences == [], "use pipekit.pipes.state.draw_seed:\n" + "\n".join(offences)
+
+
+def test_one_restore_idiom():
+    """The pending-restore idiom (``state, self._restore = self._restore, None``) lives in ResumablePipe only."""
+    offences = []
+    for path in sorted(SRC.rglob("*.py")):
+        for lineno, line in enumerate(path.read_text().splitlines(), 1):
+            if "self._restore = self._restore" in line:
+                offences.append(f"{path.relative_to(SRC)}:{lineno}")
+    assert offences == []
