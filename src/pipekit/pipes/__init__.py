@@ -23,7 +23,8 @@ Where each pipe lives (functional name -> module):
 ``to_map_datapipe`` (iter) ``to_iter_datapipe`` (map)        :mod:`~pipekit.pipes.conversion`
 ``bucketbatch max_token_bucketize in_batch_shuffle``         :mod:`~pipekit.pipes.bucketing`
 ``pad_collate``                                              :mod:`~pipekit.pipes.collate`
-``in_memory_cache on_disk_cache end_caching``                :mod:`~pipekit.pipes.cache`
+``in_memory_cache``                                          :mod:`~pipekit.pipes.memory_cache`
+``on_disk_cache end_caching``                                :mod:`~pipekit.pipes.disk_cache`
 ``prefetch pin_memory``                                      :mod:`~pipekit.pipes.prefetch`
 ``read_from_http``                                           :mod:`~pipekit.pipes.http`
 ``check_hash``                                               :mod:`~pipekit.pipes.hashing`
@@ -47,11 +48,13 @@ from pipekit.pipes.columns import *
 from pipekit.pipes.combine import *
 from pipekit.pipes.conversion import *
 from pipekit.pipes.decode import *
+from pipekit.pipes.disk_cache import *
 from pipekit.pipes.distributed import *
 from pipekit.pipes.flow import *
 from pipekit.pipes.fsspec_io import *
 from pipekit.pipes.hashing import *
 from pipekit.pipes.http import *
+from pipekit.pipes.memory_cache import *
 from pipekit.pipes.multiplexing import *
 from pipekit.pipes.parsing import *
 from pipekit.pipes.prefetch import *
@@ -70,11 +73,13 @@ from pipekit.pipes import (
     combine,
     conversion,
     decode,
+    disk_cache,
     distributed,
     flow,
     fsspec_io,
     hashing,
     http,
+    memory_cache,
     multiplexing,
     parsing,
     prefetch,
@@ -100,11 +105,13 @@ __all__ = sorted(
         *combine.__all__,
         *conversion.__all__,
         *decode.__all__,
+        *disk_cache.__all__,
         *distributed.__all__,
         *flow.__all__,
         *fsspec_io.__all__,
         *hashing.__all__,
         *http.__all__,
+        *memory_cache.__all__,
         *multiplexing.__all__,
         *parsing.__all__,
         *prefetch.__all__,
