@@ -17,12 +17,14 @@ Where each pipe lives (functional name -> module):
 ``decode_image decode``                                      :mod:`~pipekit.pipes.decode`
 ``flatmap shuffled_flatmap map_batches threadpool_map``      :mod:`~pipekit.pipes.transform`
 ``header cycle repeat enumerate add_index set_length``       :mod:`~pipekit.pipes.flow`
-``zip_longest mux_longest zip_with_iter zip_with_map``       :mod:`~pipekit.pipes.combine`
-``random_split round_robin_demux unzip`` ``SampleMultiplexer`` :mod:`~pipekit.pipes.combine`
-``to_map_datapipe`` (iter) ``to_iter_datapipe`` (map)        :mod:`~pipekit.pipes.combine`
+``zip_longest zip_with_iter zip_with_map``                   :mod:`~pipekit.pipes.zipping`
+``mux_longest`` ``SampleMultiplexer``                        :mod:`~pipekit.pipes.multiplexing`
+``random_split round_robin_demux unzip``                     :mod:`~pipekit.pipes.splitting`
+``to_map_datapipe`` (iter) ``to_iter_datapipe`` (map)        :mod:`~pipekit.pipes.conversion`
 ``bucketbatch max_token_bucketize in_batch_shuffle``         :mod:`~pipekit.pipes.bucketing`
 ``pad_collate``                                              :mod:`~pipekit.pipes.collate`
-``in_memory_cache on_disk_cache end_caching``                :mod:`~pipekit.pipes.cache`
+``in_memory_cache``                                          :mod:`~pipekit.pipes.memory_cache`
+``on_disk_cache end_caching``                                :mod:`~pipekit.pipes.disk_cache`
 ``prefetch pin_memory``                                      :mod:`~pipekit.pipes.prefetch`
 ``read_from_http``                                           :mod:`~pipekit.pipes.http`
 ``check_hash``                                               :mod:`~pipekit.pipes.hashing`
@@ -44,17 +46,23 @@ from pipekit.pipes.cache import *
 from pipekit.pipes.collate import *
 from pipekit.pipes.columns import *
 from pipekit.pipes.combine import *
+from pipekit.pipes.conversion import *
 from pipekit.pipes.decode import *
+from pipekit.pipes.disk_cache import *
 from pipekit.pipes.distributed import *
 from pipekit.pipes.flow import *
 from pipekit.pipes.fsspec_io import *
 from pipekit.pipes.hashing import *
 from pipekit.pipes.http import *
+from pipekit.pipes.memory_cache import *
+from pipekit.pipes.multiplexing import *
 from pipekit.pipes.parsing import *
 from pipekit.pipes.prefetch import *
+from pipekit.pipes.splitting import *
 from pipekit.pipes.transform import *
 from pipekit.pipes.transforms import *
 from pipekit.pipes.webdataset import *
+from pipekit.pipes.zipping import *
 from pipekit.pipes import (
     archives,
     bucketing,
@@ -63,17 +71,23 @@ from pipekit.pipes import (
     collate,
     columns,
     combine,
+    conversion,
     decode,
+    disk_cache,
     distributed,
     flow,
     fsspec_io,
     hashing,
     http,
+    memory_cache,
+    multiplexing,
     parsing,
     prefetch,
+    splitting,
     transform,
     transforms,
     webdataset,
+    zipping,
 )
 
 __all__ = sorted(
@@ -89,16 +103,22 @@ __all__ = sorted(
         *collate.__all__,
         *columns.__all__,
         *combine.__all__,
+        *conversion.__all__,
         *decode.__all__,
+        *disk_cache.__all__,
         *distributed.__all__,
         *flow.__all__,
         *fsspec_io.__all__,
         *hashing.__all__,
         *http.__all__,
+        *memory_cache.__all__,
+        *multiplexing.__all__,
         *parsing.__all__,
         *prefetch.__all__,
+        *splitting.__all__,
         *transform.__all__,
         *transforms.__all__,
         *webdataset.__all__,
+        *zipping.__all__,
     }
 )

@@ -16,6 +16,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from typing import Any
 
 from pipekit.pipes.base import IterDataPipe, functional_datapipe
+from pipekit.pipes.state import ResumablePipe
 
 __all__ = ["Dropper", "Flattener", "ParagraphAggregator", "Rows2Columnar", "Slicer"]
 
@@ -393,7 +394,7 @@ _START = _Start()
 
 
 @functional_datapipe("lines_to_paragraphs")
-class ParagraphAggregator(IterDataPipe[tuple[str, Any]]):
+class ParagraphAggregator(ResumablePipe):
     """Join consecutive non-empty lines of the same file into paragraphs (functional name: ``lines_to_paragraphs``).
 
     Takes ``(file_name, line)`` items (as ``readlines`` yields them).  Lines
@@ -424,6 +425,9 @@ class ParagraphAggregator(IterDataPipe[tuple[str, Any]]):
         [('f', 'a\\nb'), ('f', 'c')]
     """
 
+    state_keys = ("buffer", "file", "started")
+    _runtime = ("_buffer", "_file")  # the paragraph being gathered belongs to the running epoch
+
     def __init__(
         self,
         source_datapipe: IterDataPipe[tuple[str, Any]],
@@ -433,21 +437,24 @@ class ParagraphAggregator(IterDataPipe[tuple[str, Any]]):
             raise TypeError(f"lines_to_paragraphs: joiner must be callable, got {type(joiner).__name__}")
         self.source_datapipe = source_datapipe
         self.joiner = joiner
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
         self._buffer: list = []
         self._file: Any = _START
-        self._restore: dict[str, Any] | None = None
 
-    def reset(self) -> None:
-        self._buffer = []
-        self._file = _START
+    def state_dict(self) -> dict[str, Any]:
+        started = self._file is not _START
+        return {"buffer": list(self._buffer), "file": self._file if started else None, "started": started}
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        if state is None:
+            self._init_runtime()
+        else:
+            self._buffer = list(state["buffer"])
+            self._file = state["file"] if state["started"] else _START
 
     def __iter__(self) -> Iterator[tuple[str, Any]]:
-        restore, self._restore = self._restore, None
-        if restore is not None:
-            self._buffer = list(restore["buffer"])
-            self._file = restore["file"] if restore["started"] else _START
-        else:
-            self._buffer, self._file = [], _START
         for item in self.source_datapipe:
             if not isinstance(item, tuple | list) or len(item) != 2:
                 raise TypeError(
@@ -469,12 +476,3 @@ class ParagraphAggregator(IterDataPipe[tuple[str, Any]]):
         if self._buffer:
             paragraph, self._buffer = self._buffer, []
             yield self._file, self.joiner(paragraph)
-
-    def state_dict(self) -> dict[str, Any]:
-        if self._restore is not None:  # restored but not started yet
-            return dict(self._restore)
-        started = self._file is not _START
-        return {"buffer": list(self._buffer), "file": self._file if started else None, "started": started}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._restore = {"buffer": list(state["buffer"]), "file": state["file"], "started": bool(state["started"])}

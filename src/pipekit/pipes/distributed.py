@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from pipekit.pipes.base import IterDataPipe, functional_datapipe
+from pipekit.pipes.state import ResumablePipe
 
 __all__ = ["FullSync"]
 
@@ -47,7 +48,7 @@ def _dist() -> Any:
 
 
 @functional_datapipe("fullsync")
-class FullSync(IterDataPipe):
+class FullSync(ResumablePipe):
     """Stop all ranks of a distributed job when the first one runs out of data (functional name: ``fullsync``).
 
     In a ``torch.distributed`` job, every rank yields the same number of
@@ -91,17 +92,27 @@ class FullSync(IterDataPipe):
         [0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22]
     """
 
+    state_keys = ("yielded",)
+    _runtime = ("_group", "_group_world")  # process groups belong to one process
+
     def __init__(self, datapipe: IterDataPipe, timeout: float = 30 * 60) -> None:
         if isinstance(timeout, bool) or not isinstance(timeout, int | float):
             raise TypeError(f"fullsync: timeout must be a number of seconds, got {type(timeout).__name__}")
         if not timeout > 0:
             raise ValueError(f"fullsync: timeout must be > 0, got {timeout!r}")
-        self.datapipe = datapipe
+        self.source_datapipe = datapipe
         self.timeout = timeout
         self._yielded = 0
-        self._restore: dict[str, Any] | None = None
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
         self._group: Any = None  # the gloo group for the "got an item" flags, created lazily
         self._group_world: Any = None  # the default group it was created under
+
+    @property
+    def datapipe(self) -> IterDataPipe:
+        """The pipe synchronized (torchdata's attribute name for ``source_datapipe``)."""
+        return self.source_datapipe
 
     # -- process group -------------------------------------------------------------------------
 
@@ -134,21 +145,16 @@ class FullSync(IterDataPipe):
 
     # -- iteration -----------------------------------------------------------------------------
 
-    def reset(self) -> None:
-        self._yielded = 0
-
     def __iter__(self) -> Iterator[Any]:
-        restore, self._restore = self._restore, None
-        self._yielded = int(restore["yielded"]) if restore is not None else 0
         group = self._sync_group()
         if group is None:
-            for item in self.datapipe:
+            for item in self.source_datapipe:
                 self._yielded += 1
                 yield item
             return
         dist = _dist()
         rank, world_size = dist.get_rank(), dist.get_world_size()
-        source = iter(self.datapipe)
+        source = iter(self.source_datapipe)
         while True:
             error: BaseException | None = None
             item: Any = None
@@ -204,17 +210,7 @@ class FullSync(IterDataPipe):
     # -- resume --------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        if self._restore is not None:  # restored but not started yet
-            return dict(self._restore)
         return {"yielded": self._yielded}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._restore = {"yielded": int(state["yielded"])}
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_group"] = None  # process groups belong to one process
-        state["_group_world"] = None
-        if IterDataPipe.getstate_hook is not None:
-            return IterDataPipe.getstate_hook(state)
-        return state
+    def restore(self, state: dict[str, Any] | None) -> None:
+        self._yielded = int(state["yielded"]) if state is not None else 0

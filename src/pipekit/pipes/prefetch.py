@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from pipekit.pipes.base import IterDataPipe, functional_datapipe
+from pipekit.pipes.state import ResumablePipe
 
 __all__ = ["PinMemory", "Prefetcher"]
 
@@ -99,7 +100,7 @@ def _worker(run: _Run, source: IterDataPipe, transform: Callable[[Any], Any] | N
 
 
 @functional_datapipe("prefetch")
-class Prefetcher(IterDataPipe):
+class Prefetcher(ResumablePipe):
     """Fetch items ahead of time in a background thread (functional name: ``prefetch``).
 
     The upstream pipeline (its I/O, decoding...) runs in a thread that keeps up
@@ -126,6 +127,8 @@ class Prefetcher(IterDataPipe):
     """
 
     _thread_name = "pipekit-prefetch"
+    state_keys = ("buffer",)
+    _runtime = ("_run",)  # the epoch's thread and buffer stay in this process
 
     def __init__(self, source_datapipe: IterDataPipe, buffer_size: int = 10) -> None:
         if isinstance(buffer_size, bool) or not isinstance(buffer_size, numbers.Integral):
@@ -134,29 +137,23 @@ class Prefetcher(IterDataPipe):
             raise ValueError(f"{self._stage()}: buffer_size must be positive, got {buffer_size}")
         self.source_datapipe = source_datapipe
         self.buffer_size = int(buffer_size)
+        self._restored: list[Any] = []  # a checkpoint's fetched items, yielded before upstream's next ones
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
         self._run: _Run | None = None
-        self._restore: list[Any] | None = None
 
     @classmethod
     def _stage(cls) -> str:
         return getattr(cls, "functional_name", "prefetch")
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = {k: v for k, v in self.__dict__.items() if k != "_run"}
-        if IterDataPipe.getstate_hook is not None:
-            return IterDataPipe.getstate_hook(state)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._run = None
-
     def _transform(self) -> Callable[[Any], Any] | None:
         """A function applied to each item in the thread (None: items pass unchanged)."""
         return None
 
-    def reset(self) -> None:
-        self._shutdown()
+    def restore(self, state: dict[str, Any] | None) -> None:
+        self._shutdown()  # a new epoch stops the previous epoch's thread
+        self._restored = list(state["buffer"]) if state is not None else []
 
     def _shutdown(self, run: _Run | None = None) -> None:
         run = run if run is not None else self._run
@@ -179,8 +176,8 @@ class Prefetcher(IterDataPipe):
 
     def __iter__(self) -> Iterator[Any]:
         self._shutdown()
-        restored, self._restore = self._restore or [], None
-        run = _Run(self.buffer_size, restored)
+        run = _Run(self.buffer_size, self._restored)
+        self._restored = []  # the run holds them now
         run.thread = threading.Thread(
             target=_worker, args=(run, self.source_datapipe, self._transform()), name=self._thread_name, daemon=True
         )
@@ -224,8 +221,6 @@ class Prefetcher(IterDataPipe):
                 run.cond.notify_all()
 
     def state_dict(self) -> dict[str, Any]:
-        if self._restore is not None:
-            return {"buffer": list(self._restore)}
         run = self._run
         if run is None:
             return {"buffer": []}
@@ -233,9 +228,6 @@ class Prefetcher(IterDataPipe):
             items = [value for kind, value in run.buffer if kind == _ITEM]
             items.extend(run.restored)
         return {"buffer": items}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._restore = list(state["buffer"])
 
     def __len__(self) -> int:
         return len(self.source_datapipe)

@@ -1,0 +1,128 @@
+"""Tests of pipekit.pipes.memory_cache: in_memory_cache."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+
+from pipekit.pipes import (
+    InMemoryCacheHolder,
+    IterableWrapper,
+    IterDataPipe,
+)
+from pipekit.testing import assert_resumes
+
+# ------------------------------------------------------------------------------------------------
+# helpers (module level so that pipes pickle and forked processes can use them)
+# ------------------------------------------------------------------------------------------------
+
+
+class Counting(IterDataPipe):
+    """Yields the given items and counts how many it produced over its lifetime."""
+
+    def __init__(self, items: list) -> None:
+        self.items = items
+        self.pulled = 0
+        self.epochs = 0
+
+    def __iter__(self):
+        self.epochs += 1
+        for x in self.items:
+            self.pulled += 1
+            yield x
+
+
+# ------------------------------------------------------------------------------------------------
+# in_memory_cache
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tensors() -> list[torch.Tensor]:
+    # 256 KiB of data each: a 1 MB cache holds three of them
+    return [torch.full((65536,), float(i)) for i in range(10)]
+
+
+class TestInMemoryCacheHolder:
+    def test_later_epochs_come_from_the_cache(self):
+        src = Counting(list(range(8)))
+        dp = src.in_memory_cache()
+        assert list(dp) == list(range(8))
+        assert src.pulled == 8
+        assert list(dp) == list(range(8))
+        assert list(dp) == list(range(8))
+        assert (src.pulled, src.epochs) == (8, 1)
+        assert dp.cached_items == 8
+
+    def test_eviction_by_size_keeps_the_last_items(self, tensors):
+        src = Counting(tensors)
+        dp = InMemoryCacheHolder(src, size=1)
+        first = list(dp)
+        assert all(a is b for a, b in zip(first, tensors))
+        assert dp.cached_items == 3
+        assert dp.cached_bytes <= 1024 * 1024
+        second = list(dp)
+        assert [int(t[0]) for t in second] == list(range(10))
+        # the 7 evicted items were read again from the source, the last 3 came from the cache
+        assert src.pulled == 10 + 7
+        assert all(a is b for a, b in zip(second[7:], tensors[7:]))
+        assert dp.cached_items == 3  # the cache is frozen after the first complete epoch
+
+    def test_item_larger_than_the_cache(self, tensors):
+        src = Counting(tensors[:2])
+        dp = src.in_memory_cache(size=0.1)
+        assert len(list(dp)) == 2
+        assert dp.cached_items == 0
+        assert len(list(dp)) == 2
+        assert src.pulled == 4
+
+    def test_early_stop_caches_nothing(self):
+        src = Counting(list(range(5)))
+        dp = src.in_memory_cache()
+        it = iter(dp)
+        next(it), next(it)
+        it.close()
+        assert dp.cached_items == 0
+        assert list(dp) == list(range(5))
+        assert list(dp) == list(range(5))
+        assert src.pulled == 2 + 5
+
+    def test_pickled_copy_starts_empty(self, tensors):
+        dp = IterableWrapper(tensors).in_memory_cache()
+        list(dp)
+        assert dp.cached_items == 10
+        blob = pickle.dumps(dp)
+        copy = pickle.loads(blob)
+        assert copy.cached_items == 0
+        assert len(pickle.dumps(InMemoryCacheHolder(IterableWrapper([1]), size=1))) < 5000
+        assert [int(t[0]) for t in copy] == list(range(10))
+
+    def test_len_and_validation(self):
+        assert len(IterableWrapper(range(4)).in_memory_cache()) == 4
+        with pytest.raises(ValueError, match="size must be positive"):
+            IterableWrapper([1]).in_memory_cache(size=0)
+        with pytest.raises(TypeError, match="size must be a number"):
+            IterableWrapper([1]).in_memory_cache(size="1")
+
+    @pytest.mark.parametrize("n", [0, 1, 5, 9])
+    def test_resumes_in_first_epoch(self, n):
+        def make():
+            return IterableWrapper(list(range(10))).in_memory_cache(size=1)
+
+        assert_resumes(make, n)
+
+    @pytest.mark.parametrize("size", [None, 1])
+    @pytest.mark.parametrize("n", [0, 2, 7, 9])
+    def test_resumes_when_serving_from_cache(self, tensors, size, n):
+        def make():
+            dp = IterableWrapper(tensors, deepcopy=False).in_memory_cache(size=size)
+            list(dp)  # fill the cache: the checkpoint is taken in the second epoch
+            return dp.map(first_value)
+
+        assert_resumes(make, n)
+
+
+def first_value(t: torch.Tensor) -> float:
+    return float(t[0])
