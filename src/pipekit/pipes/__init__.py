@@ -11,7 +11,8 @@ Where each pipe lives (functional name -> module):
 ``map filter shuffle batch unbatch collate zip concat mux``  :mod:`~pipekit.pipes.builtin`
 ``fork demux groupby sharding_filter`` (torch's own)         :mod:`~pipekit.pipes.builtin`
 ``list_files_by_fsspec open_files_by_fsspec save_by_fsspec`` :mod:`~pipekit.pipes.fsspec_io`
-``load_from_tar load_from_zip decompress``                   :mod:`~pipekit.pipes.archives`
+``load_from_tar load_from_zip``                              :mod:`~pipekit.pipes.archives`
+``decompress``                                               :mod:`~pipekit.pipes.decompress`
 ``webdataset shard_expand``                                  :mod:`~pipekit.pipes.webdataset`
 ``readlines parse_csv parse_csv_as_dict parse_json_files``   :mod:`~pipekit.pipes.parsing`
 ``decode_image decode``                                      :mod:`~pipekit.pipes.decode`

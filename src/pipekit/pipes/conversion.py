@@ -11,59 +11,18 @@ Resume: ``to_iter_datapipe`` records how many indices it has looked up;
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from pipekit.pipes._callables import _check_callable
 from pipekit.pipes.base import IterDataPipe, MapDataPipe, functional_datapipe
-from pipekit.pipes.state import ResumablePipe
+from pipekit.pipes.state import ResumableMapPipe, ResumablePipe
 
 __all__ = ["IterToMapConverter", "MapToIterConverter"]
 
 
-class _ResumableMap:
-    """:class:`~pipekit.pipes.state.ResumablePipe`'s handling of a loaded state, for a map-style pipe.
-
-    ``ResumablePipe`` is an IterDataPipe, and torch calls ``reset()`` (where it
-    hands a loaded state to ``restore``) only when an iterable pipe's iterator
-    starts.  A map-style pipe mixing this in writes ``_position()`` (its own
-    state, what ``state_dict()`` returns) and ``restore(state)`` as a
-    ResumablePipe writes ``state_dict()`` and ``restore``, and calls
-    :meth:`_start` where its pass over its source begins: a loaded state stays
-    pending, and is what ``state_dict()`` returns, until then.
-    """
-
-    state_keys: ClassVar[tuple[str, ...]] = ()
-    _pending: dict[str, Any] | None = None
-
-    def _position(self) -> dict[str, Any]:
-        raise NotImplementedError(f"{type(self).__name__} must implement _position()")
-
-    def restore(self, state: dict[str, Any] | None) -> None:
-        raise NotImplementedError(f"{type(self).__name__} must implement restore(state)")
-
-    def state_dict(self) -> dict[str, Any]:
-        """This pipe's own position (a loaded state while it is pending)."""
-        return dict(self._pending) if self._pending is not None else self._position()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from ``state`` (from :meth:`state_dict`) when the next pass over the source starts."""
-        name = getattr(self, "functional_name", None) or type(self).__name__
-        if not isinstance(state, Mapping):
-            raise TypeError(f"{name}.load_state_dict expects a dict from state_dict(), got {type(state).__name__}")
-        missing = [key for key in self.state_keys if key not in state]
-        if missing:
-            raise ValueError(f"not a {type(self).__name__} state (missing {', '.join(missing)}): {state!r:.200}")
-        self._pending = dict(state)
-
-    def _start(self) -> None:
-        """Hand the pending state (``None`` if none) to ``restore``: a pass over the source begins."""
-        state, self._pending = self._pending, None
-        self.restore(state)
-
-
 @functional_datapipe("to_map_datapipe", on="iter")
-class IterToMapConverter(_ResumableMap, MapDataPipe):
+class IterToMapConverter(ResumableMapPipe):
     """Turn an IterDataPipe of key-value pairs into a MapDataPipe (functional name: ``to_map_datapipe``).
 
     The source is read on the first lookup (or ``len()`` when the source has
@@ -113,7 +72,7 @@ class IterToMapConverter(_ResumableMap, MapDataPipe):
         """The source pipe (torchdata's attribute name for ``source_datapipe``)."""
         return self.source_datapipe
 
-    def _position(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         return {"loaded": self._map is not None}
 
     def restore(self, state: dict[str, Any] | None) -> None:
@@ -126,7 +85,7 @@ class IterToMapConverter(_ResumableMap, MapDataPipe):
         self._map = None
 
     def _load_map(self) -> dict[Any, Any]:
-        self._start()
+        self._start_pass()
         if self._drain:
             for _ in self.source_datapipe:  # the restored source continues from the snapshot: skip to its end
                 pass

@@ -115,11 +115,13 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 import torch
 
-from pipekit.pipes._torch import Filter, IterDataPipe, ShardingFilter, Shuffler, pickle_state
+from pipekit.pipes._torch import Filter, IterDataPipe, MapDataPipe, ShardingFilter, Shuffler, pickle_state
 
 __all__ = [
     "ExpandingPipe",
+    "PendingState",
     "PermutationSource",
+    "ResumableMapPipe",
     "ResumablePipe",
     "RuntimeFields",
     "SeededPipe",
@@ -213,24 +215,17 @@ def _reporting_pending(fn: Callable[[Any], dict[str, Any]]) -> Callable[[Any], d
     return state_dict
 
 
-class ResumablePipe(RuntimeFields):
-    """Base of pipes that checkpoint their own position (see the module docstring).
+class PendingState:
+    """The handling of a loaded state that resumable pipes share (no DataPipe base of its own).
 
-    A subclass implements:
-
-    * ``state_dict() -> dict``: its own position (called between two items);
-    * ``restore(state: dict | None)``: set its fields from ``state``, or to the
-      start of an epoch when ``state`` is ``None``.  Called once at the start
-      of each iterator (from ``reset()``); expanders remember there the input
-      they must continue before pulling the next one.
-
-    and optionally ``state_keys`` (keys ``load_state_dict`` requires) or
-    ``check_state(state)`` (raise ``ValueError`` for a state of another pipe).
-    The base handles the rest: a loaded state stays pending until the next
-    iterator starts, ``state_dict()`` returns it while it is pending, and
-    ``reset()`` is written once, here.  Do not override ``reset()``.
+    Used through :class:`ResumablePipe` (iterable pipes) and
+    :class:`ResumableMapPipe` (map-style pipes): ``load_state_dict`` checks a
+    state and keeps it pending, ``state_dict()`` returns it while it is
+    pending (and the pipe's own ``state_dict`` otherwise), and
+    :meth:`_start_pass` hands it to ``restore`` when the next pass begins.
     """
 
+    __slots__ = ()
     state_keys: ClassVar[tuple[str, ...]] = ()
     _pending: dict[str, Any] | None = None
 
@@ -263,7 +258,7 @@ class ResumablePipe(RuntimeFields):
         pass
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from ``state`` (from :meth:`state_dict`) when the next iterator starts."""
+        """Resume from ``state`` (from :meth:`state_dict`) when the next pass starts."""
         if not isinstance(state, Mapping):
             raise TypeError(
                 f"{self._pipe_name()}.load_state_dict expects a dict from state_dict(), got {type(state).__name__}"
@@ -271,16 +266,47 @@ class ResumablePipe(RuntimeFields):
         state = dict(state)
         missing = [key for key in self.state_keys if key not in state]
         if missing:
-            raise ValueError(
-                f"not a {type(self).__name__} state (missing {', '.join(missing)}): {state!r:.200}"
-            )
+            raise ValueError(f"not a {type(self).__name__} state (missing {', '.join(missing)}): {state!r:.200}")
         self.check_state(state)
         self._pending = state
 
-    def reset(self) -> None:
+    def _start_pass(self) -> None:
+        """A pass begins: hand the pending state (``None``: none, a new epoch) to ``restore``."""
         state, self._pending = self._pending, None
         self._restore_base(state)
         self.restore(state)
+
+
+class ResumablePipe(RuntimeFields, PendingState):
+    """Base of iterable pipes that checkpoint their own position (see the module docstring).
+
+    A subclass implements:
+
+    * ``state_dict() -> dict``: its own position (called between two items);
+    * ``restore(state: dict | None)``: set its fields from ``state``, or to the
+      start of an epoch when ``state`` is ``None``.  Called once at the start
+      of each iterator (from ``reset()``); expanders remember there the input
+      they must continue before pulling the next one.
+
+    and optionally ``state_keys`` (keys ``load_state_dict`` requires) or
+    ``check_state(state)`` (raise ``ValueError`` for a state of another pipe).
+    The base handles the rest: a loaded state stays pending until the next
+    iterator starts, ``state_dict()`` returns it while it is pending, and
+    ``reset()`` is written once, here.  Do not override ``reset()``.
+    """
+
+    def reset(self) -> None:
+        self._start_pass()
+
+
+class ResumableMapPipe(PendingState, MapDataPipe):
+    """Base of map-style pipes that checkpoint their own position.
+
+    As :class:`ResumablePipe`, for a ``MapDataPipe``: torch starts no
+    iterator on a map-style pipe (so never calls its ``reset()``); call
+    ``self._start_pass()`` where the pipe begins a pass over its source (its
+    first lookup, say).
+    """
 
 
 class SeededPipe(ResumablePipe):
