@@ -53,23 +53,33 @@ class Recipe(IterDataPipe):
     """Base class of the recipes: a pipe that yields what the chain it built yields.
 
     Subclasses build their chain in ``__init__`` and store it in
-    ``self.datapipe``.  ``len()`` is the chain's, when it has one.
+    ``self.source_datapipe`` (the upstream attribute every pipekit pipe has;
+    ``datapipe`` is an alias).  ``len()`` is the chain's, when it has one.
     """
 
     stateless = True  # the chain's pipes hold the position; this wrapper holds nothing
-    datapipe: IterDataPipe
+    source_datapipe: IterDataPipe
 
     @property
     def pipe(self) -> IterDataPipe:
         """The chain this recipe built (its last pipe)."""
-        return self.datapipe
+        return self.source_datapipe
+
+    @property
+    def datapipe(self) -> IterDataPipe:
+        """The chain this recipe built (an alias of :attr:`pipe`; recipes may set it)."""
+        return self.source_datapipe
+
+    @datapipe.setter
+    def datapipe(self, pipe: IterDataPipe) -> None:
+        self.source_datapipe = pipe
 
     def __iter__(self) -> Iterator[Any]:
-        yield from self.datapipe
+        yield from self.source_datapipe
 
     def __len__(self) -> int:
         try:
-            return len(self.datapipe)  # type: ignore[arg-type]
+            return len(self.source_datapipe)  # type: ignore[arg-type]
         except TypeError:
             raise TypeError(f"{type(self).__name__}: this pipeline has no len()") from None
 

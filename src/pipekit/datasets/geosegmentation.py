@@ -377,7 +377,7 @@ class GeoSegmentation(Recipe):
             pipe = pipe.map(transform)
         if batch_size is not None:
             pipe = pipe.batch(batch_size, drop_last=drop_last).collate(collate_fn=collate_fn or stack_samples)
-        self.datapipe = pipe
+        self.source_datapipe = pipe
 
     @staticmethod
     def _index(spec: str | AppendIndex, band_names: list[Any], roles: Mapping[str, Any],

@@ -396,7 +396,7 @@ class ImageFolder(Recipe):
                 pipe = pipe.collate(collate_fn=collate_fn or collate_by_aspect)
             else:
                 pipe = pipe.batch(batch_size, drop_last=drop_last).collate(collate_fn=collate_fn or collate)
-        self.datapipe = pipe
+        self.source_datapipe = pipe
 
     @property
     def samples(self) -> list[tuple[str, int]]:

@@ -278,7 +278,7 @@ class TarShards(Recipe):
             pipe = pipe.map(transform)
         if batch_size is not None:
             pipe = pipe.batch(batch_size, drop_last=drop_last).collate(collate_fn=collate_fn or collate)
-        self.datapipe = pipe
+        self.source_datapipe = pipe
 
     def __repr__(self) -> str:
         mode = "train" if self.train else "eval"

@@ -67,12 +67,12 @@ class PadCollator(IterDataPipe):
                 raise TypeError(f"pad_collate: pad_value must be a number or a dict of numbers, got {pad_value!r}")
         if keys is not None and (isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence)):
             raise TypeError(f"pad_collate: keys must be a list of keys (or field indices) or None, got {keys!r}")
-        self.datapipe = datapipe
+        self.source_datapipe = datapipe
         self.pad_value = dict(pad_value) if isinstance(pad_value, Mapping) else pad_value
         self.keys = list(keys) if keys is not None else None
 
     def __iter__(self) -> Iterator[Any]:
-        for batch in self.datapipe:
+        for batch in self.source_datapipe:
             if isinstance(batch, (str, bytes, Mapping, torch.Tensor, np.ndarray)) or not isinstance(
                 batch, Sequence
             ):
@@ -83,4 +83,4 @@ class PadCollator(IterDataPipe):
             yield pad_collate(batch, self.pad_value, self.keys)
 
     def __len__(self) -> int:
-        return len(self.datapipe)
+        return len(self.source_datapipe)

@@ -90,7 +90,7 @@ class Dropper(IterDataPipe):
 
     def __init__(self, datapipe: IterDataPipe, indices: Hashable | list[Hashable]) -> None:
         super().__init__()
-        self.datapipe = datapipe
+        self.source_datapipe = datapipe
         self.indices = _index_set(indices, "indices", "drop")
 
     def _drop(self, item: Any) -> Any:
@@ -104,11 +104,11 @@ class Dropper(IterDataPipe):
         return tuple(kept) if isinstance(item, tuple) else kept
 
     def __iter__(self) -> Iterator[Any]:
-        for item in self.datapipe:
+        for item in self.source_datapipe:
             yield self._drop(item)
 
     def __len__(self) -> int:
-        return len(self.datapipe)  # type: ignore[arg-type]
+        return len(self.source_datapipe)  # type: ignore[arg-type]
 
 
 @functional_datapipe("slice")
@@ -168,7 +168,7 @@ class Slicer(IterDataPipe):
             if not isinstance(index, Hashable):
                 raise TypeError(f"slice: index must be an int, a key or a list of them, got {index!r}")
             self._keys = None
-        self.datapipe = datapipe
+        self.source_datapipe = datapipe
         self.index = index
         self.stop = stop
         self.step = step
@@ -195,11 +195,11 @@ class Slicer(IterDataPipe):
         return item[self.index : self.stop : self.step]
 
     def __iter__(self) -> Iterator[Any]:
-        for item in self.datapipe:
+        for item in self.source_datapipe:
             yield self._slice(item)
 
     def __len__(self) -> int:
-        return len(self.datapipe)  # type: ignore[arg-type]
+        return len(self.source_datapipe)  # type: ignore[arg-type]
 
 
 @functional_datapipe("flatten")
@@ -240,7 +240,7 @@ class Flattener(IterDataPipe):
 
     def __init__(self, datapipe: IterDataPipe, indices: Hashable | list[Hashable] | None = None) -> None:
         super().__init__()
-        self.datapipe = datapipe
+        self.source_datapipe = datapipe
         if isinstance(indices, list) and not indices:
             raise ValueError("flatten: indices=[] flattens nothing; pass None to flatten every nested column")
         self.indices: list[Hashable] | None = None if indices is None else _index_set(indices, "indices", "flatten")
@@ -278,11 +278,11 @@ class Flattener(IterDataPipe):
         return tuple(out) if isinstance(item, tuple) else out
 
     def __iter__(self) -> Iterator[Any]:
-        for item in self.datapipe:
+        for item in self.source_datapipe:
             yield self._flatten(item)
 
     def __len__(self) -> int:
-        return len(self.datapipe)  # type: ignore[arg-type]
+        return len(self.source_datapipe)  # type: ignore[arg-type]
 
 
 @functional_datapipe("rows2columnar")
