@@ -15,7 +15,7 @@ Where each pipe lives (functional name -> module):
 ``webdataset shard_expand``                                  :mod:`~pipekit.pipes.webdataset`
 ``readlines parse_csv parse_csv_as_dict parse_json_files``   :mod:`~pipekit.pipes.parsing`
 ``decode_image decode``                                      :mod:`~pipekit.pipes.decode`
-``flatmap shuffled_flatmap map_batches threadpool_map``      :mod:`~pipekit.pipes.transform`
+``flatmap shuffled_flatmap map_batches threadpool_map``      :mod:`~pipekit.pipes.mapping`
 ``header cycle repeat enumerate add_index set_length``       :mod:`~pipekit.pipes.flow`
 ``zip_longest mux_longest zip_with_iter zip_with_map``       :mod:`~pipekit.pipes.combine`
 ``random_split round_robin_demux unzip`` ``SampleMultiplexer`` :mod:`~pipekit.pipes.combine`
@@ -28,7 +28,7 @@ Where each pipe lives (functional name -> module):
 ``check_hash``                                               :mod:`~pipekit.pipes.hashing`
 ``drop slice flatten rows2columnar lines_to_paragraphs``     :mod:`~pipekit.pipes.columns`
 ``fullsync``                                                 :mod:`~pipekit.pipes.distributed`
-``append_index normalize augment augment_batch``             :mod:`~pipekit.pipes.transforms`
+``append_index normalize augment augment_batch``             :mod:`~pipekit.pipes.sample_transforms`
 ``read_geo`` (bounding boxes -> geo samples)                 :mod:`pipekit.geo.pipes`
 ``list_files_by_fsspec ... save_to_disk``                    :mod:`~pipekit.pipes.fsspec_io`
 ==========================================================  ============================
@@ -52,8 +52,8 @@ from pipekit.pipes.hashing import *
 from pipekit.pipes.http import *
 from pipekit.pipes.parsing import *
 from pipekit.pipes.prefetch import *
-from pipekit.pipes.transform import *
-from pipekit.pipes.transforms import *
+from pipekit.pipes.mapping import *
+from pipekit.pipes.sample_transforms import *
 from pipekit.pipes.webdataset import *
 from pipekit.pipes import (
     archives,
@@ -71,8 +71,8 @@ from pipekit.pipes import (
     http,
     parsing,
     prefetch,
-    transform,
-    transforms,
+    mapping,
+    sample_transforms,
     webdataset,
 )
 
@@ -97,8 +97,8 @@ __all__ = sorted(
         *http.__all__,
         *parsing.__all__,
         *prefetch.__all__,
-        *transform.__all__,
-        *transforms.__all__,
+        *mapping.__all__,
+        *sample_transforms.__all__,
         *webdataset.__all__,
     }
 )

@@ -1,4 +1,4 @@
-"""append_index, normalize, augment and augment_batch (pipekit.pipes.transforms)."""
+"""append_index, normalize, augment and augment_batch (pipekit.pipes.sample_transforms)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ from torch.utils.data import DataLoader
 from torchvision.transforms import v2
 
 import pipekit
-import pipekit.pipes.transforms  # registers the functional names until pipekit.pipes imports it
 from pipekit.pipes import IterableWrapper
 from pipekit.pipes.base import owner_of
 from pipekit.pipes.resume import not_snapshot_capable
-from pipekit.pipes.transforms import Augmenter, BatchAugmenter, IndexAppender, Normalizer
+from pipekit.pipes.sample_transforms import Augmenter, BatchAugmenter, IndexAppender, Normalizer
 from pipekit.testing import assert_resumes
 from pipekit.transforms import (
     AppendNDVI,
@@ -69,10 +68,18 @@ def augment_batch_pipe(n: int = 16):
 
 
 def test_functional_names_are_registered():
-    assert owner_of("append_index") == "pipekit.pipes.transforms.IndexAppender"
-    assert owner_of("normalize") == "pipekit.pipes.transforms.Normalizer"
-    assert owner_of("augment") == "pipekit.pipes.transforms.Augmenter"
-    assert owner_of("augment_batch") == "pipekit.pipes.transforms.BatchAugmenter"
+    assert owner_of("append_index") == "pipekit.pipes.sample_transforms.IndexAppender"
+    assert owner_of("normalize") == "pipekit.pipes.sample_transforms.Normalizer"
+    assert owner_of("augment") == "pipekit.pipes.sample_transforms.Augmenter"
+    assert owner_of("augment_batch") == "pipekit.pipes.sample_transforms.BatchAugmenter"
+
+
+def test_old_module_name_still_imports():
+    from pipekit.pipes import transforms
+
+    assert (transforms.Augmenter, transforms.BatchAugmenter) == (Augmenter, BatchAugmenter)
+    assert (transforms.IndexAppender, transforms.Normalizer) == (IndexAppender, Normalizer)
+    assert transforms.__all__ == pipekit.pipes.sample_transforms.__all__
 
 
 class TestIndexAppender:

@@ -1,4 +1,4 @@
-"""flatmap, shuffled_flatmap, map_batches and threadpool_map (pipekit.pipes.transform)."""
+"""flatmap, shuffled_flatmap, map_batches and threadpool_map (pipekit.pipes.mapping)."""
 
 from __future__ import annotations
 
@@ -103,10 +103,18 @@ def words():
 
 
 def test_functional_names_are_pipekits():
-    assert owner_of("flatmap") == "pipekit.pipes.transform.FlatMapper"
-    assert owner_of("shuffled_flatmap") == "pipekit.pipes.transform.ShuffledFlatMapper"
-    assert owner_of("map_batches") == "pipekit.pipes.transform.BatchMapper"
-    assert owner_of("threadpool_map") == "pipekit.pipes.transform.ThreadPoolMapper"
+    assert owner_of("flatmap") == "pipekit.pipes.mapping.FlatMapper"
+    assert owner_of("shuffled_flatmap") == "pipekit.pipes.mapping.ShuffledFlatMapper"
+    assert owner_of("map_batches") == "pipekit.pipes.mapping.BatchMapper"
+    assert owner_of("threadpool_map") == "pipekit.pipes.mapping.ThreadPoolMapper"
+
+
+def test_old_module_name_still_imports():
+    from pipekit.pipes import mapping, transform
+
+    assert (transform.FlatMapper, transform.ShuffledFlatMapper) == (FlatMapper, ShuffledFlatMapper)
+    assert (transform.BatchMapper, transform.ThreadPoolMapper) == (BatchMapper, ThreadPoolMapper)
+    assert transform.__all__ == mapping.__all__
 
 
 # ----------------------------------------------------------------- flatmap
