@@ -1,11 +1,20 @@
-"""Pipes that apply a function to items: expand them, batch them, or run them on threads.
+"""Pipes that apply a user function: expand items, interleave expansions, map batches, run on threads.
 
 torchdata 0.9's ``flatmap``, ``shuffled_flatmap``, ``map_batches`` and
 ``threadpool_map``, with the same class names, arguments and outputs, made
-resumable: each pipe records the input it is expanding (and how many of its
-outputs it already yielded) so a restored copy re-runs the function on that
-input and continues where it stopped.  ``threadpool_map`` records the inputs
-whose results are still in flight and submits them again after a restore.
+resumable on :mod:`pipekit.pipes.state`:
+
+* ``flatmap`` and ``map_batches`` are :class:`~pipekit.pipes.state.ExpandingPipe`:
+  the checkpoint holds the input (or batch) being expanded and how many of its
+  outputs were yielded, and a restored copy re-runs the function on it and
+  continues where it stopped;
+* ``shuffled_flatmap`` is a :class:`~pipekit.pipes.state.SeededPipe` whose
+  checkpoint holds its buffer of inputs (with how many outputs each gave) and
+  its generator's state;
+* ``threadpool_map`` records the inputs whose results are still in flight and
+  submits them again after a restore.
+
+This module was called ``pipekit.pipes.transform``; that name still imports.
 """
 
 from __future__ import annotations
@@ -13,14 +22,11 @@ from __future__ import annotations
 import contextlib
 import copy
 import itertools
-import random
 import threading
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from concurrent import futures
 from typing import Any
-
-import torch
 
 from pipekit.pipes._callables import (
     InputCol,
@@ -32,6 +38,7 @@ from pipekit.pipes._callables import (
     _validate_input_col,
 )
 from pipekit.pipes.base import IterDataPipe, functional_datapipe
+from pipekit.pipes.state import ExpandingPipe, ResumablePipe, SeededPipe
 
 __all__ = [
     "BatchMapper",
@@ -41,92 +48,16 @@ __all__ = [
 ]
 
 
-
-def _torch_seed() -> int:
-    return int(torch.empty((), dtype=torch.int64).random_().item())
-
-
 def _note(exc: BaseException, message: str) -> None:
     if hasattr(exc, "add_note"):  # Python >= 3.11
         exc.add_note(message)
-
-
-class _Resumable:
-    """Bookkeeping shared by pipekit's resumable pipes in this module.
-
-    ``load_state_dict`` keeps the state pending until the next iterator starts;
-    ``state_dict`` returns the pending state if no iterator has consumed it yet.
-    Runtime attributes (named in ``_runtime``) are left out of pickles.
-    """
-
-    _runtime: tuple[str, ...] = ()
-    _restore: dict[str, Any] | None = None
-
-    def _take_restore(self) -> dict[str, Any] | None:
-        state, self._restore = self._restore, None
-        return state
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if not isinstance(state, dict):
-            raise TypeError(f"{type(self).__name__}.load_state_dict expects a dict, got {type(state).__name__}")
-        self._restore = state
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = {k: v for k, v in self.__dict__.items() if k not in self._runtime}
-        if IterDataPipe.getstate_hook is not None:
-            return IterDataPipe.getstate_hook(state)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._init_runtime()
-
-    def _init_runtime(self) -> None:  # pragma: no cover - overridden
-        pass
-
-
-class _Expander(_Resumable):
-    """Expands one input into several outputs and remembers how far it got."""
-
-    _runtime = ("_item", "_done", "_active")
-
-    def _init_runtime(self) -> None:
-        self._item: Any = None
-        self._done = 0
-        self._active = False
-
-    def _outputs(self, item: Any) -> Iterable[Any]:  # pragma: no cover - overridden
-        raise NotImplementedError
-
-    def _expand(self, item: Any, skip: int) -> Iterator[Any]:
-        outputs = _iter_outputs(self._outputs(item), self.functional_name, item)  # type: ignore[attr-defined]
-        if skip:
-            for _ in itertools.islice(outputs, skip):
-                pass
-        self._item, self._done, self._active = item, skip, True
-        for out in outputs:
-            self._done += 1
-            yield out
-
-    def _resume(self) -> Iterator[Any]:
-        state = self._take_restore()
-        self._init_runtime()
-        if state is not None and state.get("active"):
-            yield from self._expand(state["item"], int(state["done"]))
-
-    def state_dict(self) -> dict[str, Any]:
-        if self._restore is not None:
-            return self._restore
-        if not self._active:
-            return {"active": False}
-        return {"active": True, "item": self._item, "done": self._done}
 
 
 # --------------------------------------------------------------------------- flatmap
 
 
 @functional_datapipe("flatmap")
-class FlatMapper(_Expander, IterDataPipe):
+class FlatMapper(ExpandingPipe):
     """Apply ``fn`` to each item and yield the items of the iterable it returns (functional name: ``flatmap``).
 
     With ``fn=None`` each item (which must be iterable) is flattened one level.
@@ -159,7 +90,7 @@ class FlatMapper(_Expander, IterDataPipe):
         self, datapipe: IterDataPipe, fn: Callable[..., Iterable[Any]] | None = None, input_col: InputCol = None
     ) -> None:
         super().__init__()
-        self.datapipe = datapipe
+        self.source_datapipe = datapipe
         if fn is None:
             fn = _unpack
         _check_callable(fn, "flatmap")
@@ -168,13 +99,16 @@ class FlatMapper(_Expander, IterDataPipe):
         self.input_col = input_col
         self._init_runtime()
 
+    @property
+    def datapipe(self) -> IterDataPipe:
+        """The source pipe (torchdata's name for :attr:`source_datapipe`)."""
+        return self.source_datapipe
+
     def _outputs(self, item: Any) -> Iterable[Any]:
         return _apply_input_col(self.fn, item, self.input_col)
 
     def __iter__(self) -> Iterator[Any]:
-        yield from self._resume()
-        for item in self.datapipe:
-            yield from self._expand(item, 0)
+        yield from self._expand_all(self.source_datapipe)
 
     def __len__(self) -> int:
         raise TypeError(f"{type(self).__name__}'s length depends on the outputs of its function")
@@ -195,7 +129,7 @@ class _Entry:
 
 
 @functional_datapipe("shuffled_flatmap")
-class ShuffledFlatMapper(_Resumable, IterDataPipe):
+class ShuffledFlatMapper(SeededPipe):
     """Like ``flatmap``, but interleaves the outputs of up to ``buffer_size`` inputs at random.
 
     (functional name: ``shuffled_flatmap``).  ``fn`` is applied to each input
@@ -208,7 +142,8 @@ class ShuffledFlatMapper(_Resumable, IterDataPipe):
     Seeding: ``set_seed(seed)`` (called by the DataLoader with its shared seed)
     fixes the next epoch's order; otherwise a seed is drawn from ``torch`` at
     the start of each epoch, like torch's ``Shuffler``.  ``set_shuffle(False)``
-    turns it into a plain ``flatmap``.
+    turns it into a plain ``flatmap`` (a pending seed then waits for the next
+    shuffled epoch).
 
     Resumable: the snapshot holds the buffered inputs with the number of
     outputs taken from each and the RNG state; a restored copy re-applies
@@ -229,7 +164,8 @@ class ShuffledFlatMapper(_Resumable, IterDataPipe):
         True
     """
 
-    _runtime = ("_buffer", "_pending", "_has_pending", "_idx", "_source_done")
+    state_keys = ("buffer", "has_pending", "pending", "idx", "source_done", "enabled")
+    _runtime = ("_buffer", "_held", "_has_held", "_idx", "_source_done")
 
     def __init__(
         self,
@@ -239,7 +175,7 @@ class ShuffledFlatMapper(_Resumable, IterDataPipe):
         buffer_size: int = 100,
     ) -> None:
         super().__init__()
-        self.datapipe = datapipe
+        self.source_datapipe = datapipe
         if fn is None:
             fn = _unpack
         _check_callable(fn, "shuffled_flatmap")
@@ -250,35 +186,62 @@ class ShuffledFlatMapper(_Resumable, IterDataPipe):
         self.input_col = input_col
         self.buffer_size = buffer_size
         self._enabled = True
-        self._seed: int | None = None
-        self._rng = random.Random()
         self._init_runtime()
 
     def _init_runtime(self) -> None:
         self._buffer: list[_Entry] = []
-        self._pending: Any = None
-        self._has_pending = False
-        self._idx = 0
+        self._held: Any = None  # the input read from upstream that waits for room in the buffer
+        self._has_held = False
+        self._idx = 0  # the buffered input the next output is taken from
         self._source_done = False
 
+    @property
+    def datapipe(self) -> IterDataPipe:
+        """The source pipe (torchdata's name for :attr:`source_datapipe`)."""
+        return self.source_datapipe
+
     def set_shuffle(self, shuffle: bool = True) -> ShuffledFlatMapper:
+        """Interleave at random (``True``) or expand the inputs in order (``False``), from the next epoch."""
         self._enabled = bool(shuffle)
         return self
 
-    def set_seed(self, seed: int) -> ShuffledFlatMapper:
-        self._seed = int(seed)
-        return self
+    def derive_epoch_seed(self, seed: int | None) -> int | None:
+        # Not shuffling: no seed, and nothing drawn from torch's generator (as torch's Shuffler).
+        return super().derive_epoch_seed(seed) if self._enabled else None
 
-    def reset(self) -> None:
-        if self._restore is not None:
-            return  # __iter__ applies the pending restore
+    def _restore_base(self, state: dict[str, Any] | None) -> None:
+        pending = self._seed
+        super()._restore_base(state)
+        if state is None and not self._enabled:
+            self._seed = pending  # as torch's Shuffler: the seed waits for the next shuffled epoch
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "buffer": [(e.item, e.consumed) for e in self._buffer],
+            "has_pending": self._has_held,
+            "pending": self._held,
+            "idx": self._idx,
+            "source_done": self._source_done,
+            "enabled": self._enabled,
+        }
+
+    def restore(self, state: dict[str, Any] | None) -> None:
         self._init_runtime()
-        if self._enabled:
-            self._rng.seed(self._seed if self._seed is not None else _torch_seed())
-            self._seed = None
+        if state is None:
+            self._idx = self._randint(self._capacity() - 1)
+            return
+        self._buffer = [_Entry(item, int(consumed)) for item, consumed in state["buffer"]]
+        self._has_held = bool(state["has_pending"])
+        self._held = state["pending"]
+        self._idx = int(state["idx"])
+        self._source_done = bool(state["source_done"])
+        self._enabled = bool(state["enabled"])
 
     def _randint(self, high: int) -> int:
-        return self._rng.randint(0, high) if self._enabled else 0
+        return self.rng.randint(0, high) if self._enabled else 0
+
+    def _capacity(self) -> int:
+        return self.buffer_size if self._enabled else 1
 
     def _entry_iter(self, entry: _Entry) -> Iterator[Any]:
         if entry.iterator is None:
@@ -288,32 +251,17 @@ class ShuffledFlatMapper(_Resumable, IterDataPipe):
             entry.iterator = it
         return entry.iterator
 
-    def _apply_restore(self, state: dict[str, Any]) -> None:
-        self._init_runtime()
-        self._buffer = [_Entry(item, int(consumed)) for item, consumed in state["buffer"]]
-        self._has_pending = bool(state["has_pending"])
-        self._pending = state["pending"]
-        self._idx = int(state["idx"])
-        self._source_done = bool(state["source_done"])
-        self._enabled = bool(state["enabled"])
-        self._rng.setstate(state["rng"])
-
     def __iter__(self) -> Iterator[Any]:
-        state = self._take_restore()
-        if state is not None:
-            self._apply_restore(state)
-        else:
-            self._idx = self._randint(self._capacity() - 1)
-        source = iter(self.datapipe) if not self._source_done else iter(())
+        source = iter(self.source_datapipe) if not self._source_done else iter(())
         while True:
             if not self._source_done:
-                if not self._has_pending:
+                if not self._has_held:
                     try:
-                        self._pending = next(source)
+                        self._held = next(source)
                     except StopIteration:
                         self._source_done = True
                         continue
-                    self._has_pending = True
+                    self._has_held = True
                 if len(self._buffer) >= self._capacity():
                     entry = self._buffer[self._idx]
                     try:
@@ -325,7 +273,7 @@ class ShuffledFlatMapper(_Resumable, IterDataPipe):
                     self._idx = self._randint(self._capacity() - 1)
                     yield value
                     continue
-                item, self._pending, self._has_pending = self._pending, None, False
+                item, self._held, self._has_held = self._held, None, False
                 self._buffer.append(_Entry(item))
                 self._entry_iter(self._buffer[-1])  # apply fn now, as torchdata does
             else:
@@ -341,22 +289,6 @@ class ShuffledFlatMapper(_Resumable, IterDataPipe):
                 entry.consumed += 1
                 yield value
 
-    def _capacity(self) -> int:
-        return self.buffer_size if self._enabled else 1
-
-    def state_dict(self) -> dict[str, Any]:
-        if self._restore is not None:
-            return self._restore
-        return {
-            "buffer": [(e.item, e.consumed) for e in self._buffer],
-            "has_pending": self._has_pending,
-            "pending": self._pending,
-            "idx": self._idx,
-            "source_done": self._source_done,
-            "enabled": self._enabled,
-            "rng": self._rng.getstate(),
-        }
-
     def __len__(self) -> int:
         # torchdata summed len(item) over the source when fn is None; that reads the whole source
         # (and would consume a pending resume of it), so the length is left unknown instead.
@@ -367,7 +299,7 @@ class ShuffledFlatMapper(_Resumable, IterDataPipe):
 
 
 @functional_datapipe("map_batches")
-class BatchMapper(_Expander, IterDataPipe):
+class BatchMapper(ExpandingPipe):
     """Group items into batches, apply ``fn`` to each batch, and yield the items it returns.
 
     (functional name: ``map_batches``).  ``fn`` receives a list of up to
@@ -402,7 +334,7 @@ class BatchMapper(_Expander, IterDataPipe):
         input_col: InputCol = None,
     ) -> None:
         super().__init__()
-        self.datapipe = datapipe
+        self.source_datapipe = datapipe
         _check_callable(fn, "map_batches")
         _validate_input_col(fn, input_col, "map_batches", nargs=1)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
@@ -412,6 +344,11 @@ class BatchMapper(_Expander, IterDataPipe):
         self.input_col = input_col
         self._init_runtime()
 
+    @property
+    def datapipe(self) -> IterDataPipe:
+        """The source pipe (torchdata's name for :attr:`source_datapipe`)."""
+        return self.source_datapipe
+
     def _outputs(self, batch: list[Any]) -> Iterable[Any]:
         if self.input_col is None:
             return self.fn(batch)
@@ -419,16 +356,18 @@ class BatchMapper(_Expander, IterDataPipe):
             return self.fn([[data[col] for col in self.input_col] for data in batch])
         return self.fn([data[self.input_col] for data in batch])
 
-    def __iter__(self) -> Iterator[Any]:
-        yield from self._resume()
+    def _batches(self) -> Iterator[list[Any]]:
         batch: list[Any] = []
-        for item in self.datapipe:
+        for item in self.source_datapipe:
             batch.append(item)
             if len(batch) == self.batch_size:
-                yield from self._expand(batch, 0)
+                yield batch
                 batch = []
         if batch:
-            yield from self._expand(batch, 0)
+            yield batch
+
+    def __iter__(self) -> Iterator[Any]:
+        yield from self._expand_all(self._batches())
 
     def __len__(self) -> int:
         raise TypeError(f"{type(self).__name__}'s length depends on the outputs of its function")
@@ -440,7 +379,7 @@ _THREADPOOL_KWARGS = frozenset({"thread_name_prefix", "initializer", "initargs"}
 
 
 @functional_datapipe("threadpool_map")
-class ThreadPoolMapper(_Resumable, IterDataPipe):
+class ThreadPoolMapper(ResumablePipe):
     """Apply ``fn`` to each item on a thread pool, yielding results in input order.
 
     (functional name: ``threadpool_map``).  Up to ``scheduled_tasks`` items are
@@ -489,7 +428,8 @@ class ThreadPoolMapper(_Resumable, IterDataPipe):
         [(0, 0, 0), (1, 1, 10), (2, 2, 20), (3, 3, 30)]
     """
 
-    _runtime = ("_lock", "_inflight", "_executor")
+    state_keys = ("inflight",)
+    _runtime = ("_lock", "_inflight", "_executor", "_resubmit")
 
     def __init__(
         self,
@@ -502,7 +442,7 @@ class ThreadPoolMapper(_Resumable, IterDataPipe):
         **threadpool_kwargs: Any,
     ) -> None:
         super().__init__()
-        self.datapipe = source_datapipe
+        self.source_datapipe = source_datapipe
         _check_callable(fn, "threadpool_map")
         _validate_input_col(fn, input_col, "threadpool_map")
         self.fn = fn
@@ -535,6 +475,19 @@ class ThreadPoolMapper(_Resumable, IterDataPipe):
         self._lock = threading.RLock()  # pause() holds it while state_dict() takes it again
         self._inflight: deque[tuple[Any, futures.Future[Any]]] = deque()
         self._executor: futures.ThreadPoolExecutor | None = None
+        self._resubmit: list[Any] = []  # inputs in flight at the checkpoint, submitted again first
+
+    @property
+    def datapipe(self) -> IterDataPipe:
+        """The source pipe (torchdata's name for :attr:`source_datapipe`)."""
+        return self.source_datapipe
+
+    def state_dict(self) -> dict[str, Any]:
+        with self._lock:
+            return {"inflight": [item for item, _ in self._inflight]}
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        self._resubmit = [] if state is None else list(state["inflight"])
 
     def _apply_fn(self, data: Any) -> Any:
         if self.input_col is None:
@@ -562,7 +515,6 @@ class ThreadPoolMapper(_Resumable, IterDataPipe):
             yield
 
     def __iter__(self) -> Iterator[Any]:
-        state = self._take_restore()
         kwargs = dict(self.threadpool_kwargs)
         kwargs.setdefault("thread_name_prefix", "pipekit-threadpool_map")
         executor = futures.ThreadPoolExecutor(max_workers=self.max_workers, **kwargs)
@@ -570,10 +522,10 @@ class ThreadPoolMapper(_Resumable, IterDataPipe):
         with self._lock:
             self._inflight, self._executor = inflight, executor
         try:
-            for item in state["inflight"] if state is not None else ():
+            for item in self._resubmit:
                 with self._lock:
                     inflight.append((item, executor.submit(self._apply_fn, item)))
-            source = iter(self.datapipe)
+            source = iter(self.source_datapipe)
             exhausted = False
 
             def top_up() -> None:
@@ -608,11 +560,5 @@ class ThreadPoolMapper(_Resumable, IterDataPipe):
                     self._executor = None
             executor.shutdown(wait=True, cancel_futures=True)
 
-    def state_dict(self) -> dict[str, Any]:
-        if self._restore is not None:
-            return self._restore
-        with self._lock:
-            return {"inflight": [item for item, _ in self._inflight]}
-
     def __len__(self) -> int:
-        return len(self.datapipe)
+        return len(self.source_datapipe)
