@@ -14,6 +14,8 @@ augmentations an uninterrupted one would.  ``pipe.map(Augment(...))`` draws
 from the transform's own per-worker stream (see
 :mod:`pipekit.transforms.seeding`), which is reproducible for a seeded
 DataLoader but not part of checkpoints.
+
+This module was called ``pipekit.pipes.transforms``; that name still imports.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import torch
 from torch import nn
 
 from pipekit.pipes.base import IterDataPipe, functional_datapipe
+from pipekit.pipes.state import SeededPipe
 from pipekit.transforms.batch_augment import BatchTransform
 from pipekit.transforms.normalize import Normalize
 from pipekit.transforms.seeding import RandomStream, pipe_stream_seed
@@ -146,56 +149,56 @@ class Normalizer(IterDataPipe):
         return _len(self.source_datapipe, "normalize")
 
 
-class _RandomPipe(IterDataPipe):
-    """Seeding and checkpointing shared by the random transform pipes."""
+class _StreamPipe(SeededPipe):
+    """What ``augment`` and ``augment_batch`` share: a :class:`RandomStream` seeded per epoch, worker and rank.
 
-    def _init_random(self) -> None:
-        self._seed: int | None = None
+    The transforms draw from a :class:`~pipekit.transforms.seeding.RandomStream`
+    (torch's and numpy's generators: torchvision's random transforms draw from
+    torch's global generator), not from ``self.rng``.  The epoch seed mixes
+    the pending seed (or a draw from torch) with the worker id and rank
+    (:func:`~pipekit.transforms.seeding.pipe_stream_seed`), so workers and
+    ranks differ; the stream restarts from it at each epoch and its position
+    is the checkpoint's ``"rng"`` (``None`` before the first epoch started).
+    """
+
+    state_keys = ("rng",)
+    _runtime = ("_started",)
+
+    def _init_stream(self) -> None:
         self._stream = RandomStream()
-        self._started = False
-        self._restore: dict[str, Any] | None = None
+        self._init_runtime()
 
-    def set_seed(self, seed: int) -> _RandomPipe:
-        """Seed the next epoch (the DataLoader calls this with its shared seed)."""
-        self._seed = int(seed)
-        return self
+    def _init_runtime(self) -> None:
+        self._started = False  # a pickled copy (in a DataLoader worker) has not started its stream
 
-    def reset(self) -> None:
-        state, self._restore = self._restore, None
-        if state is not None and state.get("rng") is not None:
-            self._stream.load_state_dict(state["rng"])
+    def derive_epoch_seed(self, seed: int | None) -> int:
+        return pipe_stream_seed(seed)
+
+    def _restore_base(self, state: dict[str, Any] | None) -> None:
+        # "rng" is the stream's position, not the state of self.rng; a state taken before the first
+        # epoch started (rng None) is the start of an epoch, seeded from the pending seed.
+        if state is None or state["rng"] is None:
+            super()._restore_base(None)
         else:
-            self._stream.reseed(pipe_stream_seed(self._seed))
-        self._seed = None
-        self._started = True
+            super()._restore_base({key: value for key, value in state.items() if key != "rng"})
 
     def state_dict(self) -> dict[str, Any]:
         """The random stream's position (``None`` before the first epoch started)."""
-        if self._restore is not None:
-            return self._restore
         return {"rng": self._stream.state_dict() if self._started else None}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if not isinstance(state, dict) or "rng" not in state:
-            raise TypeError(f"{self.functional_name}.load_state_dict expects a dict from state_dict()")  # type: ignore[attr-defined]
-        self._restore = state
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_started"] = False
-        if IterDataPipe.getstate_hook is not None:
-            return IterDataPipe.getstate_hook(state)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+    def restore(self, state: dict[str, Any] | None) -> None:
+        if state is None or state["rng"] is None:
+            self._stream.reseed(self.epoch_seed)
+        else:
+            self._stream.load_state_dict(state["rng"])
+        self._started = True
 
     def __len__(self) -> int:
         return _len(self.source_datapipe, self.functional_name)  # type: ignore[attr-defined]
 
 
 @functional_datapipe("augment")
-class Augmenter(_RandomPipe):
+class Augmenter(_StreamPipe):
     """Augment each sample dict with torchvision v2 transforms (functional name ``augment``).
 
     Image, masks and boxes move together and other entries pass through (see
@@ -242,7 +245,7 @@ class Augmenter(_RandomPipe):
         else:
             self.transform = Augment(transforms, image_key=image_key, mask_keys=mask_keys, box_keys=box_keys)
         self.source_datapipe = source_datapipe
-        self._init_random()
+        self._init_stream()
 
     def __iter__(self) -> Iterator[Any]:
         for item in self.source_datapipe:
@@ -255,7 +258,7 @@ class Augmenter(_RandomPipe):
 
 
 @functional_datapipe("augment_batch")
-class BatchAugmenter(_RandomPipe):
+class BatchAugmenter(_StreamPipe):
     """Augment collated batches per sample (functional name ``augment_batch``).
 
     Runs a :mod:`~pipekit.transforms.batch_augment` transform (flips, 90-degree
@@ -286,7 +289,7 @@ class BatchAugmenter(_RandomPipe):
             )
         self.transform: nn.Module = transform
         self.source_datapipe = source_datapipe
-        self._init_random()
+        self._init_stream()
 
     def __iter__(self) -> Iterator[Any]:
         for batch in self.source_datapipe:
