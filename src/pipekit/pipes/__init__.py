@@ -16,7 +16,7 @@ Where each pipe lives (functional name -> module):
 ``webdataset shard_expand``                                  :mod:`~pipekit.pipes.webdataset`
 ``readlines parse_csv parse_csv_as_dict parse_json_files``   :mod:`~pipekit.pipes.parsing`
 ``decode_image decode``                                      :mod:`~pipekit.pipes.decode`
-``flatmap shuffled_flatmap map_batches threadpool_map``      :mod:`~pipekit.pipes.transform`
+``flatmap shuffled_flatmap map_batches threadpool_map``      :mod:`~pipekit.pipes.mapping`
 ``header cycle repeat enumerate add_index set_length``       :mod:`~pipekit.pipes.flow`
 ``zip_longest zip_with_iter zip_with_map``                   :mod:`~pipekit.pipes.zipping`
 ``mux_longest`` ``SampleMultiplexer``                        :mod:`~pipekit.pipes.multiplexing`
@@ -31,7 +31,7 @@ Where each pipe lives (functional name -> module):
 ``check_hash``                                               :mod:`~pipekit.pipes.hashing`
 ``drop slice flatten rows2columnar lines_to_paragraphs``     :mod:`~pipekit.pipes.columns`
 ``fullsync``                                                 :mod:`~pipekit.pipes.distributed`
-``append_index normalize augment augment_batch``             :mod:`~pipekit.pipes.transforms`
+``append_index normalize augment augment_batch``             :mod:`~pipekit.pipes.sample_transforms`
 ``read_geo`` (bounding boxes -> geo samples)                 :mod:`pipekit.geo.pipes`
 ``list_files_by_fsspec ... save_to_disk``                    :mod:`~pipekit.pipes.fsspec_io`
 ==========================================================  ============================
@@ -48,6 +48,7 @@ from pipekit.pipes.collate import *
 from pipekit.pipes.columns import *
 from pipekit.pipes.combine import *
 from pipekit.pipes.conversion import *
+from pipekit.pipes.decompress import *
 from pipekit.pipes.decode import *
 from pipekit.pipes.disk_cache import *
 from pipekit.pipes.distributed import *
@@ -60,8 +61,8 @@ from pipekit.pipes.multiplexing import *
 from pipekit.pipes.parsing import *
 from pipekit.pipes.prefetch import *
 from pipekit.pipes.splitting import *
-from pipekit.pipes.transform import *
-from pipekit.pipes.transforms import *
+from pipekit.pipes.mapping import *
+from pipekit.pipes.sample_transforms import *
 from pipekit.pipes.webdataset import *
 from pipekit.pipes.zipping import *
 from pipekit.pipes import (
@@ -73,6 +74,7 @@ from pipekit.pipes import (
     columns,
     combine,
     conversion,
+    decompress,
     decode,
     disk_cache,
     distributed,
@@ -85,8 +87,8 @@ from pipekit.pipes import (
     parsing,
     prefetch,
     splitting,
-    transform,
-    transforms,
+    mapping,
+    sample_transforms,
     webdataset,
     zipping,
 )
@@ -105,6 +107,7 @@ __all__ = sorted(
         *columns.__all__,
         *combine.__all__,
         *conversion.__all__,
+        *decompress.__all__,
         *decode.__all__,
         *disk_cache.__all__,
         *distributed.__all__,
@@ -117,8 +120,8 @@ __all__ = sorted(
         *parsing.__all__,
         *prefetch.__all__,
         *splitting.__all__,
-        *transform.__all__,
-        *transforms.__all__,
+        *mapping.__all__,
+        *sample_transforms.__all__,
         *webdataset.__all__,
         *zipping.__all__,
     }

@@ -1,36 +1,33 @@
 """Batching by length: ``bucketbatch``, ``max_token_bucketize`` and ``in_batch_shuffle``.
 
 torchdata 0.9's pipes with the same class names, functional names, arguments
-and semantics, rewritten as single resumable pipes: each keeps its buffers and
-its random generator's state in ``state_dict()`` so that a checkpointed
-pipeline resumes exactly (see :mod:`pipekit.pipes.resume`).
+and semantics, rewritten as single resumable pipes on :mod:`pipekit.pipes.state`:
+each keeps its buffers (and the random ones their generator's state) in
+``state_dict()`` so that a checkpointed pipeline resumes exactly (see
+:mod:`pipekit.pipes.resume`).
 
-Random pipes draw a fresh seed from torch's generator at the start of each
-epoch, unless :meth:`set_seed` was called (torch's DataLoader calls it with a
-seed shared by all workers); like torch's ``Shuffler``, a seed given with
-``set_seed`` applies to the next epoch only.
+The random pipes (``bucketbatch``, ``in_batch_shuffle``) are
+:class:`~pipekit.pipes.state.SeededPipe`: they draw a fresh seed from torch's
+generator at the start of each epoch, unless :meth:`set_seed` was called
+(torch's DataLoader calls it with a seed shared by all workers); like torch's
+``Shuffler``, a seed given with ``set_seed`` applies to the next shuffled
+epoch only, and ``set_shuffle(False)`` turns the shuffling off.
 """
 
 from __future__ import annotations
 
 import heapq
 import numbers
-import random
 import reprlib
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import torch
-
 from pipekit.errors import SkipLog, StageError
 from pipekit.pipes.base import IterDataPipe, functional_datapipe
+from pipekit.pipes.state import ResumablePipe, SeededPipe
 
 __all__ = ["BucketBatcher", "InBatchShuffler", "MaxTokenBucketizer"]
-
-
-def _torch_seed() -> int:
-    return int(torch.empty((), dtype=torch.int64).random_().item())
 
 
 def _check_positive_int(name: str, value: Any, stage: str) -> int:
@@ -41,37 +38,8 @@ def _check_positive_int(name: str, value: Any, stage: str) -> int:
     return int(value)
 
 
-class _SeededPipe(IterDataPipe):
-    """Shared seeding logic of the random pipes in this module (like torch's ``Shuffler``)."""
-
-    _enabled: bool = True
-    _seed: int | None = None
-    _restore: dict[str, Any] | None = None
-
-    def set_shuffle(self, shuffle: bool = True) -> _SeededPipe:
-        """Turn shuffling on or off (torch's DataLoader calls this with its ``shuffle`` argument)."""
-        self._enabled = bool(shuffle)
-        return self
-
-    def set_seed(self, seed: int) -> _SeededPipe:
-        """Seed the next epoch's shuffling (later epochs draw a seed from torch again)."""
-        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
-        self._seed = int(seed)
-        return self
-
-    def _reseed(self) -> None:
-        if self._seed is None:
-            self._seed = _torch_seed()
-        self._rng.seed(self._seed)
-        self._seed = None
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._restore = dict(state)
-
-
 @functional_datapipe("in_batch_shuffle")
-class InBatchShuffler(_SeededPipe):
+class InBatchShuffler(SeededPipe):
     """Shuffle the items inside each batch (functional name: ``in_batch_shuffle``).
 
     Each batch (a list) from upstream is yielded as a new list holding the
@@ -89,22 +57,32 @@ class InBatchShuffler(_SeededPipe):
     """
 
     def __init__(self, datapipe: IterDataPipe) -> None:
-        self.datapipe = datapipe
+        super().__init__()
+        self.source_datapipe = datapipe
         self._enabled = True
-        self._seed = None
-        self._rng = random.Random()
-        self._restore = None
 
-    def reset(self) -> None:
-        state, self._restore = self._restore, None
-        if state is not None:
-            self._rng.setstate(state["rng"])
-            self._seed = None
-        elif self._enabled:
-            self._reseed()
+    @property
+    def datapipe(self) -> IterDataPipe:
+        """The source pipe (torchdata's name for :attr:`source_datapipe`)."""
+        return self.source_datapipe
+
+    def set_shuffle(self, shuffle: bool = True) -> InBatchShuffler:
+        """Turn shuffling on or off (torch's DataLoader calls this with its ``shuffle`` argument)."""
+        self._enabled = bool(shuffle)
+        return self
+
+    def derive_epoch_seed(self, seed: int | None) -> int | None:
+        # Not shuffling: no seed, and nothing drawn from torch's generator (as torch's Shuffler).
+        return super().derive_epoch_seed(seed) if self._enabled else None
+
+    def _restore_base(self, state: dict[str, Any] | None) -> None:
+        pending = self._seed
+        super()._restore_base(state)
+        if state is None and not self._enabled:
+            self._seed = pending  # as torch's Shuffler: the seed waits for the next shuffled epoch
 
     def __iter__(self) -> Iterator[list[Any]]:
-        for batch in self.datapipe:
+        for batch in self.source_datapipe:
             if not self._enabled:
                 yield batch
                 continue
@@ -114,19 +92,14 @@ class InBatchShuffler(_SeededPipe):
                 raise TypeError(
                     f"in_batch_shuffle: expected batches (lists of items), got a {type(batch).__name__}"
                 ) from exc
-            yield self._rng.sample(items, len(items))
+            yield self.rng.sample(items, len(items))
 
     def __len__(self) -> int:
-        return len(self.datapipe)
-
-    def state_dict(self) -> dict[str, Any]:
-        if self._restore is not None:
-            return dict(self._restore)
-        return {"rng": self._rng.getstate()}
+        return len(self.source_datapipe)
 
 
 @functional_datapipe("bucketbatch")
-class BucketBatcher(_SeededPipe):
+class BucketBatcher(SeededPipe):
     """Batch items that are similar according to ``sort_key`` (functional name: ``bucketbatch``).
 
     The stream is processed in the stages torchdata 0.9 chained together, with
@@ -178,6 +151,9 @@ class BucketBatcher(_SeededPipe):
         [[3, 4, 5], [6, 7, 8], [0, 1, 2]]
     """
 
+    state_keys = ("pool", "bucket", "batch", "group", "out")
+    _runtime = ("_pool", "_bucket", "_batch", "_group", "_out")
+
     def __init__(
         self,
         datapipe: IterDataPipe,
@@ -188,67 +164,67 @@ class BucketBatcher(_SeededPipe):
         sort_key: Callable[[list[Any]], list[Any]] | None = None,
         use_in_batch_shuffle: bool = True,
     ) -> None:
+        super().__init__()
         stage = "bucketbatch"
         self.batch_size = _check_positive_int("batch_size", batch_size, stage)
         self.batch_num = _check_positive_int("batch_num", batch_num, stage)
         self.bucket_num = _check_positive_int("bucket_num", bucket_num, stage)
         if sort_key is not None and not callable(sort_key):
             raise TypeError(f"bucketbatch: sort_key must be callable or None, got {type(sort_key).__name__}")
-        self.datapipe = datapipe
+        self.source_datapipe = datapipe
         self.drop_last = bool(drop_last)
         self.sort_key = sort_key
         self.use_in_batch_shuffle = bool(use_in_batch_shuffle)
         self.bucket_size = self.batch_size * self.batch_num
         self.pool_size = self.bucket_size * self.bucket_num
         self._enabled = True
-        self._seed = None
-        self._rng = random.Random()
-        self._restore = None
-        self._clear()
+        self._init_runtime()
+
+    @property
+    def datapipe(self) -> IterDataPipe:
+        """The source pipe (torchdata's name for :attr:`source_datapipe`)."""
+        return self.source_datapipe
+
+    def set_shuffle(self, shuffle: bool = True) -> BucketBatcher:
+        """Turn shuffling on or off (torch's DataLoader calls this with its ``shuffle`` argument)."""
+        self._enabled = bool(shuffle)
+        return self
+
+    def derive_epoch_seed(self, seed: int | None) -> int | None:
+        # Not shuffling: no seed, and nothing drawn from torch's generator (as torch's Shuffler).
+        return super().derive_epoch_seed(seed) if self._enabled else None
+
+    def _restore_base(self, state: dict[str, Any] | None) -> None:
+        pending = self._seed
+        super()._restore_base(state)
+        if state is None and not self._enabled:
+            self._seed = pending  # as torch's Shuffler: the seed waits for the next shuffled epoch
 
     # -- buffers ---------------------------------------------------------------------------------
-    def _clear(self) -> None:
+    def _init_runtime(self) -> None:
         self._pool: list[Any] = []  # stage 1: pool being filled, or the shuffle buffer
         self._bucket: list[Any] = []  # stage 2: bucket being filled
         self._batch: list[Any] = []  # stage 3: batch being filled
         self._group: list[list[Any]] = []  # stage 4: batches being grouped, or the shuffle buffer
         self._out: deque[list[Any]] = deque()  # finished batches, in output order
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = {k: v for k, v in self.__dict__.items() if k not in ("_pool", "_bucket", "_batch", "_group", "_out")}
-        if IterDataPipe.getstate_hook is not None:
-            return IterDataPipe.getstate_hook(state)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._clear()
-
-    def reset(self) -> None:
-        state, self._restore = self._restore, None
-        self._clear()
-        if state is not None:
-            self._pool = list(state["pool"])
-            self._bucket = list(state["bucket"])
-            self._batch = list(state["batch"])
-            self._group = [list(b) for b in state["group"]]
-            self._out = deque(list(b) for b in state["out"])
-            self._rng.setstate(state["rng"])
-            self._seed = None
-        elif self._enabled:
-            self._reseed()
-
     def state_dict(self) -> dict[str, Any]:
-        if self._restore is not None:
-            return dict(self._restore)
         return {
             "pool": list(self._pool),
             "bucket": list(self._bucket),
             "batch": list(self._batch),
             "group": [list(b) for b in self._group],
             "out": [list(b) for b in self._out],
-            "rng": self._rng.getstate(),
         }
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        self._init_runtime()
+        if state is not None:
+            self._pool = list(state["pool"])
+            self._bucket = list(state["bucket"])
+            self._batch = list(state["batch"])
+            self._group = [list(b) for b in state["group"]]
+            self._out = deque(list(b) for b in state["out"])
 
     # -- stages ----------------------------------------------------------------------------------
     @property
@@ -256,7 +232,7 @@ class BucketBatcher(_SeededPipe):
         return self._enabled and (self.bucket_num > 1 or self.sort_key is None)
 
     def _chunk_shuffled(self, chunk: list[Any]) -> list[Any]:
-        return self._rng.sample(chunk, len(chunk))
+        return self.rng.sample(chunk, len(chunk))
 
     def _push_item(self, item: Any) -> None:  # stage 1
         if not self._pool_shuffle:
@@ -268,7 +244,7 @@ class BucketBatcher(_SeededPipe):
                 for x in self._chunk_shuffled(pool):
                     self._push_sorted(x)
         elif len(self._pool) == self.pool_size:
-            idx = self._rng.randint(0, self.pool_size - 1)
+            idx = self.rng.randint(0, self.pool_size - 1)
             out, self._pool[idx] = self._pool[idx], item
             self._push_sorted(out)
         else:
@@ -281,7 +257,7 @@ class BucketBatcher(_SeededPipe):
                 self._push_sorted(x)
         else:
             while self._pool:
-                idx = self._rng.randint(0, len(self._pool) - 1)
+                idx = self.rng.randint(0, len(self._pool) - 1)
                 self._push_sorted(self._pool.pop(idx))
 
     def _sorted_bucket(self, bucket: list[Any]) -> list[Any]:
@@ -330,7 +306,7 @@ class BucketBatcher(_SeededPipe):
                 group, self._group = self._group, []
                 self._out.extend(self._chunk_shuffled(group))
         elif len(self._group) == self.bucket_size:
-            idx = self._rng.randint(0, self.bucket_size - 1)
+            idx = self.rng.randint(0, self.bucket_size - 1)
             out, self._group[idx] = self._group[idx], batch
             self._out.append(out)
         else:
@@ -343,11 +319,11 @@ class BucketBatcher(_SeededPipe):
                 self._out.extend(self._chunk_shuffled(group))
         else:
             while self._group:
-                idx = self._rng.randint(0, len(self._group) - 1)
+                idx = self.rng.randint(0, len(self._group) - 1)
                 self._out.append(self._group.pop(idx))
 
     def __iter__(self) -> Iterator[list[Any]]:
-        for item in self.datapipe:
+        for item in self.source_datapipe:
             self._push_item(item)
             while self._out:
                 yield self._out.popleft()
@@ -373,7 +349,7 @@ class _Entry:
 
 
 @functional_datapipe("max_token_bucketize")
-class MaxTokenBucketizer(IterDataPipe):
+class MaxTokenBucketizer(ResumablePipe):
     """Batch items of similar length under a token budget (functional name: ``max_token_bucketize``).
 
     Items are pushed on a min-heap (by ``len_fn(item)``) of ``buffer_size``
@@ -417,6 +393,9 @@ class MaxTokenBucketizer(IterDataPipe):
         [['1', '1', '1'], ['11', '11'], ['11'], ['111'], ['111'], ['1111']]
     """
 
+    state_keys = ("heap", "batch", "tokens", "longest", "seen")
+    _runtime = ("_heap", "_batch", "_tokens", "_longest", "_seen")
+
     def __init__(
         self,
         datapipe: IterDataPipe,
@@ -427,6 +406,7 @@ class MaxTokenBucketizer(IterDataPipe):
         buffer_size: int | None = 1000,
         include_padding: bool = False,
     ) -> None:
+        super().__init__()
         stage = "max_token_bucketize"
         if isinstance(max_token_count, bool) or not isinstance(max_token_count, numbers.Real):
             raise TypeError(f"{stage}: max_token_count must be a number, got {type(max_token_count).__name__}")
@@ -443,7 +423,7 @@ class MaxTokenBucketizer(IterDataPipe):
             raise ValueError(f"{stage}: max_len ({max_len}) must not exceed max_token_count ({max_token_count})")
         if buffer_size is not None:
             _check_positive_int("buffer_size", buffer_size, stage)
-        self.datapipe = datapipe
+        self.source_datapipe = datapipe
         self.max_token_count = max_token_count
         self.len_fn = len_fn
         self.min_len = min_len
@@ -451,39 +431,21 @@ class MaxTokenBucketizer(IterDataPipe):
         self.buffer_size = buffer_size
         self.include_padding = bool(include_padding)
         self.skip_log = SkipLog(stage)
-        self._restore: dict[str, Any] | None = None
-        self._clear()
+        self._init_runtime()
 
-    def _clear(self) -> None:
+    @property
+    def datapipe(self) -> IterDataPipe:
+        """The source pipe (torchdata's name for :attr:`source_datapipe`)."""
+        return self.source_datapipe
+
+    def _init_runtime(self) -> None:
         self._heap: list[_Entry] = []
         self._batch: list[Any] = []
         self._tokens: float = 0
         self._longest: float = 0
         self._seen = 0
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = {k: v for k, v in self.__dict__.items() if k not in ("_heap", "_batch")}
-        if IterDataPipe.getstate_hook is not None:
-            return IterDataPipe.getstate_hook(state)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._clear()
-
-    def reset(self) -> None:
-        state, self._restore = self._restore, None
-        self._clear()
-        if state is not None:
-            self._heap = [_Entry(length, data) for length, data in state["heap"]]
-            self._batch = list(state["batch"])
-            self._tokens = state["tokens"]
-            self._longest = state["longest"]
-            self._seen = state["seen"]
-
     def state_dict(self) -> dict[str, Any]:
-        if self._restore is not None:
-            return dict(self._restore)
         return {
             "heap": [(e.length, e.data) for e in self._heap],
             "batch": list(self._batch),
@@ -492,8 +454,14 @@ class MaxTokenBucketizer(IterDataPipe):
             "seen": self._seen,
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._restore = dict(state)
+    def restore(self, state: dict[str, Any] | None) -> None:
+        self._init_runtime()
+        if state is not None:
+            self._heap = [_Entry(length, data) for length, data in state["heap"]]
+            self._batch = list(state["batch"])
+            self._tokens = state["tokens"]
+            self._longest = state["longest"]
+            self._seen = state["seen"]
 
     def _length(self, item: Any, index: int) -> float | None:
         """The item's length, or None if it is skipped."""
@@ -542,7 +510,7 @@ class MaxTokenBucketizer(IterDataPipe):
         return None
 
     def __iter__(self) -> Iterator[list[Any]]:
-        for item in self.datapipe:
+        for item in self.source_datapipe:
             index = self._seen
             self._seen += 1
             length = self._length(item, index)

@@ -88,10 +88,6 @@ def worker_id() -> int | None:
     return None if info is None else int(info.id)
 
 
-def _torch_seed() -> int:
-    return int(torch.empty((), dtype=torch.int64).random_().item())
-
-
 def stream_seed(seed: int | None = None, salt: int = 0) -> int:
     """The seed of a transform's stream in this process (see the module docstring).
 
@@ -104,12 +100,14 @@ def stream_seed(seed: int | None = None, salt: int = 0) -> int:
     main process on ``seed`` (or a draw from torch's global RNG when it is
     ``None``), the rank and ``salt``.
     """
+    from pipekit.pipes.state import draw_seed  # not at the top: pipekit.pipes imports this module
+
     info = torch.utils.data.get_worker_info()
     rank = get_rank()
     own = -1 if seed is None else int(seed)
     if info is not None:
         return mix_seed(_TAG_TRANSFORM, int(info.seed), rank, own, salt)
-    base = _torch_seed() if seed is None else int(seed)
+    base = draw_seed() if seed is None else int(seed)
     return mix_seed(_TAG_TRANSFORM, base, rank, own, salt)
 
 
@@ -121,7 +119,9 @@ def pipe_stream_seed(seed: int | None) -> int:
     RNG.  The worker id and rank are mixed in, so workers and ranks differ
     while a seeded run stays reproducible.
     """
-    base = _torch_seed() if seed is None else int(seed)
+    from pipekit.pipes.state import draw_seed  # not at the top: pipekit.pipes imports this module
+
+    base = draw_seed() if seed is None else int(seed)
     wid = worker_id()
     return mix_seed(_TAG_PIPE, base, -1 if wid is None else wid, get_rank())
 
@@ -157,8 +157,10 @@ class RandomStream:
     def __init__(self, seed: int | None = None) -> None:
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
             raise TypeError(f"RandomStream: seed must be an int or None, got {type(seed).__name__}")
+        from pipekit.pipes.state import draw_seed  # not at the top: pipekit.pipes imports this module
+
         self.seed = None if seed is None else int(seed)
-        self.salt = self.seed if self.seed is not None else _torch_seed()
+        self.salt = self.seed if self.seed is not None else draw_seed()
         self._init_runtime()
 
     def _init_runtime(self) -> None:

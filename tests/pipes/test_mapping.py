@@ -1,4 +1,4 @@
-"""flatmap, shuffled_flatmap, map_batches and threadpool_map (pipekit.pipes.transform)."""
+"""flatmap, shuffled_flatmap, map_batches and threadpool_map (pipekit.pipes.mapping)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from pipekit.pipes import (
     ThreadPoolMapper,
 )
 from pipekit.pipes.base import owner_of
-from pipekit.pipes.resume import not_snapshot_capable
+from pipekit.pipes.resume import not_snapshot_capable, restore_pipeline, snapshot_pipeline
 from pipekit.testing import assert_resumes, resume_after
 
 # ----------------------------------------------------------------- module-level functions (picklable)
@@ -103,10 +103,18 @@ def words():
 
 
 def test_functional_names_are_pipekits():
-    assert owner_of("flatmap") == "pipekit.pipes.transform.FlatMapper"
-    assert owner_of("shuffled_flatmap") == "pipekit.pipes.transform.ShuffledFlatMapper"
-    assert owner_of("map_batches") == "pipekit.pipes.transform.BatchMapper"
-    assert owner_of("threadpool_map") == "pipekit.pipes.transform.ThreadPoolMapper"
+    assert owner_of("flatmap") == "pipekit.pipes.mapping.FlatMapper"
+    assert owner_of("shuffled_flatmap") == "pipekit.pipes.mapping.ShuffledFlatMapper"
+    assert owner_of("map_batches") == "pipekit.pipes.mapping.BatchMapper"
+    assert owner_of("threadpool_map") == "pipekit.pipes.mapping.ThreadPoolMapper"
+
+
+def test_old_module_name_still_imports():
+    from pipekit.pipes import mapping, transform
+
+    assert (transform.FlatMapper, transform.ShuffledFlatMapper) == (FlatMapper, ShuffledFlatMapper)
+    assert (transform.BatchMapper, transform.ThreadPoolMapper) == (BatchMapper, ThreadPoolMapper)
+    assert transform.__all__ == mapping.__all__
 
 
 # ----------------------------------------------------------------- flatmap
@@ -141,6 +149,18 @@ class TestFlatMapper:
     def test_no_length(self):
         with pytest.raises(TypeError, match="length"):
             len(IterableWrapper([1]).flatmap(twice))
+
+    def test_source_keeps_its_torchdata_name(self):
+        source = IterableWrapper([1])
+        for pipe in (
+            source.flatmap(twice),
+            source.shuffled_flatmap(),
+            source.map_batches(add_one_batch, 2),
+            source.threadpool_map(mul_ten),
+        ):
+            assert pipe.source_datapipe is source and pipe.datapipe is source
+            with pytest.raises(AttributeError):
+                pipe.datapipe = source
 
     def test_pickle(self):
         pipe = IterableWrapper(range(4)).flatmap(twice)
@@ -262,6 +282,31 @@ class TestShuffledFlatMapper:
     @pytest.mark.parametrize("n", [0, 1, 3, 6, 11, 12])
     def test_resumes(self, words, n):
         assert_resumes(lambda: IterableWrapper(words).shuffled_flatmap(buffer_size=2).set_seed(9), n)
+
+    def test_pending_seed_waits_while_not_shuffling(self, words):
+        # as torch's Shuffler: an epoch without shuffling leaves the seed for the next shuffled one
+        dp = IterableWrapper(words).shuffled_flatmap(buffer_size=2).set_seed(0).set_shuffle(False)
+        assert list(dp) == [1, 2, 3, 4, *"abcdABCD"]
+        assert dp._seed == 0
+        assert list(dp.set_shuffle(True)) == ["a", "b", 1, "c", "d", "A", "B", "C", 2, 3, "D", 4]
+        assert dp._seed is None
+
+    def test_restores_a_checkpoint_without_epoch_seed(self, words):
+        # checkpoints written before the pipe was a SeededPipe hold the generator but no "seed"
+        def make():
+            return IterableWrapper(words).shuffled_flatmap(buffer_size=2).set_seed(9)
+
+        expected = list(make())
+        pipe = make()
+        it = iter(pipe)
+        head = [next(it) for _ in range(5)]
+        state = snapshot_pipeline(pipe)
+        own = state["states"][0]
+        assert {"seed", "rng"} <= set(own)
+        del own["seed"]
+        fresh = make()
+        restore_pipeline(fresh, state)
+        assert head + list(fresh) == expected
 
     @pytest.mark.parametrize("n", [4, 17, 30])
     def test_resumes_with_full_buffer_and_pending_input(self, n):

@@ -1,4 +1,4 @@
-"""append_index, normalize, augment and augment_batch (pipekit.pipes.transforms)."""
+"""append_index, normalize, augment and augment_batch (pipekit.pipes.sample_transforms)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ from torch.utils.data import DataLoader
 from torchvision.transforms import v2
 
 import pipekit
-import pipekit.pipes.transforms  # registers the functional names until pipekit.pipes imports it
 from pipekit.pipes import IterableWrapper
 from pipekit.pipes.base import owner_of
-from pipekit.pipes.resume import not_snapshot_capable
-from pipekit.pipes.transforms import Augmenter, BatchAugmenter, IndexAppender, Normalizer
+from pipekit.pipes.resume import not_snapshot_capable, restore_pipeline, snapshot_pipeline
+from pipekit.pipes.sample_transforms import Augmenter, BatchAugmenter, IndexAppender, Normalizer
 from pipekit.testing import assert_resumes
 from pipekit.transforms import (
     AppendNDVI,
@@ -69,10 +68,18 @@ def augment_batch_pipe(n: int = 16):
 
 
 def test_functional_names_are_registered():
-    assert owner_of("append_index") == "pipekit.pipes.transforms.IndexAppender"
-    assert owner_of("normalize") == "pipekit.pipes.transforms.Normalizer"
-    assert owner_of("augment") == "pipekit.pipes.transforms.Augmenter"
-    assert owner_of("augment_batch") == "pipekit.pipes.transforms.BatchAugmenter"
+    assert owner_of("append_index") == "pipekit.pipes.sample_transforms.IndexAppender"
+    assert owner_of("normalize") == "pipekit.pipes.sample_transforms.Normalizer"
+    assert owner_of("augment") == "pipekit.pipes.sample_transforms.Augmenter"
+    assert owner_of("augment_batch") == "pipekit.pipes.sample_transforms.BatchAugmenter"
+
+
+def test_old_module_name_still_imports():
+    from pipekit.pipes import transforms
+
+    assert (transforms.Augmenter, transforms.BatchAugmenter) == (Augmenter, BatchAugmenter)
+    assert (transforms.IndexAppender, transforms.Normalizer) == (IndexAppender, Normalizer)
+    assert transforms.__all__ == pipekit.pipes.sample_transforms.__all__
 
 
 class TestIndexAppender:
@@ -191,6 +198,27 @@ class TestAugmenter:
         assert not_snapshot_capable(augment_pipe()) == []
         for n in (0, 1, 5, 9):
             assert_resumes(augment_pipe, n)
+
+    @pytest.mark.parametrize("state", [{"rng": None}, {"seed": None, "rng": None}])
+    def test_a_state_taken_before_the_first_epoch_starts_one(self, state):
+        assert augment_pipe().datapipe.state_dict() == {"seed": None, "rng": None}
+        fresh = augment_pipe()
+        fresh.datapipe.load_state_dict(pickle.loads(pickle.dumps(state)))
+        assert fresh.datapipe.state_dict() == state  # pending until the next iterator starts
+        assert list(fresh) == list(augment_pipe())  # seeded from its pending seed, as an epoch's start
+
+    def test_restores_a_checkpoint_without_epoch_seed(self):
+        # checkpoints written before the pipe was a SeededPipe hold the stream's position but no "seed"
+        pipe = augment_pipe()
+        it = iter(pipe)
+        head = [next(it) for _ in range(4)]
+        state = snapshot_pipeline(pipe)
+        own = state["states"][1]
+        assert set(own) == {"seed", "rng"} and own["rng"] is not None
+        del own["seed"]
+        fresh = augment_pipe()
+        restore_pipeline(fresh, pickle.loads(pickle.dumps(state)))
+        assert head + list(fresh) == list(augment_pipe())
 
     def test_errors_say_which_stage(self):
         pipe = IterableWrapper([{"mask": torch.zeros(2, 2)}]).augment([RandomRot90()])
