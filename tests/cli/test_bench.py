@@ -78,7 +78,7 @@ class TestWebDataset:
         assert out.startswith(f"pipekit bench: webdataset on {shards} (2 shards)")
         rows = stage_table(out)
         names = [r[1] for r in rows]
-        assert names == chain_names(datasets.WebDataset(str(shards), size=16, batch_size=2))
+        assert names == chain_names(datasets.TarShards(str(shards), size=16, batch_size=2))
         assert {"load_from_tar", "webdataset", "decode", "shuffle"} <= set(names)
         assert re.search(r"with 2 DataLoader worker\(s\): 2 batches \(4 samples\) in [\d.]+ s: ", out)
 

@@ -158,7 +158,7 @@ def test_stream_from_s3(s3_server, tmp_path):
                                            "AWS_SECRET_ACCESS_KEY": s3_server.secret})
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
-    assert "WebDataset(4 shards, train, batch_size=4)" in out
+    assert "TarShards(4 shards, train, batch_size=4)" in out
     assert ".jpg (4, 3, 32, 32) torch.uint8" in out
     assert "32 samples (32 distinct) in 8 batches" in out
     assert "16 of 16 patches in 4 batches" in out

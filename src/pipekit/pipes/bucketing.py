@@ -25,7 +25,7 @@ from typing import Any
 
 from pipekit.errors import SkipLog, StageError
 from pipekit.pipes.base import IterDataPipe, functional_datapipe
-from pipekit.pipes.state import ResumablePipe, SeededPipe
+from pipekit.pipes.state import ResumablePipe, ShufflingPipe
 
 __all__ = ["BucketBatcher", "InBatchShuffler", "MaxTokenBucketizer"]
 
@@ -39,7 +39,7 @@ def _check_positive_int(name: str, value: Any, stage: str) -> int:
 
 
 @functional_datapipe("in_batch_shuffle")
-class InBatchShuffler(SeededPipe):
+class InBatchShuffler(ShufflingPipe):
     """Shuffle the items inside each batch (functional name: ``in_batch_shuffle``).
 
     Each batch (a list) from upstream is yielded as a new list holding the
@@ -66,21 +66,6 @@ class InBatchShuffler(SeededPipe):
         """The source pipe (torchdata's name for :attr:`source_datapipe`)."""
         return self.source_datapipe
 
-    def set_shuffle(self, shuffle: bool = True) -> InBatchShuffler:
-        """Turn shuffling on or off (torch's DataLoader calls this with its ``shuffle`` argument)."""
-        self._enabled = bool(shuffle)
-        return self
-
-    def derive_epoch_seed(self, seed: int | None) -> int | None:
-        # Not shuffling: no seed, and nothing drawn from torch's generator (as torch's Shuffler).
-        return super().derive_epoch_seed(seed) if self._enabled else None
-
-    def _restore_base(self, state: dict[str, Any] | None) -> None:
-        pending = self._seed
-        super()._restore_base(state)
-        if state is None and not self._enabled:
-            self._seed = pending  # as torch's Shuffler: the seed waits for the next shuffled epoch
-
     def __iter__(self) -> Iterator[list[Any]]:
         for batch in self.source_datapipe:
             if not self._enabled:
@@ -99,7 +84,7 @@ class InBatchShuffler(SeededPipe):
 
 
 @functional_datapipe("bucketbatch")
-class BucketBatcher(SeededPipe):
+class BucketBatcher(ShufflingPipe):
     """Batch items that are similar according to ``sort_key`` (functional name: ``bucketbatch``).
 
     The stream is processed in the stages torchdata 0.9 chained together, with
@@ -184,21 +169,6 @@ class BucketBatcher(SeededPipe):
     def datapipe(self) -> IterDataPipe:
         """The source pipe (torchdata's name for :attr:`source_datapipe`)."""
         return self.source_datapipe
-
-    def set_shuffle(self, shuffle: bool = True) -> BucketBatcher:
-        """Turn shuffling on or off (torch's DataLoader calls this with its ``shuffle`` argument)."""
-        self._enabled = bool(shuffle)
-        return self
-
-    def derive_epoch_seed(self, seed: int | None) -> int | None:
-        # Not shuffling: no seed, and nothing drawn from torch's generator (as torch's Shuffler).
-        return super().derive_epoch_seed(seed) if self._enabled else None
-
-    def _restore_base(self, state: dict[str, Any] | None) -> None:
-        pending = self._seed
-        super()._restore_base(state)
-        if state is None and not self._enabled:
-            self._seed = pending  # as torch's Shuffler: the seed waits for the next shuffled epoch
 
     # -- buffers ---------------------------------------------------------------------------------
     def _init_runtime(self) -> None:

@@ -38,7 +38,7 @@ from pipekit.pipes._callables import (
     _validate_input_col,
 )
 from pipekit.pipes.base import IterDataPipe, functional_datapipe
-from pipekit.pipes.state import ExpandingPipe, ResumablePipe, SeededPipe
+from pipekit.pipes.state import ExpandingPipe, ResumablePipe, ShufflingPipe
 
 __all__ = [
     "BatchMapper",
@@ -129,7 +129,7 @@ class _Entry:
 
 
 @functional_datapipe("shuffled_flatmap")
-class ShuffledFlatMapper(SeededPipe):
+class ShuffledFlatMapper(ShufflingPipe):
     """Like ``flatmap``, but interleaves the outputs of up to ``buffer_size`` inputs at random.
 
     (functional name: ``shuffled_flatmap``).  ``fn`` is applied to each input
@@ -199,21 +199,6 @@ class ShuffledFlatMapper(SeededPipe):
     def datapipe(self) -> IterDataPipe:
         """The source pipe (torchdata's name for :attr:`source_datapipe`)."""
         return self.source_datapipe
-
-    def set_shuffle(self, shuffle: bool = True) -> ShuffledFlatMapper:
-        """Interleave at random (``True``) or expand the inputs in order (``False``), from the next epoch."""
-        self._enabled = bool(shuffle)
-        return self
-
-    def derive_epoch_seed(self, seed: int | None) -> int | None:
-        # Not shuffling: no seed, and nothing drawn from torch's generator (as torch's Shuffler).
-        return super().derive_epoch_seed(seed) if self._enabled else None
-
-    def _restore_base(self, state: dict[str, Any] | None) -> None:
-        pending = self._seed
-        super()._restore_base(state)
-        if state is None and not self._enabled:
-            self._seed = pending  # as torch's Shuffler: the seed waits for the next shuffled epoch
 
     def state_dict(self) -> dict[str, Any]:
         return {

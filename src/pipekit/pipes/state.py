@@ -125,6 +125,7 @@ __all__ = [
     "ResumablePipe",
     "RuntimeFields",
     "SeededPipe",
+    "ShufflingPipe",
     "check_seed",
     "draw_seed",
     "find_reopen",
@@ -371,13 +372,45 @@ class SeededPipe(ResumablePipe):
         """Nothing to restore beyond the epoch seed and generator (override to add fields)."""
 
 
+class ShufflingPipe(SeededPipe):
+    """A :class:`SeededPipe` that shuffles, and that torch's DataLoader can switch off, as torch's ``Shuffler``.
+
+    ``set_shuffle(False)`` (torch's DataLoader calls ``set_shuffle`` with its
+    ``shuffle`` argument, when given) keeps the order from the next epoch on:
+    no epoch seed is derived, nothing is drawn from torch's generator, and a
+    pending ``set_seed`` waits for the next shuffled epoch.  Subclasses read
+    :attr:`shuffled` to decide whether to shuffle.
+    """
+
+    _enabled: bool = True
+
+    def set_shuffle(self: P, shuffle: bool = True) -> P:
+        """Shuffle (``True``) or keep the order (``False``) from the next epoch."""
+        self._enabled = bool(shuffle)  # type: ignore[attr-defined]
+        return self
+
+    @property
+    def shuffled(self) -> bool:
+        """Whether this epoch (or the next, before it starts) is shuffled."""
+        return self._enabled
+
+    def derive_epoch_seed(self, seed: int | None) -> int | None:
+        return super().derive_epoch_seed(seed) if self.shuffled else None
+
+    def _restore_base(self, state: dict[str, Any] | None) -> None:
+        pending = self._seed
+        super()._restore_base(state)
+        if state is None and not self.shuffled:
+            self._seed = pending  # as torch's Shuffler: the seed waits for the next shuffled epoch
+
+
 def _rng_state(state: Any) -> tuple[Any, ...]:
     # random.Random.setstate needs tuples; a checkpoint written as JSON or by torch.save may hold lists.
     version, internal, gauss = state
     return (version, tuple(internal), gauss)
 
 
-class PermutationSource(SeededPipe):
+class PermutationSource(ShufflingPipe):
     """A source whose epoch follows from its epoch seed: a seeded order, checkpointed as two numbers.
 
     Yields the items of ``items`` (a sequence) in a permutation drawn from
@@ -413,16 +446,6 @@ class PermutationSource(SeededPipe):
         self._enabled = bool(shuffle)
         self._start = 0
         self._yielded = 0
-
-    def set_shuffle(self: P, shuffle: bool = True) -> P:
-        """Turn shuffling on or off from the next epoch."""
-        self._enabled = bool(shuffle)  # type: ignore[attr-defined]
-        return self
-
-    @property
-    def shuffled(self) -> bool:
-        """Whether epochs are shuffled."""
-        return self._enabled
 
     def draw_epoch_seed(self) -> int:
         """An epoch seed when no seed was set (default: :func:`draw_seed`)."""
