@@ -15,8 +15,9 @@ __all__ = ["assert_resumes", "resume_after"]
 def resume_after(make_pipe: Callable[[], IterDataPipe], n: int) -> tuple[list[Any], list[Any]]:
     """Take ``n`` items from a pipe, checkpoint it, and finish from a fresh copy.
 
-    ``make_pipe`` must build the same pipeline each call (seed any randomness
-    with ``set_seed`` or a fixed generator).  The checkpoint goes through
+    ``make_pipe`` must build the same pipeline each call: seed every random
+    pipe in it (``set_seed``), or call ``torch.manual_seed`` inside it, since
+    an unseeded pipe draws a new seed from torch for each copy.  The checkpoint goes through
     ``pickle`` like a real one.  Returns ``(first_n_items, rest_from_restored_copy)``.
     Raises ``AssertionError`` if the pipeline cannot be checkpointed.
     """
@@ -44,7 +45,10 @@ def assert_resumes(make_pipe: Callable[[], IterDataPipe], n: int) -> None:
     """Assert that checkpointing after ``n`` items and restoring gives exactly the rest.
 
     Compares ``first n + rest after restore`` with one uninterrupted epoch of a
-    fresh pipe.
+    fresh pipe.  The checkpoint is of the whole pipeline (every pipe's own
+    position), as :class:`pipekit.DataLoader` takes it.  ``make_pipe`` must
+    build the same pipeline on each call: seed its random pipes (see
+    :func:`resume_after`).
     """
     expected = list(make_pipe())
     head, rest = resume_after(make_pipe, n)

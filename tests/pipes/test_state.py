@@ -32,11 +32,18 @@ from pipekit.testing import assert_resumes
 
 
 class KeepSomeNumbered(SeededPipe):
-    """Keep each item with probability ``p`` and number the kept ones (functional name: ``keep_some_numbered``)."""
+    """Keep each item with probability ``p`` and number the kept ones (functional name: ``keep_some_numbered``).
+
+    Args:
+        source_datapipe: the items.
+        p: the probability of keeping an item, in [0, 1].
+    """
 
     state_keys = ("kept",)
 
     def __init__(self, source_datapipe: Any, p: float = 0.5) -> None:
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"keep_some_numbered: p must be in [0, 1], got {p!r}")
         self.source_datapipe = source_datapipe
         self.p = p
         self.kept = 0
@@ -72,6 +79,8 @@ class TestNewcomerPipe:
 
     def test_functional_name_and_output(self):
         assert list(IterableWrapper(range(4)).keep_some_numbered(p=1.0)) == [(0, 0), (1, 1), (2, 2), (3, 3)]
+        with pytest.raises(ValueError, match="p must be in"):
+            IterableWrapper([]).keep_some_numbered(p=2)
 
     def test_seeded_like_torch_shuffle(self):
         assert list(make_newcomer(3)) == list(make_newcomer(3))
@@ -86,7 +95,8 @@ class TestNewcomerPipe:
 
     def test_through_the_dataloader_with_workers_and_resume(self):
         def make():
-            return IterableWrapper(range(60)).sharding_filter().keep_some_numbered(p=0.5)
+            # it decides which items exist: before sharding_filter, with the seed all workers share
+            return IterableWrapper(range(60)).keep_some_numbered(p=0.5).sharding_filter()
 
         torch.manual_seed(0)
         loader = pipekit.DataLoader(make(), num_workers=2)
@@ -97,7 +107,8 @@ class TestNewcomerPipe:
         resumed = pipekit.DataLoader(make(), num_workers=2)
         resumed.load_state_dict(state)
         assert list(resumed) == rest
-        assert len({item for _, item in head + rest}) == len(head + rest)
+        numbers = sorted(n for n, _ in head + rest)
+        assert numbers == list(range(len(numbers)))  # every kept item exactly once across the two workers
 
 
 # --------------------------------------------------------------------------- ResumablePipe
@@ -220,6 +231,27 @@ class TestSeededPipe:
             check_seed(True, "x")
         with pytest.raises(TypeError, match="seed must be an int"):
             Noise(IterableWrapper([])).set_seed("1")
+
+
+class PerWorkerNoise(Noise):
+    seed_per_worker = True
+
+
+class TestSharedOrPerWorkerSeeds:
+    @staticmethod
+    def draws(cls: type) -> list[float]:
+        pipe = cls(IterableWrapper(range(8)).sharding_filter())
+        torch.manual_seed(0)
+        return [x for _, x in sorted(pipekit.DataLoader(pipe, num_workers=2))]
+
+    def test_shared_by_default(self):
+        draws = self.draws(Noise)  # worker 0 has items 0, 2, 4, 6 and worker 1 items 1, 3, 5, 7
+        assert draws[0::2] == draws[1::2]
+
+    def test_per_worker_when_asked(self):
+        draws = self.draws(PerWorkerNoise)
+        assert draws[0::2] != draws[1::2]
+        assert draws == self.draws(PerWorkerNoise)  # still reproducible under torch.manual_seed
 
 
 # --------------------------------------------------------------------------- PermutationSource

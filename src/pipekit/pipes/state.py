@@ -321,11 +321,20 @@ class SeededPipe(ResumablePipe):
     and, once the pipe has drawn from ``self.rng``, the generator's state:
     subclasses add only their own fields.
 
-    Pipes whose randomness must differ between DataLoader workers (data
-    augmentation, not shuffling) mix the worker id and rank into the epoch
-    seed by overriding :meth:`derive_epoch_seed`.
+    Shared or per-worker seeds: by default every DataLoader worker and rank
+    gets the same epoch seed (torch's DataLoader hands all of them the same
+    seed), which is what a pipe that decides *which items exist or in what
+    order* needs when it sits before ``sharding_filter`` (shuffles, random
+    splits and filters): all workers make the same decisions and the sharding
+    splits one sequence.  A pipe that makes random decisions per item *after*
+    ``sharding_filter`` (augmentation, per-item sampling) sets the class
+    attribute ``seed_per_worker = True``: the worker id and rank are mixed into
+    its epoch seed, so workers do not repeat each other's draws on different
+    items.  Never set it on a pipe whose number of outputs depends on its
+    draws and that may sit before ``sharding_filter``.
     """
 
+    seed_per_worker: ClassVar[bool] = False
     _seed: int | None = None
     epoch_seed: int | None = None
     _rng: random.Random | None = None
@@ -336,8 +345,17 @@ class SeededPipe(ResumablePipe):
         return self
 
     def derive_epoch_seed(self, seed: int | None) -> int | None:
-        """The epoch seed for a pending ``seed`` (``None``: none pending).  Override to change it."""
-        return seed if seed is not None else draw_seed()
+        """The epoch seed for a pending ``seed`` (``None``: none pending).  Override to change it.
+
+        The pending seed, or a draw from torch's global generator; with
+        ``seed_per_worker``, mixed with the DataLoader worker id and rank.
+        """
+        epoch_seed = seed if seed is not None else draw_seed()
+        if self.seed_per_worker:
+            from pipekit.transforms.seeding import pipe_stream_seed  # transforms imports pipes: import late
+
+            epoch_seed = pipe_stream_seed(epoch_seed)
+        return epoch_seed
 
     @property
     def rng(self) -> random.Random:
