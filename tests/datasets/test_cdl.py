@@ -161,6 +161,11 @@ class TestOrdinalLabels:
         out = ds[albers_box(0, 0, 50).with_time(year(2021), year(2021))]["mask"]
         assert torch.equal(seen[0], out) and set(torch.unique(out).tolist()) == {0, 1}
 
+    def test_paths_or_root(self, cdl_root):
+        assert len(CDL(paths=cdl_root)) == len(CDL(root=str(cdl_root))) == 2
+        with pytest.raises(TypeError, match="not both"):
+            CDL(cdl_root, root=cdl_root)
+
     def test_pickled_dataset_keeps_its_classes(self, cdl_root):
         ds = CDL(cdl_root, classes=[0, 1, 5, 176])
         clone = pickle.loads(pickle.dumps(ds))
@@ -341,6 +346,21 @@ class TestPlot:
         for code in (1, 24, 111):
             pixel = np.argwhere(sample["mask"].numpy() == TORCHGEO_LABELS[code])[0]
             np.testing.assert_allclose(image[pixel[0], pixel[1]], np.array(CDL.cmap[code]) / 255)
+
+    def test_prediction_beside_the_mask(self, cdl_root):
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        ds = CDL(cdl_root, classes=[0, 24, 176])
+        sample = ds[albers_box(0, 0, 60).with_time(year(2021), year(2021))]
+        prediction = torch.full_like(sample["mask"], 2)  # grass everywhere
+        fig = ds.plot({**sample, "prediction": prediction}, suptitle="2021")
+        plt.close(fig)
+        mask_ax, prediction_ax = fig.get_axes()
+        assert [mask_ax.get_title(), prediction_ax.get_title()] == ["Mask", "Prediction"]
+        np.testing.assert_allclose(prediction_ax.get_images()[0].get_array()[0, 0], np.array(CDL.cmap[176]) / 255)
 
     def test_raw_codes_plot_with_the_code_colours(self, cdl_root):
         import matplotlib
