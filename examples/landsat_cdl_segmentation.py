@@ -8,8 +8,9 @@ What it shows:
   (the CDL is reprojected on the fly onto the Landsat grid), samples random
   patches for training and a grid for evaluation, appends NDVI
   (``(SR_B5 - SR_B4) / (SR_B5 + SR_B4)``) as a ninth channel, normalises
-  every channel with statistics it computes, maps the CDL codes to labels
-  ``0..n-1`` and flips/rotates image and mask together;
+  every channel with statistics it computes and flips/rotates image and
+  mask together; ``datasets.CDL(classes=...)`` maps the CDL codes to labels
+  ``0..n-1`` (TorchGeo's ordinal labels);
 * training and evaluation regions kept apart with ``roi=`` (west / east half);
 * a tiny U-Net trained on ``pipekit.DataLoader`` batches, with
   ``pipekit.device.DeviceLoader`` moving them to the GPU when there is one.
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     torch.manual_seed(args.seed)
     device = resolve_device(args.device)
-    classes = [0, *CDL_CLASSES]  # background first: every other CDL code becomes label 0
+    classes = [0, *CDL_CLASSES]  # CDL codes, background first: every other code becomes label 0
     if args.landsat is None or args.cdl is None:
         root = write_landsat_cdl_corpus(
             default_cache_dir() / "examples" / f"landsat-cdl-{args.scene_size}-{args.scenes}",
@@ -125,15 +126,15 @@ def main(argv: list[str] | None = None) -> int:
         landsat_root, cdl_root = args.landsat, args.cdl
 
     landsat = datasets.Landsat8(landsat_root)
-    cdl = datasets.CDL(cdl_root)
+    cdl = datasets.CDL(cdl_root, classes=classes)  # masks hold the labels 0..len(classes)-1
     both = landsat & cdl
     west, east = halves(both.bounds, args.patch * landsat.res[0])
 
     train = datasets.GeoSegmentation(landsat, cdl, size=args.patch, length=args.steps * args.batch_size,
-                                     batch_size=args.batch_size, classes=classes, stats="auto", roi=west,
+                                     batch_size=args.batch_size, stats="auto", roi=west,
                                      drop_last=True)
     val = datasets.GeoSegmentation(landsat, cdl, size=args.patch, length=args.eval_patches,
-                                   batch_size=args.batch_size, train=False, classes=classes, stats=train.stats,
+                                   batch_size=args.batch_size, train=False, stats=train.stats,
                                    roi=east)
     print(f"{train}\n{val}\nclasses: {train.class_names}\ndevice: {device}")
 

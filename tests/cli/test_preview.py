@@ -12,6 +12,7 @@ from .conftest import s3_options
 
 CORN = CDL.cmap[1][:3]
 SOYBEANS = CDL.cmap[5][:3]
+GRASS = CDL.cmap[176][:3]  # ordinal label 83: drawn in code 176's colour, not code 83's (water)
 
 
 def png(path) -> np.ndarray:
@@ -66,6 +67,14 @@ class TestCorpus:
         assert code == 0, err
         assert f"wrote {out}: cdl mask; 32x32 px of CDL" in stdout
         assert has_colour(png(out), CORN)
+
+    def test_mask_colours_are_those_of_the_codes(self, cli, small_corpus, tmp_path):
+        out = tmp_path / "cdl.png"
+        code, _, err = cli("preview", small_corpus, "--out", out, "--size", 128, "--product", "cdl")
+        assert code == 0, err
+        pixels = png(out)
+        assert has_colour(pixels, CORN) and has_colour(pixels, GRASS)
+        assert not has_colour(pixels, CDL.cmap[83][:3])  # code 83 (water) is not in the synthetic corpus
 
     def test_explicit_mask_folder(self, cli, small_corpus, tmp_path):
         code, stdout, err = cli("preview", small_corpus / "landsat8", "--mask", small_corpus / "cdl",

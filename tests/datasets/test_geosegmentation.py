@@ -169,16 +169,39 @@ class TestNormalisationAndClasses:
         with pytest.raises(ValueError, match="stats must be None, 'auto'"):
             datasets.GeoSegmentation(images, labels, size=16, stats="yes")
 
-    def test_classes_map_raw_values(self, images, labels):
+    def test_classes_map_raw_values(self, images, corpus):
+        labels = datasets.CDL(corpus / "cdl", ordinal=False)  # raw codes: a label product that maps nothing
         raw = datasets.GeoSegmentation(images, labels, size=32, length=4, batch_size=None, train=False)
         mapped = datasets.GeoSegmentation(images, labels, size=32, length=4, batch_size=None, train=False,
-                                          classes=[0, 1, 5])
+                                          classes=[0, 1, 24])
         assert raw.num_classes is None and mapped.num_classes == 3
+        assert mapped.class_names == ["Background", "Corn", "Winter Wheat"]
         for r, m in zip(raw, mapped):
             expected = torch.zeros_like(r["mask"])
             expected[r["mask"] == 1] = 1
-            expected[r["mask"] == 5] = 2
+            expected[r["mask"] == 24] = 2
             assert torch.equal(m["mask"], expected)
+
+    def test_classes_are_cdl_codes_with_an_ordinal_cdl(self, images, corpus, labels):
+        """CDL masks hold ordinal labels (24 -> 15): the recipe's classes= still names CDL codes."""
+        codes = [0, 1, 24, 141]
+        kwargs = {"size": 64, "length": 12, "batch_size": None, "train": False}
+        by_recipe = datasets.GeoSegmentation(images, labels, classes=codes, **kwargs)
+        by_cdl = datasets.GeoSegmentation(images, datasets.CDL(corpus / "cdl", classes=codes), **kwargs)
+        by_codes = datasets.GeoSegmentation(images, datasets.CDL(corpus / "cdl", ordinal=False), classes=codes,
+                                            **kwargs)
+        names = ["Background", "Corn", "Winter Wheat", "Deciduous Forest"]
+        assert by_recipe.num_classes == by_cdl.num_classes == by_codes.num_classes == 4
+        assert by_recipe.class_names == by_cdl.class_names == by_codes.class_names == names
+        seen = set()
+        for a, b, c in zip(by_recipe, by_cdl, by_codes):
+            assert torch.equal(a["mask"], b["mask"]) and torch.equal(a["mask"], c["mask"])
+            seen |= set(torch.unique(a["mask"]).tolist())
+        assert seen == {0, 1, 2, 3}
+        default = datasets.GeoSegmentation(images, labels, **kwargs)
+        assert default.num_classes == 134 and default.class_names[15] == "Winter Wheat"
+        with pytest.raises(ValueError, match=r"CDL code\(s\) \[24\] are not among the dataset's classes"):
+            datasets.GeoSegmentation(images, datasets.CDL(corpus / "cdl", classes=[0, 1]), classes=[0, 24], **kwargs)
 
     def test_a_label_product_with_its_own_classes(self, corpus, images):
         labels = datasets.CDL(corpus / "cdl", classes=CLASSES)

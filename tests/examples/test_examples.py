@@ -81,6 +81,9 @@ def test_landsat_cdl_segmentation(capsys):
     out = capsys.readouterr().out
     assert code == 0
     assert "channels=['SR_B1', 'SR_B2', 'SR_B3', 'SR_B4', 'SR_B5', 'SR_B6', 'SR_B7', 'ndvi']" in out
+    # datasets.CDL(classes=...) maps the codes to labels 0..7 (named from the CDL's classes)
+    assert ("classes: ['Background', 'Corn', 'Soybeans', 'Winter Wheat', 'Open Water', 'Developed/Low Intensity', "
+            "'Deciduous Forest', 'Grass/Pasture']") in out
     losses = [float(x) for x in re.findall(r"step +\d+ +loss ([\d.]+)", out)]
     assert len(losses) == 2 and all(x > 0 for x in losses)
     assert re.search(r"pixel accuracy [\d.]+%, mean IoU [\d.]+%", out)

@@ -338,8 +338,9 @@ def _draw(panels: list[tuple[str, Any]], out: Path, title: str) -> None:
             mask = mask.numpy().astype(np.int64)
             if mask.ndim == 3:
                 mask = mask[0]
-            cmap = getattr(mask_ds, "cmap", None) or {}
-            names = getattr(mask_ds, "class_names", None) or {}
+            spec = mask_ds._plot_spec()  # the colours of the mask's values: CDL's ordinal labels, not its codes
+            cmap = spec.get("cmap") or {}
+            names = spec.get("class_names") or {}
             values, counts = np.unique(mask, return_counts=True)
             rgba = np.zeros((*mask.shape, 4))
             handles = []

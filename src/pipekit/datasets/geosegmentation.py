@@ -179,7 +179,9 @@ class GeoSegmentation(Recipe):
         classes: raw label values to keep, mapped to labels ``0..n-1`` in
             that order; any other value becomes label 0, so ``classes[0]`` is
             the background (see :class:`MapClasses`).  ``None`` keeps the
-            raw values.
+            label product's values.  With a :class:`~pipekit.datasets.CDL`,
+            whose masks hold ordinal labels, these are CDL codes (looked up
+            with ``CDL.labels_of``); ``CDL(classes=...)`` does the same alone.
         stats: normalisation of every channel (indices included): ``None``
             (none), ``"auto"`` (computed now from ``stats_samples`` random
             patches), a :class:`~pipekit.transforms.BandStats` (e.g. a
@@ -206,7 +208,8 @@ class GeoSegmentation(Recipe):
         bands: the names of the output channels (the image bands, then the indices).
         in_channels: ``len(bands)``.
         num_classes: ``len(classes)``, or the label product's class count
-            when it maps classes itself (e.g. ``CDL(classes=...)``), else ``None``.
+            when it maps classes itself (e.g. ``CDL``: ``len(cdl.classes)``,
+            134 by default), else ``None``.
         class_names: names of the labels where known (``None`` otherwise).
         stats: the :class:`~pipekit.transforms.BandStats` used (``stats="auto"``
             or given), for the evaluation recipe.
@@ -307,6 +310,9 @@ class GeoSegmentation(Recipe):
 
         # -- labels
         self.classes = None if classes is None else MapClasses(classes).classes
+        # a product mapping its codes to labels (CDL) says which label each code of classes= became
+        labels_of = getattr(_first_mask_raster(labels if labels is not None else images), "labels_of", None)
+        self._mask_classes = labels_of(self.classes) if labels_of is not None and self.classes else self.classes
         self.num_classes, self.class_names = self._describe_classes(labels if labels is not None else images)
 
         # -- sampler
@@ -327,8 +333,8 @@ class GeoSegmentation(Recipe):
 
         def read(pipe: IterDataPipe) -> IterDataPipe:
             pipe = pipe.sharding_filter().read_geo(self.dataset, on_error=on_error)
-            if self.classes is not None:
-                pipe = pipe.map(MapClasses(self.classes))
+            if self._mask_classes is not None:
+                pipe = pipe.map(MapClasses(self._mask_classes))
             for appender in appenders:
                 pipe = pipe.append_index(appender)
             return pipe
@@ -417,10 +423,11 @@ class GeoSegmentation(Recipe):
         raster = _first_mask_raster(labels)
         names_map = getattr(raster, "class_names", None) if raster is not None else None
         if self.classes is not None:
-            names = [str(names_map.get(v, v)) if isinstance(names_map, Mapping) else str(v) for v in self.classes]
+            names = [str(names_map.get(v, c)) if isinstance(names_map, Mapping) else str(c)
+                     for c, v in zip(self.classes, self._mask_classes)]
             return len(self.classes), names
         own = getattr(raster, "classes", None)
-        if isinstance(own, list) and own and isinstance(names_map, Mapping):
+        if isinstance(own, list) and own and isinstance(names_map, Mapping) and getattr(raster, "ordinal", True):
             return len(own), [str(names_map.get(i, i)) for i in range(len(own))]
         return None, None
 
