@@ -415,10 +415,13 @@ def agreement_check(root: Path, n: int, seed: int) -> None:
     """pipekit vs the floor vs ``rasterio.warp.reproject`` on a few boxes."""
     from rasterio.warp import reproject
 
+    from pipekit import datasets
     from pipekit.geo import RandomGeoSampler
 
     ds = pipekit_dataset(root)
     floor = FloorDataset(root)
+    # pipekit's CDL gives TorchGeo's ordinal labels: map the raw codes of the floor and of GDAL the same way
+    ordinal = torch.as_tensor(datasets.CDL(root=str(root / "cdl")).ordinal_map)
     boxes = list(RandomGeoSampler(ds, size=PATCH, length=n, seed=seed + 1000))
     same_image = 0
     vs_floor, vs_reproject, floor_vs_reproject = [], [], []
@@ -429,10 +432,11 @@ def agreement_check(root: Path, n: int, seed: int) -> None:
             ref = np.zeros((PATCH, PATCH), dtype=np.uint8)
             reproject(rasterio.band(cdl, 1), ref, dst_transform=a["transform"], dst_crs=ds.crs,
                       resampling=Resampling.nearest, num_threads=1)
-            ref_t = torch.from_numpy(ref.astype(np.int64))
-            vs_floor.append(float((a["mask"] == f["mask"]).float().mean()))
+            ref_t = ordinal[torch.from_numpy(ref.astype(np.int64))]
+            floor_mask = ordinal[f["mask"]]
+            vs_floor.append(float((a["mask"] == floor_mask).float().mean()))
             vs_reproject.append(float((a["mask"] == ref_t).float().mean()))
-            floor_vs_reproject.append(float((f["mask"] == ref_t).float().mean()))
+            floor_vs_reproject.append(float((floor_mask == ref_t).float().mean()))
     print(f"\n  check on {n} boxes: pipekit image == floor image: {same_image}/{n}; mask agreement: "
           f"pipekit vs floor {100 * np.mean(vs_floor):.2f}% (min {100 * min(vs_floor):.2f}%), "
           f"pipekit vs rasterio.warp.reproject {100 * np.mean(vs_reproject):.2f}% "
