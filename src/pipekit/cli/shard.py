@@ -83,8 +83,8 @@ def add_parser(sub: Any) -> None:
             "(root/<class>/<image>: each image's bytes, unchanged, plus its class index as .cls), a folder of "
             "sample files named <key>.<extension> (grouped by key), or a pipe spec MODULE:FUNCTION or "
             "FILE.py:FUNCTION whose function returns an iterable of sample dicts with a '__key__' (encoded by "
-            "extension, like pipekit.pipes.ShardWriter).  DST is a pattern with a %%d field "
-            "(out/train-%%06d.tar, s3://bucket/train-%%06d.tar) or a folder (shard-%%06d.tar in it).  Each shard "
+            "extension, like pipekit.pipes.ShardWriter).  DST is a pattern with a %d field "
+            "(out/train-%06d.tar, s3://bucket/train-%06d.tar) or a folder (shard-%06d.tar in it).  Each shard "
             "is written under a temporary name and renamed once complete."
         ),
     )
@@ -316,6 +316,8 @@ def brace_pattern(pattern: str, first: int, last: int) -> str:
         return f"{pattern % first} ... {pattern % last}"
     width = int(m[2]) if m[2] else 0
     lo, hi = str(first).zfill(width), str(last).zfill(width)
+    if len(lo) != len(hi) and lo.startswith("0"):  # s-05 ... s-100: no one brace range names those
+        return f"{pattern % first} ... {pattern % last}"
     return f"{pattern[:m.start()]}{{{lo}..{hi}}}{pattern[m.end():]}"
 
 
