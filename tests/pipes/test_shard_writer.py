@@ -315,6 +315,47 @@ class TestAtomicity:
             sink.write({"__key__": "k", "cls": 1})
 
 
+class FailingStream(io.BytesIO):
+    """A file that fails once ``limit`` bytes were written, as a full disk does."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def write(self, data: Any) -> int:
+        if self.tell() + len(data) > self.limit:
+            raise OSError(28, "No space left on device")
+        return super().write(data)
+
+
+class TestWriteFailures:
+    def test_a_failed_write_ends_the_shard_without_publishing_it(self, tmp_path: Path) -> None:
+        published: list[str] = []
+        streams: list[FailingStream] = []
+
+        def opener(name: str) -> FailingStream:
+            streams.append(FailingStream(limit=30_000))
+            return streams[-1]
+
+        sink = ShardWriter(str(tmp_path / "s-%d.tar"), opener=opener, post=published.append, verbose=0)
+        sink.write({"__key__": "a", "bin": bytes(5_000)})
+        with pytest.raises(ReadError, match=r"cannot write .* in ShardWriter: OSError: \[Errno 28\]"):
+            sink.write({"__key__": "b", "bin": bytes(50_000)})
+        assert sink.closed and streams[0].closed
+        with pytest.raises(ValueError, match="closed"):
+            sink.write({"__key__": "c", "cls": 1})
+        sink.close()
+        assert published == [] and sink.shards == []
+
+    def test_tar_writer_to_a_path_discards_the_file(self, tmp_path: Path) -> None:
+        writer = TarWriter(str(tmp_path / "a.tar"))
+        writer.write({"__key__": "a", "cls": 1})
+        writer.stream.close()  # the file goes away under the writer, as on a lost connection
+        with pytest.raises(ReadError, match=r"cannot write '.*a\.tar' in TarWriter: ValueError"):
+            writer.write({"__key__": "b", "bin": bytes(50_000)})
+        assert writer.closed and listing(tmp_path) == []
+
+
 CRASH_SCRIPT = r"""
 import json, sys, time
 import numpy as np

@@ -366,9 +366,11 @@ class TarWriter:
         for info, data in members:
             try:
                 self.tarstream.addfile(info, _BytesReader(data))
-            except Exception as exc:
-                self.abort()  # the file is broken: never published
-                raise ReadError("write", self.name, self.stage, f"{type(exc).__name__}: {exc}") from exc
+            except BaseException as exc:  # part of a sample may be written: the file is never published
+                self.abort()
+                if isinstance(exc, Exception):
+                    raise ReadError("write", self.name, self.stage, f"{type(exc).__name__}: {exc}") from exc
+                raise
             total += info.size
         self._last_key = key
         return total
@@ -544,7 +546,6 @@ class ShardWriter:
         self.fname = self.pattern % self.shard
         if self.verbose:
             print(f"# writing {self.fname} {self.count} {self.size / 1e9:.1f} GB {self.total}", file=sys.stderr)
-        self.shard += 1
         if self.opener is not None:
             self._opened = self.opener(self.fname)
             try:
@@ -554,6 +555,7 @@ class ShardWriter:
                 raise
         else:
             self.tarstream = TarWriter(self.fname, storage_options=self.storage_options, stage=self.stage, **self.kw)
+        self.shard += 1
         self.count = 0
         self.size = 0
 
@@ -563,7 +565,13 @@ class ShardWriter:
             raise ValueError(f"{self.stage}: write to a closed writer ({self.pattern!r})")
         if self.tarstream is None:
             self.next_stream()
-        size = self.tarstream.write(obj)  # type: ignore[union-attr]
+        stream = self.tarstream
+        try:
+            size = stream.write(obj)  # type: ignore[union-attr]
+        except BaseException:
+            if stream.closed:  # type: ignore[union-attr]  # the write failed midway: the shard was discarded
+                self.abort()
+            raise
         self.count += 1
         self.total += 1
         self.size += size
