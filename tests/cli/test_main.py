@@ -10,7 +10,7 @@ import pytest
 from pipekit.cli import build_parser
 from pipekit.cli._common import CliError, parse_storage_options
 
-COMMANDS = ["demo", "inspect", "preview", "bench"]
+COMMANDS = ["demo", "inspect", "preview", "bench", "shard"]
 
 
 def one_line(err: str) -> bool:
@@ -38,6 +38,13 @@ class TestHelp:
         assert sorted(sub.choices) == sorted(COMMANDS)
         for name, p in sub.choices.items():
             assert p.get_default("func") is not None, name
+
+
+def test_version(cli):
+    import pipekit
+
+    code, out, err = cli("--version")
+    assert (code, out, err) == (0, f"pipekit {pipekit.__version__}\n", "")
 
 
 class TestBadInput:

@@ -7,7 +7,11 @@
 * ``pipekit preview PATH_OR_URL --out sample.png``: render a raster sample
   (RGB, mask, spectral index) to a PNG;
 * ``pipekit bench RECIPE_OR_PATH``: throughput of a recipe and the time spent
-  in each pipe of its chain.
+  in each pipe of its chain;
+* ``pipekit shard SRC DST``: write WebDataset tar shards from an image folder,
+  a folder of samples or a pipe.
+
+``pipekit --version`` prints the version.
 
 Every subcommand has ``--help``.  Bad input (a missing path, an unknown
 product, a malformed option) ends with a one-line error on stderr and exit
@@ -24,7 +28,8 @@ import traceback
 import warnings
 from collections.abc import Sequence
 
-from pipekit.cli import bench, demo, inspection, preview
+from pipekit import __version__
+from pipekit.cli import bench, demo, inspection, preview, shard
 from pipekit.cli._common import CliError, one_line
 
 __all__ = ["main", "build_parser", "CliError"]
@@ -44,9 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Run 'pipekit COMMAND --help' for the options of a command.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages and print tracebacks")
+    parser.add_argument("--version", action="version", version=f"pipekit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for module in (demo, inspection, preview, bench):
+    for module in (demo, inspection, preview, bench, shard):
         module.add_parser(sub)
     for sub_parser in sub.choices.values():
         sub_parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,

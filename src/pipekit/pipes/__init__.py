@@ -14,6 +14,7 @@ Where each pipe lives (functional name -> module):
 ``load_from_tar load_from_zip``                              :mod:`~pipekit.pipes.archives`
 ``decompress``                                               :mod:`~pipekit.pipes.decompress`
 ``webdataset shard_expand``                                  :mod:`~pipekit.pipes.webdataset`
+``write_shards`` ``ShardWriter TarWriter``                   :mod:`~pipekit.pipes.shard_writer`
 ``readlines parse_csv parse_csv_as_dict parse_json_files``   :mod:`~pipekit.pipes.parsing`
 ``decode_image decode``                                      :mod:`~pipekit.pipes.decode`
 ``flatmap shuffled_flatmap map_batches threadpool_map``      :mod:`~pipekit.pipes.mapping`
@@ -63,6 +64,7 @@ from pipekit.pipes.prefetch import *
 from pipekit.pipes.splitting import *
 from pipekit.pipes.mapping import *
 from pipekit.pipes.sample_transforms import *
+from pipekit.pipes.shard_writer import *
 from pipekit.pipes.webdataset import *
 from pipekit.pipes.zipping import *
 from pipekit.pipes import (
@@ -89,6 +91,7 @@ from pipekit.pipes import (
     splitting,
     mapping,
     sample_transforms,
+    shard_writer,
     webdataset,
     zipping,
 )
@@ -122,6 +125,7 @@ __all__ = sorted(
         *splitting.__all__,
         *mapping.__all__,
         *sample_transforms.__all__,
+        *shard_writer.__all__,
         *webdataset.__all__,
         *zipping.__all__,
     }
