@@ -75,7 +75,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pipekit.errors import StageError
+from pipekit.errors import EncodeError
 
 __all__ = [
     "EncodeError",
@@ -100,13 +100,6 @@ __all__ = [
 Encoder = Callable[[Any], bytes]
 
 _BYTES = (bytes, bytearray, memoryview)
-
-
-class EncodeError(StageError, ValueError):
-    """A value could not be encoded into the bytes of a file (``cannot encode 'key.ext' in <stage>: ...``).
-
-    A ``ValueError``, like the errors the ``webdataset`` library's writer raises.
-    """
 
 
 # ---------------------------------------------------------------------------

@@ -23,6 +23,7 @@ __all__ = [
     "StageError",
     "ReadError",
     "DecodeError",
+    "EncodeError",
     "ArchiveError",
     "ParseError",
     "CacheError",
@@ -100,6 +101,13 @@ class ReadError(StageError, OSError):
 
 class DecodeError(StageError, ValueError):
     """Bytes could not be decoded into an image, array, or document."""
+
+
+class EncodeError(StageError, ValueError):
+    """A value could not be encoded into the bytes of a file (``cannot encode 'key.ext' in <stage>: ...``).
+
+    A ``ValueError``, like the errors the ``webdataset`` library's writer raises.
+    """
 
 
 class ArchiveError(StageError, ValueError):
