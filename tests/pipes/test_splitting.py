@@ -11,8 +11,8 @@ from pipekit.pipes import (
     IterableWrapper,
     MapUnZipper,
     RandomSplitter,
-    SequenceWrapper,
     RoundRobinDemultiplexer,
+    SequenceWrapper,
     UnZipper,
 )
 from pipekit.pipes.base import MapDataPipe, owner_of
