@@ -1,4 +1,4 @@
-"""Tests of pipekit.pipes.memory_cache: in_memory_cache on iterable and map-style pipes."""
+"""Tests of pipekit.pipes.memory_cache: in_memory_cache."""
 
 from __future__ import annotations
 
@@ -11,12 +11,7 @@ from pipekit.pipes import (
     InMemoryCacheHolder,
     IterableWrapper,
     IterDataPipe,
-    MapDataPipe,
-    MapInMemoryCacheHolder,
-    SequenceWrapper,
 )
-from pipekit.pipes.base import owner_of
-from pipekit.pipes.resume import not_snapshot_capable
 from pipekit.testing import assert_resumes
 
 # ------------------------------------------------------------------------------------------------
@@ -32,21 +27,6 @@ class Unsized(IterDataPipe):
 
     def __iter__(self):
         yield from self.items
-
-
-class CountingMap(MapDataPipe):
-    """A map-style pipe that counts the lookups of each index."""
-
-    def __init__(self, items: list) -> None:
-        self.items = items
-        self.calls: dict = {}
-
-    def __getitem__(self, index):
-        self.calls[index] = self.calls.get(index, 0) + 1
-        return self.items[index]
-
-    def __len__(self) -> int:
-        return len(self.items)
 
 
 class Counting(IterDataPipe):
@@ -174,53 +154,3 @@ class TestInMemoryCacheHolder:
 
 def first_value(t: torch.Tensor) -> float:
     return float(t[0])
-
-
-# ------------------------------------------------------------------------------------------------
-# in_memory_cache on map-style pipes
-# ------------------------------------------------------------------------------------------------
-
-
-class TestMapInMemoryCacheHolder:
-    def test_functional_name_on_map_pipes(self):
-        assert owner_of("in_memory_cache", "map") == "pipekit.pipes.memory_cache.MapInMemoryCacheHolder"
-        assert owner_of("in_memory_cache", "iter") == "pipekit.pipes.memory_cache.InMemoryCacheHolder"
-        assert isinstance(SequenceWrapper([1]).in_memory_cache(), MapDataPipe)
-
-    def test_torchdata_example(self):
-        cache_dp = SequenceWrapper(range(10)).in_memory_cache()
-        assert list(cache_dp) == list(range(10))
-        assert len(cache_dp) == 10
-
-    def test_each_index_is_read_once_and_kept(self):
-        source = CountingMap([[i] for i in range(4)])
-        dp = MapInMemoryCacheHolder(source)
-        first = dp[2]
-        assert dp[2] is first
-        list(dp)
-        list(dp)
-        assert {i: source.calls[i] for i in range(4)} == {0: 1, 1: 1, 2: 1, 3: 1}  # list() also tries index 4
-        assert sorted(dp.cache) == [0, 1, 2, 3]
-
-    def test_keys_and_missing_keys(self):
-        dp = SequenceWrapper({"a": 1, "b": 2}).in_memory_cache()
-        assert (dp["b"], dp["a"]) == (2, 1)
-        with pytest.raises(KeyError):
-            dp["z"]
-        assert "z" not in dp.cache
-
-    def test_pickled_copy_starts_empty(self):
-        source = CountingMap(list(range(3)))
-        dp = source.in_memory_cache()
-        list(dp)
-        copy = pickle.loads(pickle.dumps(dp))
-        assert copy.cache == {}
-        assert list(copy) == [0, 1, 2]
-
-    def test_invalid_source_and_resume(self):
-        with pytest.raises(TypeError, match="MapDataPipe"):
-            MapInMemoryCacheHolder(IterableWrapper([1]))
-        pipe = SequenceWrapper(list(range(5))).in_memory_cache().to_iter_datapipe()
-        assert not_snapshot_capable(pipe) == []
-        for n in (0, 2, 5):
-            assert_resumes(lambda: SequenceWrapper(list(range(5))).in_memory_cache().to_iter_datapipe(), n)

@@ -9,13 +9,11 @@ import pytest
 from pipekit.errors import ConfigurationError
 from pipekit.pipes import (
     IterableWrapper,
-    MapUnZipper,
     RandomSplitter,
     RoundRobinDemultiplexer,
-    SequenceWrapper,
     UnZipper,
 )
-from pipekit.pipes.base import MapDataPipe, owner_of
+from pipekit.pipes.base import owner_of
 from pipekit.pipes.resume import not_snapshot_capable
 from pipekit.testing import assert_resumes, resume_after
 
@@ -36,7 +34,6 @@ def is_even(x):
     [
         ("round_robin_demux", "iter", "splitting.RoundRobinDemultiplexer"),
         ("unzip", "iter", "splitting.UnZipper"),
-        ("unzip", "map", "splitting.MapUnZipper"),
         ("random_split", "iter", "splitting.RandomSplitter"),
     ],
 )
@@ -208,62 +205,6 @@ class TestUnZipper:
             return a.zip(b.batch(2), c.batch(3))
 
         assert_resumes(make, n)
-
-
-# ----------------------------------------------------------------- map-style unzip
-
-
-class TestMapUnZipper:
-    def test_torchdata_example(self):
-        source_dp = SequenceWrapper([(i, i + 10, i + 20) for i in range(3)])
-        dp1, dp2, dp3 = source_dp.unzip(sequence_length=3)
-        assert (list(dp1), list(dp2), list(dp3)) == ([0, 1, 2], [10, 11, 12], [20, 21, 22])
-
-    def test_children_are_map_style_and_look_up_by_key(self):
-        source = SequenceWrapper({"a": ("x", 1), "b": ("y", 2)})
-        names, numbers = MapUnZipper(source, 2)
-        assert isinstance(numbers, MapDataPipe)
-        assert (names["b"], numbers["a"], len(numbers)) == ("y", 1, 2)
-        with pytest.raises(KeyError):
-            numbers["z"]
-
-    def test_columns_to_skip_and_lookups_read_the_source_each_time(self):
-        calls = []
-
-        def load(i):
-            calls.append(i)
-            return (i, -i, str(i))
-
-        first_col, last_col = SequenceWrapper(range(3)).map(load).unzip(3, columns_to_skip=[1])
-        assert (first_col[2], last_col[2]) == (2, "2")
-        assert calls == [2, 2]
-
-    @pytest.mark.parametrize(
-        ("kwargs", "error"),
-        [
-            ({"sequence_length": 0}, ValueError),  # torchdata: ValueError
-            ({"sequence_length": 2, "columns_to_skip": [0, 1]}, RuntimeError),  # torchdata: RuntimeError
-        ],
-    )
-    def test_no_children_raises_torchdatas_type(self, kwargs, error):
-        with pytest.raises(error) as info:
-            SequenceWrapper([(1, 2)]).unzip(**kwargs)
-        assert isinstance(info.value, ConfigurationError)
-
-    def test_invalid_source_and_item(self):
-        with pytest.raises(TypeError, match="MapDataPipe"):
-            MapUnZipper(IterableWrapper([(1, 2)]), 2)
-        (dp,) = SequenceWrapper([(1, 2, 3)]).unzip(3, columns_to_skip=[1, 2])
-        assert dp[0] == 1
-        (dp,) = SequenceWrapper([(1, 2)]).unzip(3, columns_to_skip=[1, 2])
-        with pytest.raises(ValueError, match="item 0 has length 2"):
-            dp[0]
-
-    def test_pickle_and_convert_to_iter(self):
-        dps = SequenceWrapper([(1, "a"), (2, "b")]).unzip(2)
-        dp1, dp2 = pickle.loads(pickle.dumps(dps))
-        assert list(dp1.to_iter_datapipe().zip(dp2.to_iter_datapipe())) == [(1, "a"), (2, "b")]
-        assert not_snapshot_capable(dp1.to_iter_datapipe()) == []
 
 
 # ----------------------------------------------------------------- random_split

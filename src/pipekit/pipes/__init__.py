@@ -26,11 +26,12 @@ Where each pipe lives (functional name -> module):
 ``header cycle repeat enumerate add_index set_length``       :mod:`~pipekit.pipes.flow`
 ``zip_longest zip_with_iter zip_with_map``                   :mod:`~pipekit.pipes.zipping`
 ``mux_longest`` ``SampleMultiplexer``                        :mod:`~pipekit.pipes.multiplexing`
-``random_split round_robin_demux unzip`` (``unzip`` on map)  :mod:`~pipekit.pipes.splitting`
+``random_split round_robin_demux unzip``                     :mod:`~pipekit.pipes.splitting`
 ``to_map_datapipe`` (iter) ``to_iter_datapipe`` (map)        :mod:`~pipekit.pipes.conversion`
 ``bucketbatch max_token_bucketize in_batch_shuffle``         :mod:`~pipekit.pipes.bucketing`
 ``pad_collate``                                              :mod:`~pipekit.pipes.collate`
-``in_memory_cache`` (iter and map)                          :mod:`~pipekit.pipes.memory_cache`
+``in_memory_cache``                                          :mod:`~pipekit.pipes.memory_cache`
+``in_memory_cache unzip`` (on map-style pipes)               :mod:`~pipekit.pipes.mapstyle`
 ``on_disk_cache end_caching``                                :mod:`~pipekit.pipes.disk_cache`
 ``prefetch pin_memory``                                      :mod:`~pipekit.pipes.prefetch`
 ``read_from_http``                                           :mod:`~pipekit.pipes.http`
@@ -68,6 +69,7 @@ from pipekit.pipes.parsing import *
 from pipekit.pipes.prefetch import *
 from pipekit.pipes.splitting import *
 from pipekit.pipes.mapping import *
+from pipekit.pipes.mapstyle import *
 from pipekit.pipes.sample_transforms import *
 from pipekit.pipes.webdataset import *
 from pipekit.pipes.zipping import *
@@ -94,6 +96,7 @@ from pipekit.pipes import (
     prefetch,
     splitting,
     mapping,
+    mapstyle,
     sample_transforms,
     webdataset,
     zipping,
@@ -127,6 +130,7 @@ __all__ = sorted(
         *prefetch.__all__,
         *splitting.__all__,
         *mapping.__all__,
+        *mapstyle.__all__,
         *sample_transforms.__all__,
         *webdataset.__all__,
         *zipping.__all__,

@@ -1,9 +1,8 @@
-"""Caching in memory: ``in_memory_cache`` on iterable and on map-style pipes.
+"""Caching in memory: ``in_memory_cache``.
 
 :class:`InMemoryCacheHolder` keeps the items of the first epoch in memory (up
-to a size limit) and serves later epochs from there.
-:class:`MapInMemoryCacheHolder` (torchdata's ``torchdata.datapipes.map.InMemoryCacheHolder``)
-keeps each item of a map-style pipe once it has been looked up.
+to a size limit) and serves later epochs from there.  ``in_memory_cache`` on
+map-style pipes is :class:`pipekit.pipes.mapstyle.MapInMemoryCacheHolder`.
 """
 
 from __future__ import annotations
@@ -18,11 +17,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from pipekit.pipes._torch import pickle_state
-from pipekit.pipes.base import IterDataPipe, MapDataPipe, functional_datapipe
+from pipekit.pipes.base import IterDataPipe, functional_datapipe
 from pipekit.pipes.state import ResumablePipe
 
-__all__ = ["InMemoryCacheHolder", "MapInMemoryCacheHolder"]
+__all__ = ["InMemoryCacheHolder"]
 
 logger = logging.getLogger("pipekit")
 
@@ -227,66 +225,3 @@ class InMemoryCacheHolder(ResumablePipe):
                     "(its source has no length)"
                 ) from None
             return self._evicted + len(self._cache)  # re-read from upstream, then served from the cache
-
-
-@functional_datapipe("in_memory_cache")
-class MapInMemoryCacheHolder(MapDataPipe):
-    """Keep each item of a map-style pipe once it has been looked up (functional name: ``in_memory_cache``).
-
-    torchdata's ``torchdata.datapipes.map.InMemoryCacheHolder``: the first
-    ``dp[index]`` reads ``source_dp[index]`` and keeps it in a dict; later
-    lookups of the same index return the kept object (no copy), so expensive
-    upstream work (decoding, downloads) runs once per index.  There is no size
-    limit.  The cache lives in this process: a pickled copy (a DataLoader
-    worker) starts empty (torchdata pickled the cache along with the pipe).
-    The pipe holds no position, so it is stateless for resume.
-
-    Args:
-        source_dp: the MapDataPipe whose items are kept.
-
-    Example:
-        >>> from pipekit.pipes import SequenceWrapper
-        >>> calls = []
-        >>> def load(i):
-        ...     calls.append(i)
-        ...     return i * 10
-        >>> dp = SequenceWrapper(range(5)).map(load).in_memory_cache()
-        >>> list(dp), dp[2], len(dp), calls
-        ([0, 10, 20, 30, 40], 20, 5, [0, 1, 2, 3, 4])
-    """
-
-    stateless = True
-
-    def __init__(self, source_dp: MapDataPipe) -> None:
-        super().__init__()
-        if not isinstance(source_dp, MapDataPipe):
-            raise TypeError(f"in_memory_cache: source_dp must be a MapDataPipe, got {type(source_dp).__name__}")
-        self.source_datapipe = source_dp
-        self.cache: dict[Any, Any] = {}
-
-    @property
-    def source_dp(self) -> MapDataPipe:
-        """The source pipe (torchdata's attribute name for ``source_datapipe``)."""
-        return self.source_datapipe
-
-    def __getitem__(self, index: Any) -> Any:
-        try:
-            return self.cache[index]
-        except KeyError:
-            pass
-        except TypeError:  # an unhashable index (a slice, a list): ask the source, keep nothing
-            return self.source_datapipe[index]
-        item = self.source_datapipe[index]
-        self.cache[index] = item
-        return item
-
-    def __len__(self) -> int:
-        return len(self.source_datapipe)
-
-    def __getstate__(self) -> Any:
-        state = dict(self.__dict__)
-        state["cache"] = {}
-        return pickle_state(state)
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)

@@ -5,7 +5,7 @@ torchdata 0.9's ``round_robin_demux`` (:class:`RoundRobinDemultiplexer`),
 under the same class names, arguments and outputs: each returns child pipes
 (a list of them, or one with ``random_split``'s ``target``).  The map-style
 ``unzip`` (torchdata's ``torchdata.datapipes.map.UnZipper``) is
-:class:`MapUnZipper`.
+:class:`pipekit.pipes.mapstyle.MapUnZipper`.
 
 Resume: the children of one split keep their state in one shared container
 that they reference (their upstream): the container is resumable (its snapshot
@@ -24,10 +24,10 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from pipekit.errors import ConfigurationError
-from pipekit.pipes.base import IterDataPipe, MapDataPipe, functional_datapipe
+from pipekit.pipes.base import IterDataPipe, functional_datapipe
 from pipekit.pipes.state import ResumablePipe
 
-__all__ = ["MapUnZipper", "RandomSplitter", "RoundRobinDemultiplexer", "UnZipper"]
+__all__ = ["RandomSplitter", "RoundRobinDemultiplexer", "UnZipper"]
 
 
 def _check_buffer_size(buffer_size: Any, stage: str) -> int:
@@ -369,79 +369,6 @@ class UnZipper(IterDataPipe):
         columns = _unzip_columns(sequence_length, columns_to_skip)
         container = _UnZipContainer(source_datapipe, sequence_length, columns, buffer_size)
         return [_SplitChild(container, i) for i in range(len(columns))]
-
-
-class _MapUnZipChild(MapDataPipe):
-    """One output of the map-style ``unzip``: ``source[index][column]``."""
-
-    stateless = True  # lookups hold no position
-
-    def __init__(self, source_datapipe: MapDataPipe, column: int, sequence_length: int) -> None:
-        super().__init__()
-        self.source_datapipe = source_datapipe
-        self.column = column
-        self.sequence_length = sequence_length
-
-    @property
-    def main_datapipe(self) -> MapDataPipe:
-        """The source pipe (torchdata's attribute name for ``source_datapipe``)."""
-        return self.source_datapipe
-
-    @property
-    def instance_id(self) -> int:
-        """The column this child returns (torchdata's attribute name)."""
-        return self.column
-
-    def __getitem__(self, index: Any) -> Any:
-        item = self.source_datapipe[index]
-        _check_sequence(item, self.sequence_length, f"item {index!r}")
-        return item[self.column]
-
-    def __len__(self) -> int:
-        return len(self.source_datapipe)
-
-
-@functional_datapipe("unzip")
-class MapUnZipper(MapDataPipe):
-    """Split a map-style pipe of sequences into one map-style pipe per position (functional name: ``unzip``).
-
-    torchdata's ``torchdata.datapipes.map.UnZipper``: returns a list of
-    MapDataPipes, one per column not in ``columns_to_skip``; child ``j``'s
-    ``[index]`` is ``source[index][column j]`` and its length the source's.
-    Nothing is buffered: each lookup reads the source item again (put
-    ``in_memory_cache`` before it for expensive items).  An item whose length
-    is not ``sequence_length`` raises ``ValueError`` when it is looked up
-    (torchdata did not check).  Arguments that leave no child raise
-    :class:`~pipekit.errors.ConfigurationError`, a ``ValueError`` (as
-    torchdata's for ``sequence_length < 1``) that is also a ``RuntimeError``
-    (as torchdata's when every column is skipped).
-
-    Args:
-        source_datapipe: a MapDataPipe of sequences (tuples, lists).
-        sequence_length: the length of every sequence (> 0).
-        columns_to_skip: positions that get no child.
-
-    Example:
-        >>> from pipekit.pipes import SequenceWrapper
-        >>> source_dp = SequenceWrapper([(i, i + 10, i + 20) for i in range(3)])
-        >>> dp1, dp2, dp3 = source_dp.unzip(sequence_length=3)
-        >>> list(dp1), list(dp2), list(dp3)
-        ([0, 1, 2], [10, 11, 12], [20, 21, 22])
-        >>> dp1, dp3 = source_dp.unzip(sequence_length=3, columns_to_skip=[1])
-        >>> dp3[2], len(dp3)
-        (22, 3)
-    """
-
-    def __new__(  # type: ignore[misc]
-        cls,
-        source_datapipe: MapDataPipe,
-        sequence_length: int,
-        columns_to_skip: Sequence[int] | None = None,
-    ) -> Any:
-        if not isinstance(source_datapipe, MapDataPipe):
-            raise TypeError(f"unzip: source_datapipe must be a MapDataPipe, got {type(source_datapipe).__name__}")
-        columns = _unzip_columns(sequence_length, columns_to_skip)
-        return [_MapUnZipChild(source_datapipe, col, sequence_length) for col in columns]
 
 
 # --------------------------------------------------------------------------- random_split
