@@ -2,20 +2,31 @@
 
 from __future__ import annotations
 
+import csv
+import json
 import logging
+import lzma
 import pickle
+import zlib
 
 import pytest
 
 import pipekit
 from pipekit.errors import (
     ArchiveError,
+    ConfigurationError,
+    CorruptStreamError,
+    CSVParseError,
     DecodeError,
     HashError,
+    JSONParseError,
     ParseError,
     ReadError,
     SkipLog,
     StageError,
+    TruncatedStreamError,
+    UnknownFormatError,
+    UnsupportedItemError,
     check_on_error,
 )
 from pipekit.pipes import IterableWrapper
@@ -92,6 +103,43 @@ class TestAcrossWorkers:
         )
         assert str(err) == message
         assert HashError(message).url == "<unknown>"  # another type's message: fields unknown, message kept
+
+
+def _bad_json(x: int) -> int:
+    raise JSONParseError("parse JSON", f"s3://b/{x}.json", "parse_json_files", "line 1 column 2: bad", doc="[", pos=1)
+
+
+class TestTorchdataTypes:
+    """Each error that replaces one torchdata let through is also of that built-in type."""
+
+    @pytest.mark.parametrize(
+        ("cls", "builtins"),
+        [
+            (JSONParseError, (json.JSONDecodeError, ParseError, ValueError)),
+            (CSVParseError, (csv.Error, ParseError, ValueError)),
+            (UnknownFormatError, (RuntimeError, ArchiveError)),
+            (CorruptStreamError, (OSError, lzma.LZMAError, zlib.error, ArchiveError)),
+            (TruncatedStreamError, (EOFError, ArchiveError)),
+        ],
+    )
+    def test_stage_errors_are_also_the_builtin_type(self, cls, builtins):
+        err = cls("act", "s3://b/k", "stage", "why")
+        assert isinstance(err, builtins)
+        assert str(err) == "cannot act 's3://b/k' in stage: why"
+        clone = pickle.loads(pickle.dumps(err))
+        assert type(clone) is cls
+        assert (clone.url, clone.stage, clone.reason) == ("s3://b/k", "stage", "why")
+
+    def test_argument_and_item_errors(self):
+        assert isinstance(UnsupportedItemError("x"), (TypeError, NotImplementedError))
+        assert isinstance(ConfigurationError("x"), (ValueError, RuntimeError))
+
+    def test_json_fields_survive_a_worker(self):
+        pipe = IterableWrapper(range(4)).sharding_filter().map(_bad_json)
+        with pytest.raises(json.JSONDecodeError) as info:
+            list(pipekit.DataLoader(pipe, num_workers=1))
+        assert isinstance(info.value, JSONParseError)
+        assert (info.value.url, info.value.stage) == ("s3://b/0.json", "parse_json_files")
 
 
 class TestSkipLog:

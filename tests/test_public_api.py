@@ -9,10 +9,12 @@ from pipekit.pipes.base import registered_names
 
 PIPES_ALL = [
     "Augmenter",
+    "BatchAsyncMapper",
     "BatchAugmenter",
     "BatchMapper",
     "Batcher",
     "BucketBatcher",
+    "Bz2FileLoader",
     "CSVDictParser",
     "CSVParser",
     "CacheError",
@@ -26,6 +28,7 @@ PIPES_ALL = [
     "Dropper",
     "EndOnDiskCacheHolder",
     "Enumerator",
+    "Extractor",
     "FSSpecFileLister",
     "FSSpecFileOpener",
     "FSSpecSaver",
@@ -57,10 +60,12 @@ PIPES_ALL = [
     "MapBatcher",
     "MapConcater",
     "MapDataPipe",
+    "MapInMemoryCacheHolder",
     "MapKeyZipper",
     "MapMapper",
     "MapShuffler",
     "MapToIterConverter",
+    "MapUnZipper",
     "MapZipper",
     "Mapper",
     "MaxTokenBucketizer",
@@ -97,6 +102,7 @@ PIPES_ALL = [
     "UnBatcher",
     "UnZipper",
     "WebDataset",
+    "XzFileLoader",
     "ZipArchiveLoader",
     "Zipper",
     "ZipperLongest",
@@ -106,6 +112,7 @@ PIPES_ALL = [
 ITER_NAMES = [
     "add_index",
     "append_index",
+    "async_map_batches",
     "augment",
     "augment_batch",
     "batch",
@@ -121,6 +128,7 @@ ITER_NAMES = [
     "drop",
     "end_caching",
     "enumerate",
+    "extract",
     "filter",
     "flatmap",
     "flatten",
@@ -133,7 +141,9 @@ ITER_NAMES = [
     "lines_to_paragraphs",
     "list_files",
     "list_files_by_fsspec",
+    "load_from_bz2",
     "load_from_tar",
+    "load_from_xz",
     "load_from_zip",
     "map",
     "map_batches",
@@ -179,7 +189,7 @@ ITER_NAMES = [
     "zip_with_map",
 ]
 
-MAP_NAMES = ["batch", "concat", "map", "shuffle", "to_iter_datapipe", "zip"]
+MAP_NAMES = ["batch", "concat", "in_memory_cache", "map", "shuffle", "to_iter_datapipe", "unzip", "zip"]
 
 TORCHDATA_CLASS_NAMES = [
     "IterableWrapper",
@@ -250,6 +260,10 @@ TORCHDATA_CLASS_NAMES = [
     "StreamReader",
     "RoutedDecoder",
     "SequenceWrapper",
+    "BatchAsyncMapper",
+    "Bz2FileLoader",
+    "XzFileLoader",
+    "Extractor",
 ]
 
 

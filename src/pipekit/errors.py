@@ -12,9 +12,13 @@ the URL and reason in :attr:`SkipLog.skipped`, so nothing is lost silently.
 from __future__ import annotations
 
 import ast
+import csv
+import json
 import logging
+import lzma
 import re
 import threading
+import zlib
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -26,8 +30,15 @@ __all__ = [
     "EncodeError",
     "ArchiveError",
     "ParseError",
+    "JSONParseError",
+    "CSVParseError",
     "CacheError",
     "HashError",
+    "UnknownFormatError",
+    "CorruptStreamError",
+    "TruncatedStreamError",
+    "UnsupportedItemError",
+    "ConfigurationError",
     "SkipLog",
     "SkippedItem",
     "check_on_error",
@@ -116,6 +127,94 @@ class ArchiveError(StageError, ValueError):
 
 class ParseError(StageError, ValueError):
     """A text, CSV or JSON document could not be parsed."""
+
+
+class _JSONDecodeErrorFields(json.JSONDecodeError):
+    """``json.JSONDecodeError`` whose constructor takes the one formatted message :class:`StageError` passes."""
+
+    def __init__(self, *args: object) -> None:
+        ValueError.__init__(self, *args)
+
+
+class JSONParseError(ParseError, _JSONDecodeErrorFields):
+    """A JSON document could not be parsed (``parse_json_files``).
+
+    Also a :class:`json.JSONDecodeError`, the error torchdata's ``JsonParser``
+    let through, with its fields: ``msg`` (the parser's message), ``doc``
+    (the text), ``pos``, ``lineno`` and ``colno`` (where parsing stopped).
+    """
+
+    def __init__(
+        self,
+        action: str,
+        url: str | None = None,
+        stage: str | None = None,
+        reason: object = None,
+        doc: str = "",
+        pos: int = 0,
+        msg: str | None = None,
+    ) -> None:
+        super().__init__(action, url, stage, reason)
+        self.msg = msg if msg is not None else self.reason
+        self.doc = doc
+        self.pos = pos
+        self.lineno = doc.count("\n", 0, pos) + 1
+        self.colno = pos - doc.rfind("\n", 0, pos)
+
+    @classmethod
+    def from_decode_error(cls, action: str, url: str, stage: str, exc: json.JSONDecodeError) -> JSONParseError:
+        """The error for ``exc``, raised by :func:`json.loads` on the document at ``url``."""
+        reason = f"line {exc.lineno} column {exc.colno}: {exc.msg}"
+        return cls(action, url, stage, reason, doc=exc.doc, pos=exc.pos, msg=exc.msg)
+
+    def __reduce__(self):
+        return (type(self), (self.action, self.url, self.stage, self.reason, self.doc, self.pos, self.msg))
+
+
+class CSVParseError(ParseError, csv.Error):
+    """A CSV document could not be parsed (``parse_csv``, ``parse_csv_as_dict``).
+
+    Also a :class:`csv.Error`, the error torchdata's CSV parsers let through.
+    """
+
+
+class UnknownFormatError(ArchiveError, RuntimeError):
+    """The compression or archive format of a file cannot be told from its name (``decompress``).
+
+    Also a ``RuntimeError``, the error torchdata's ``Decompressor`` raised.
+    """
+
+
+class CorruptStreamError(ArchiveError, OSError, lzma.LZMAError, zlib.error):
+    """The data of a gzip, bz2 or xz stream is damaged (``decompress``, ``load_from_bz2``, ``load_from_xz``).
+
+    Also an instance of each error the codecs raise for damaged data and that
+    torchdata let through: ``OSError`` (bz2, ``gzip.BadGzipFile``),
+    ``lzma.LZMAError`` (xz) and ``zlib.error`` (gzip's deflate data).
+    """
+
+
+class TruncatedStreamError(ArchiveError, EOFError):
+    """A gzip, bz2 or xz stream ends before its end marker.
+
+    Also the ``EOFError`` the codecs raise, which torchdata let through.
+    """
+
+
+class UnsupportedItemError(PipekitError, TypeError, NotImplementedError):
+    """An item is of a type the pipe does not handle (``add_index`` on an item that is not a dict).
+
+    A ``TypeError`` (the item is of the wrong type) and a ``NotImplementedError``,
+    the error torchdata raised in the same case.
+    """
+
+
+class ConfigurationError(PipekitError, ValueError, RuntimeError):
+    """Arguments that leave a pipe nothing to produce (``unzip`` told to skip every column).
+
+    A ``ValueError`` (the arguments are wrong) and a ``RuntimeError``, the error
+    torchdata raised in the same case.
+    """
 
 
 class CacheError(StageError, RuntimeError):

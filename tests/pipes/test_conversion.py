@@ -8,6 +8,7 @@ import pytest
 
 from pipekit.pipes import (
     IterableWrapper,
+    IterDataPipe,
     IterToMapConverter,
     MapToIterConverter,
     SequenceWrapper,
@@ -22,6 +23,19 @@ pytestmark = pytest.mark.filterwarnings("ignore:Header. the source has no length
 
 def row_to_tuple(row):
     return row[0], row[1:]
+
+
+class NoLengthYet(IterDataPipe):
+    """A source whose len() raises NotImplementedError, as some torchdata-era pipes' did."""
+
+    def __init__(self, items):
+        self.items = items
+
+    def __iter__(self):
+        yield from self.items
+
+    def __len__(self):
+        raise NotImplementedError("no length")
 
 
 @pytest.mark.parametrize(
@@ -65,6 +79,13 @@ class TestIterToMapConverter:
         assert len(map_dp) == 2
         clone = pickle.loads(pickle.dumps(map_dp))
         assert clone["b"] == 2
+
+    def test_length_when_the_source_raises_not_implemented_error(self):
+        # torchdata caught TypeError and NotImplementedError from the source's len() and loaded the table.
+        map_dp = NoLengthYet([("a", 1), ("b", 2), ("a", 3)]).to_map_datapipe()
+        with pytest.warns(UserWarning, match="duplicate key"):
+            assert len(map_dp) == 2
+        assert map_dp["a"] == 3
 
     @pytest.mark.parametrize("n", [0, 1, 2])
     def test_resume_rebuilds_the_table(self, n):

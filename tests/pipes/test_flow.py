@@ -9,6 +9,7 @@ import warnings
 import pytest
 
 import pipekit
+from pipekit.errors import UnsupportedItemError
 from pipekit.pipes import Cycler, Enumerator, Header, IndexAdder, IterableWrapper, LengthSetter, Repeater
 from pipekit.pipes.base import owner_of, registered_names
 from pipekit.pipes.resume import not_snapshot_capable
@@ -266,6 +267,12 @@ class TestIndexAdder:
     def test_non_dict_raises(self):
         with pytest.raises(TypeError, match=r"add_index: items must be dicts, got list at index 1"):
             list(IterableWrapper([{"a": 1}, [1, 2]]).add_index())
+
+    def test_non_dict_raises_not_implemented_error_as_torchdata(self):
+        with pytest.raises(NotImplementedError, match="items must be dicts") as info:
+            list(IterableWrapper([(1, 2)]).add_index())
+        assert isinstance(info.value, UnsupportedItemError)
+        assert isinstance(info.value, TypeError)
 
     def test_unhashable_name(self):
         with pytest.raises(TypeError, match="hashable"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import pickle
@@ -16,6 +17,7 @@ from torch.utils.data.graph_settings import apply_random_seed
 
 import pipekit
 from pipekit.pipes import (
+    BatchAsyncMapper,
     BatchMapper,
     FlatMapper,
     IterableWrapper,
@@ -23,7 +25,7 @@ from pipekit.pipes import (
     ThreadPoolMapper,
 )
 from pipekit.pipes.base import owner_of
-from pipekit.pipes.resume import not_snapshot_capable, restore_pipeline, snapshot_pipeline
+from pipekit.pipes.resume import not_snapshot_capable, prepare_for_resume, restore_pipeline, snapshot_pipeline
 from pipekit.testing import assert_resumes, resume_after
 
 # ----------------------------------------------------------------- module-level functions (picklable)
@@ -73,6 +75,55 @@ def slow_identity(x):
     return x
 
 
+async def async_mul_ten(x):
+    await asyncio.sleep(0.001)
+    return x * 10
+
+
+async def async_add(a, b):
+    await asyncio.sleep(0)
+    return a + b
+
+
+async def async_jitter_square(x):
+    await asyncio.sleep(random.Random(x).random() * 0.004)
+    return x * x
+
+
+async def async_fail_on_three(x):
+    await asyncio.sleep(0.001)
+    if x == 3:
+        raise ValueError("three is bad")
+    return x
+
+
+class ConcurrencyTracker:
+    """Records how many calls of an async function run at once, and the loops they ran on."""
+
+    def __init__(self):
+        self.running = 0
+        self.peak = 0
+        self.loops = set()
+        self.cancelled = 0
+
+    async def __call__(self, x):
+        self.loops.add(asyncio.get_running_loop())
+        self.running += 1
+        self.peak = max(self.peak, self.running)
+        try:
+            await asyncio.sleep(0.01)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        finally:
+            self.running -= 1
+        return x
+
+
+async def tracked(tracker, x):
+    return await tracker(x)
+
+
 def pool_threads(prefix="pipekit-threadpool_map"):
     return [t for t in threading.enumerate() if t.name.startswith(prefix)]
 
@@ -107,6 +158,7 @@ def test_functional_names_are_pipekits():
     assert owner_of("shuffled_flatmap") == "pipekit.pipes.mapping.ShuffledFlatMapper"
     assert owner_of("map_batches") == "pipekit.pipes.mapping.BatchMapper"
     assert owner_of("threadpool_map") == "pipekit.pipes.mapping.ThreadPoolMapper"
+    assert owner_of("async_map_batches") == "pipekit.pipes.mapping.BatchAsyncMapper"
 
 
 def test_old_module_name_still_imports():
@@ -266,13 +318,46 @@ class TestShuffledFlatMapper:
         with pytest.raises(ValueError, match="buffer_size"):
             ShuffledFlatMapper(IterableWrapper([]), buffer_size=bad)
 
-    def test_length_is_unknown_without_reading_the_source(self, words):
+    def test_length_with_fn_is_unknown_without_reading_the_source(self):
         source = CountingSource(3)
         with pytest.raises(TypeError, match="length"):
             len(IterableWrapper(source, deepcopy=False).shuffled_flatmap(explode))
-        with pytest.raises(TypeError, match="length"):
-            len(IterableWrapper(words).shuffled_flatmap())
         assert source.pulled == 0
+
+    def test_length_without_fn_sums_the_item_lengths_as_torchdata(self, words):
+        # torchdata: ``sum(map(len, datapipe))`` when fn is None (pipekit used to refuse).
+        dp = IterableWrapper(words).shuffled_flatmap(buffer_size=2)
+        assert len(dp) == 12 == len(list(dp.set_seed(0)))
+        assert len(IterableWrapper([[1, 2], [], "abc"]).shuffled_flatmap()) == 5
+
+    def test_length_counts_the_selected_columns(self):
+        rows = [{"id": 1, "words": ["a", "b"]}, {"id": 2, "words": ["c"]}]
+        assert len(IterableWrapper(rows).shuffled_flatmap(input_col="words")) == 3
+
+    def test_length_of_unsized_items_is_unknown(self):
+        with pytest.raises(TypeError, match="item 1 has no length"):
+            len(IterableWrapper([[1], 5]).shuffled_flatmap())
+
+    def test_length_leaves_a_running_epoch_alone(self, words):
+        dp = IterableWrapper(words).shuffled_flatmap(buffer_size=2).set_seed(3)
+        expected = list(dp.set_seed(3))
+        it = iter(dp.set_seed(3))
+        head = [next(it) for _ in range(4)]
+        assert len(dp) == 12
+        assert head + list(it) == expected
+
+    def test_length_leaves_a_loaded_checkpoint_alone(self, words):
+        def make():
+            return IterableWrapper(words).shuffled_flatmap(buffer_size=2).set_seed(5)
+
+        pipe = prepare_for_resume(make())
+        it = iter(pipe)
+        head = [next(it) for _ in range(5)]
+        state = snapshot_pipeline(pipe)
+        fresh = make()
+        restore_pipeline(fresh, state)
+        assert len(fresh) == 12  # reads a fresh copy: the pending checkpoints stay pending
+        assert head + list(fresh) == list(make())
 
     def test_pickle(self, words):
         dp = IterableWrapper(words).shuffled_flatmap(buffer_size=2).set_seed(4)
@@ -534,6 +619,139 @@ class TestThreadPoolMapper:
         assert not worker.is_alive()
 
 
+class TestBatchAsyncMapper:
+    def test_torchdata_examples(self):
+        assert list(IterableWrapper(range(50)).async_map_batches(async_mul_ten, 16)) == [x * 10 for x in range(50)]
+        pairs = IterableWrapper([(i, i) for i in range(50)])
+        assert list(pairs.async_map_batches(async_mul_ten, 16, input_col=1)) == [(i, i * 10) for i in range(50)]
+        out = list(pairs.async_map_batches(async_mul_ten, 16, input_col=1, output_col=-1))
+        assert out == [(i, i, i * 10) for i in range(50)]
+
+    def test_class_form_and_batches_unflattened(self):
+        dp = BatchAsyncMapper(IterableWrapper(range(5)), async_mul_ten, batch_size=2, flatten=False)
+        assert list(dp) == [[0, 10], [20, 30], [40]]
+
+    def test_multi_column_input_replaces_the_first_and_drops_the_others(self):
+        dp = IterableWrapper([(1, 2, 3), (4, 5, 6)]).async_map_batches(async_add, 2, input_col=[0, 2])
+        assert list(dp) == [(4, 2), (10, 5)]
+        dp = IterableWrapper([[1, 2]]).async_map_batches(async_add, 2, input_col=(0, 1), output_col=[-1])
+        assert list(dp) == [[1, 2, 3]]
+
+    def test_dict_items_are_copied_not_modified(self):
+        rows = [{"a": 1}, {"a": 2}]
+        out = list(IterableWrapper(rows, deepcopy=False).async_map_batches(async_mul_ten, 2, "a", "b"))
+        assert out == [{"a": 1, "b": 10}, {"a": 2, "b": 20}]
+        assert rows == [{"a": 1}, {"a": 2}]
+
+    def test_order_kept_under_random_delays(self):
+        out = list(IterableWrapper(range(40)).async_map_batches(async_jitter_square, 8))
+        assert out == [x * x for x in range(40)]
+
+    @pytest.mark.parametrize(("batch_size", "max_concurrency", "peak"), [(8, 32, 8), (8, 3, 3), (2, 32, 2)])
+    def test_a_batch_runs_concurrently_up_to_max_concurrency(self, batch_size, max_concurrency, peak):
+        tracker = ConcurrencyTracker()
+        fn = functools.partial(tracked, tracker)
+        dp = IterableWrapper(range(16)).async_map_batches(fn, batch_size, max_concurrency=max_concurrency)
+        assert list(dp) == list(range(16))
+        assert tracker.peak == peak
+
+    def test_one_event_loop_per_epoch_closed_at_its_end(self):
+        tracker = ConcurrencyTracker()
+        dp = IterableWrapper(range(6)).async_map_batches(tracker, 2)
+        assert list(dp) == list(range(6))
+        assert len(tracker.loops) == 1
+        assert all(loop.is_closed() for loop in tracker.loops)
+
+    def test_early_stop_closes_the_loop(self):
+        tracker = ConcurrencyTracker()
+        it = iter(IterableWrapper(range(6)).async_map_batches(tracker, 2))
+        assert next(it) == 0
+        (loop,) = tracker.loops
+        assert not loop.is_closed()
+        it.close()
+        assert loop.is_closed()
+
+    def test_exception_names_the_item_and_cancels_the_batch(self):
+        dp = IterableWrapper(range(8)).async_map_batches(async_fail_on_three, 4)
+        with pytest.raises(ValueError, match="three is bad") as info:
+            list(dp)
+        if sys.version_info >= (3, 11):
+            assert any("failed on item 3" in note for note in info.value.__notes__)
+
+    def test_failure_cancels_the_rest_of_the_batch(self):
+        tracker = ConcurrencyTracker()
+
+        async def fail_first(x):
+            if x == 0:
+                raise KeyError("boom")
+            return await tracker(x)
+
+        with pytest.raises(KeyError, match="boom"):
+            list(IterableWrapper(range(4)).async_map_batches(fail_first, 4))
+        assert tracker.cancelled == 3
+        assert all(loop.is_closed() for loop in tracker.loops)
+
+    def test_runs_inside_a_running_event_loop(self):
+        async def main():
+            return list(IterableWrapper(range(5)).async_map_batches(async_mul_ten, 2))
+
+        assert asyncio.run(main()) == [0, 10, 20, 30, 40]
+
+    @pytest.mark.parametrize(
+        ("kwargs", "match"),
+        [
+            ({"async_fn": mul_ten}, "coroutine function"),
+            ({"batch_size": 0}, "batch_size"),
+            ({"batch_size": True}, "batch_size"),
+            ({"max_concurrency": 0}, "max_concurrency"),
+            ({"output_col": 1}, "output_col must be None"),
+            ({"input_col": 0, "output_col": [1, 2]}, "single index"),
+        ],
+    )
+    def test_invalid_arguments_raise_value_error_as_torchdata(self, kwargs, match):
+        args = {"async_fn": async_mul_ten, "batch_size": 2, **kwargs}
+        with pytest.raises(ValueError, match=match):
+            IterableWrapper([(1, 2)]).async_map_batches(**args)
+
+    def test_length(self):
+        assert len(IterableWrapper(range(7)).async_map_batches(async_mul_ten, 3)) == 7
+        assert len(IterableWrapper(range(7)).async_map_batches(async_mul_ten, 3, flatten=False)) == 3
+        with pytest.raises(TypeError):
+            len(IterableWrapper(range(7)).filter(bool).async_map_batches(async_mul_ten, 3))
+
+    def test_pickle_before_and_during_iteration(self):
+        dp = IterableWrapper(range(5)).async_map_batches(async_mul_ten, 2)
+        it = iter(dp)
+        next(it)
+        clone = pickle.loads(pickle.dumps(dp))
+        assert list(clone) == [0, 10, 20, 30, 40]
+        it.close()
+
+    @pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 6, 7])
+    def test_resumes(self, n):
+        assert_resumes(lambda: IterableWrapper(range(7)).async_map_batches(async_mul_ten, 3), n)
+
+    @pytest.mark.parametrize("n", [0, 1, 2, 3])
+    def test_resumes_unflattened(self, n):
+        assert_resumes(lambda: IterableWrapper(range(7)).async_map_batches(async_mul_ten, 3, flatten=False), n)
+
+    def test_state_holds_the_pending_inputs_of_the_batch(self):
+        dp = IterableWrapper(range(7)).async_map_batches(async_mul_ten, 3)
+        it = iter(dp)
+        assert [next(it), next(it)] == [0, 10]
+        assert dp.state_dict() == {"pending": [2]}
+        assert [next(it), next(it)] == [20, 30]
+        assert dp.state_dict() == {"pending": [4, 5]}
+        it.close()
+
+    def test_restored_pending_inputs_are_run_again(self):
+        tracker = ConcurrencyTracker()
+        dp = IterableWrapper(range(7)).async_map_batches(tracker, 3)
+        dp.load_state_dict({"pending": [4, 5]})
+        # IterableWrapper was not restored here, so it starts again after the pending inputs
+        assert list(dp) == [4, 5, *range(7)]
+
+
 class TestWithDataLoader:
     def test_threaded_pipeline_resumes_by_snapshot(self, caplog):
         def make():
@@ -551,3 +769,19 @@ class TestWithDataLoader:
         assert head + rest == [y for x in range(30) for y in (x * 10, x * 100)]
         assert "replay" not in caplog.text
         assert wait_no_pool_threads() == []
+
+    def test_async_pipeline_resumes_by_snapshot_in_a_worker(self, caplog):
+        def make():
+            return IterableWrapper(range(20)).async_map_batches(async_mul_ten, 3).flatmap(twice)
+
+        caplog.set_level(logging.INFO, logger="pipekit")
+        loader = pipekit.DataLoader(make(), num_workers=1)
+        it = iter(loader)
+        head = [next(it) for _ in range(9)]
+        state = loader.state_dict()
+        rest = list(it)
+        resumed = pipekit.DataLoader(make(), num_workers=1)
+        resumed.load_state_dict(state)
+        assert list(resumed) == rest
+        assert head + rest == [y for x in range(20) for y in (x * 10, x * 100)]
+        assert "replay" not in caplog.text

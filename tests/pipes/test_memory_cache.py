@@ -19,6 +19,16 @@ from pipekit.testing import assert_resumes
 # ------------------------------------------------------------------------------------------------
 
 
+class Unsized(IterDataPipe):
+    """Yields the given items and has no length."""
+
+    def __init__(self, items: list) -> None:
+        self.items = items
+
+    def __iter__(self):
+        yield from self.items
+
+
 class Counting(IterDataPipe):
     """Yields the given items and counts how many it produced over its lifetime."""
 
@@ -98,6 +108,24 @@ class TestInMemoryCacheHolder:
         assert copy.cached_items == 0
         assert len(pickle.dumps(InMemoryCacheHolder(IterableWrapper([1]), size=1))) < 5000
         assert [int(t[0]) for t in copy] == list(range(10))
+
+    def test_len_of_an_unsized_source_once_the_cache_is_loaded_as_torchdata(self):
+        dp = Unsized(list(range(7))).in_memory_cache()
+        with pytest.raises(TypeError, match="until the cache is loaded"):
+            len(dp)
+        it = iter(dp)
+        next(it)
+        with pytest.raises(TypeError, match="until the cache is loaded"):
+            len(dp)  # an epoch in progress has not loaded the cache yet
+        list(it)
+        assert len(dp) == 7
+        assert len(list(dp)) == 7
+
+    def test_len_counts_evicted_items_too(self):
+        dp = Unsized([bytes(100_000) for _ in range(30)]).in_memory_cache(size=1)
+        list(dp)
+        assert 0 < dp.cached_items < 30
+        assert len(dp) == 30
 
     def test_len_and_validation(self):
         assert len(IterableWrapper(range(4)).in_memory_cache()) == 4

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import csv
 import decimal
 import gzip
 import io
+import json
 import os
 import pickle
 from pathlib import Path
@@ -12,7 +14,7 @@ from pathlib import Path
 import pytest
 from torch.utils.data.datapipes.iter import FileOpener
 
-from pipekit.errors import ParseError, ReadError
+from pipekit.errors import CSVParseError, JSONParseError, ParseError, ReadError
 from pipekit.pipes import CSVDictParser, CSVParser, IterableWrapper, JsonParser, LineReader
 from pipekit.pipes.resume import prepare_for_resume, restore_pipeline, snapshot_pipeline
 from pipekit.testing import assert_resumes, resume_after
@@ -298,6 +300,17 @@ class TestCSVParser:
         assert (info.value.url, info.value.stage) == ("bad.csv", "parse_csv")
         assert "line 3" in str(info.value)
 
+    def test_malformed_csv_is_a_csv_error_as_in_torchdata(self) -> None:
+        data = b'a,b\n1,2\n3,"unterminated\n'
+        for dp in (
+            IterableWrapper([("bad.csv", data)]).parse_csv(strict=True),
+            IterableWrapper([("bad.csv", data)]).parse_csv_as_dict(strict=True),
+        ):
+            with pytest.raises(csv.Error) as info:
+                list(dp)
+            assert isinstance(info.value, CSVParseError)
+            assert info.value.url == "bad.csv"
+
     def test_undecoded_bytes_are_a_parse_error(self) -> None:
         dp = IterableWrapper([("raw.csv", b"a,b\n")]).parse_csv(decode=False)
         with pytest.raises(ParseError, match=r"raw\.csv"):
@@ -405,6 +418,42 @@ class TestJsonParser:
         dp = IterableWrapper([("x.json", b'{\n  "a": 1,\n  "b": ]\n}')]).parse_json_files()
         with pytest.raises(ParseError, match=r"'x.json' in parse_json_files: line 3 column 8"):
             list(dp)
+
+    def test_bad_json_is_a_json_decode_error_as_in_torchdata(self, json_paths: list[str]) -> None:
+        # torchdata let json.loads' JSONDecodeError through: code catching it must still catch ours.
+        text = '{\n  "a": 1,\n  "b": ]\n}'
+        dp = IterableWrapper(json_paths[:2]).open_files_by_fsspec(mode="rb").parse_json_files()
+        with pytest.raises(json.JSONDecodeError) as info:
+            list(dp)
+        assert isinstance(info.value, JSONParseError)
+        assert (info.value.url, info.value.stage) == (json_paths[0], "parse_json_files")
+        assert (info.value.doc, info.value.pos, info.value.lineno, info.value.colno) == ("", 0, 1, 1)
+        with pytest.raises(json.JSONDecodeError) as info:
+            list(IterableWrapper([("x.json", text)]).parse_json_files())
+        expected = json.JSONDecodeError("Expecting value", text, text.index("]"))
+        got = info.value
+        assert (got.msg, got.doc, got.pos, got.lineno, got.colno) == (
+            expected.msg,
+            expected.doc,
+            expected.pos,
+            expected.lineno,
+            expected.colno,
+        )
+        assert str(got).startswith("cannot parse JSON 'x.json' in parse_json_files: line 3 column 8: Expecting value")
+
+    def test_json_error_survives_pickling(self) -> None:
+        with pytest.raises(JSONParseError) as info:
+            list(IterableWrapper([("x.json", "[1,")]).parse_json_files())
+        clone = pickle.loads(pickle.dumps(info.value))
+        assert isinstance(clone, json.JSONDecodeError)
+        assert (clone.url, clone.stage, clone.reason, clone.doc, clone.pos, clone.msg) == (
+            "x.json",
+            "parse_json_files",
+            info.value.reason,
+            info.value.doc,
+            info.value.pos,
+            info.value.msg,
+        )
 
     def test_kwargs_text_streams_and_close(self) -> None:
         Tracking.closed_streams.clear()

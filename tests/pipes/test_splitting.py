@@ -6,6 +6,7 @@ import pickle
 
 import pytest
 
+from pipekit.errors import ConfigurationError
 from pipekit.pipes import (
     IterableWrapper,
     RandomSplitter,
@@ -152,6 +153,33 @@ class TestUnZipper:
     def test_invalid_arguments(self, kwargs, match):
         with pytest.raises(ValueError, match=match):
             UnZipper(IterableWrapper([(1, 2)]), **kwargs)
+
+    @pytest.mark.parametrize(
+        "kwargs", [{"sequence_length": 0}, {"sequence_length": 2, "columns_to_skip": [0, 1]}]
+    )
+    def test_no_children_is_a_runtime_error_as_torchdata(self, kwargs):
+        with pytest.raises(RuntimeError, match="unzip") as info:
+            IterableWrapper([(1, 2)]).unzip(**kwargs)
+        assert isinstance(info.value, ConfigurationError)
+
+    def test_child_read_out_of_order_raises_buffer_error_as_torchdata(self):
+        # torchdata's children share fork's buffer: reading one child ahead of the others by more than
+        # buffer_size items raises BufferError at the item that overflows it.
+        dp1, dp2 = IterableWrapper([(i, -i) for i in range(10)]).unzip(2, buffer_size=3)
+        it = iter(dp1)
+        assert [next(it) for _ in range(3)] == [0, 1, 2]
+        with pytest.raises(BufferError):
+            next(it)
+        dp1, dp2 = IterableWrapper([(i, -i) for i in range(10)]).unzip(2, buffer_size=3)
+        it = iter(dp1)
+        assert [next(it) for _ in range(3)] == [0, 1, 2]
+        got = []
+        with pytest.raises(BufferError):
+            got.extend(dp2)  # dp2 catches up with dp1, then may run 3 items ahead of it (as torchdata)
+        assert got == [0, -1, -2, -3, -4, -5]
+        assert next(it) == 3  # dp1 goes on from the buffer
+        dp1, dp2 = IterableWrapper([(i, -i) for i in range(10)]).unzip(2, buffer_size=-1)
+        assert (list(dp1), list(dp2)) == (list(range(10)), [-i for i in range(10)])
 
     def test_wrong_length_item(self):
         dp1, _ = IterableWrapper([(1, 2), (1, 2, 3)]).unzip(2)

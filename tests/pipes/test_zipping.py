@@ -137,6 +137,18 @@ class TestIterKeyZipper:
             warnings.simplefilter("error")
             assert len(list(src.zip_with_iter(ref, key_fn=first, buffer_size=3))) == 2
 
+    def test_buffer_holds_buffer_size_plus_one_as_torchdata(self):
+        # torchdata drops the oldest reference item only when the buffer holds *more* than buffer_size
+        # before the next is added: with buffer_size=2, "a" and "b" wait while "c" is found.
+        src = IterableWrapper([("c", 1), ("a", 2), ("b", 3)])
+        ref = IterableWrapper([("a", 10), ("b", 20), ("c", 30)])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            out = list(src.zip_with_iter(ref, key_fn=first, buffer_size=2))
+        assert out == [(("c", 1), ("c", 30)), (("a", 2), ("a", 10)), (("b", 3), ("b", 20))]
+        with pytest.warns(UserWarning, match="buffer is full"), pytest.raises(BufferError, match=r"'a'.*dropped"):
+            list(src.zip_with_iter(ref, key_fn=first, buffer_size=1))
+
     def test_invalid_arguments(self):
         src = IterableWrapper([1])
         with pytest.raises(TypeError, match="ref_datapipe"):

@@ -119,7 +119,7 @@ class IterToMapConverter(ResumableMapPipe):
             return len(self._map)
         try:
             return len(self.source_datapipe)
-        except TypeError:
+        except (TypeError, NotImplementedError):  # no length (NotImplementedError: torchdata's pipes' way)
             pass
         return len(self._load_map())
 

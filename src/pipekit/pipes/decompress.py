@@ -1,12 +1,20 @@
-"""Decompress ``(url, stream)`` items: torchdata's ``Decompressor`` (``decompress``).
+"""Decompress ``(url, stream)`` items: torchdata's ``Decompressor`` (``decompress``, and its old
+alias ``Extractor``/``extract``), ``Bz2FileLoader`` (``load_from_bz2``) and ``XzFileLoader`` (``load_from_xz``).
 
 gzip, bz2 and xz streams are decompressed lazily as they are read; ``tar``
 and ``zip`` yield an open ``tarfile.TarFile`` / ``zipfile.ZipFile`` for
 ``load_from_tar`` / ``load_from_zip`` (:mod:`pipekit.pipes.archives`, which
-also re-exports the names of this module).  The pipe is stateless; its
+also re-exports the names of this module).  The pipes are stateless; their
 :meth:`Decompressor.reopen` lets pipes downstream that resume in the middle
 of a file (archive loaders, ``readlines``) open that file again,
 decompressed, with the same upstream options.
+
+Errors name the URL and the stage, and are also the built-in errors torchdata
+let through: damaged data raises :class:`~pipekit.errors.CorruptStreamError`
+(an ``OSError``, ``lzma.LZMAError`` and ``zlib.error``), a stream cut short
+:class:`~pipekit.errors.TruncatedStreamError` (an ``EOFError``), and an
+unknown extension :class:`~pipekit.errors.UnknownFormatError` (a
+``RuntimeError``); all three are :class:`~pipekit.errors.ArchiveError`.
 """
 
 from __future__ import annotations
@@ -19,15 +27,16 @@ import os
 import posixpath
 import tarfile
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from enum import Enum
 from typing import IO, Any
 
-from pipekit.errors import ArchiveError
+from pipekit.errors import ArchiveError, CorruptStreamError, TruncatedStreamError, UnknownFormatError
 from pipekit.pipes._stream_items import CORRUPT, check_pair, is_seekable, raw_stream, reason, reopen_stream
 from pipekit.pipes.base import IterDataPipe, StreamWrapper, functional_datapipe
 
-__all__ = ["CompressionType", "Decompressor"]
+__all__ = ["Bz2FileLoader", "CompressionType", "Decompressor", "Extractor", "XzFileLoader"]
 
 
 class CompressionType(Enum):
@@ -62,12 +71,24 @@ _EXTENSIONS: list[tuple[str, CompressionType]] = [
 _STRIPPABLE = (CompressionType.GZIP, CompressionType.BZIP2, CompressionType.LZMA)
 
 
+def _stream_error(exc: BaseException, url: str, stage: str) -> ArchiveError:
+    """The pipekit error for ``exc``, raised while decompressing ``url``: also of ``exc``'s built-in kind."""
+    if isinstance(exc, ArchiveError):
+        return exc
+    if isinstance(exc, EOFError):
+        return TruncatedStreamError("decompress", url, stage, reason(exc))
+    if isinstance(exc, (OSError, lzma.LZMAError, zlib.error)):
+        return CorruptStreamError("decompress", url, stage, reason(exc))
+    return ArchiveError("decompress", url, stage, reason(exc))
+
+
 class _NamedErrors(io.BufferedIOBase):
     """A read-only stream that reports decompression errors with the URL and stage."""
 
-    def __init__(self, inner: IO[bytes], url: str) -> None:
+    def __init__(self, inner: IO[bytes], url: str, stage: str = "decompress") -> None:
         self._inner = inner
         self._url = url
+        self._stage = stage
 
     def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
         try:
@@ -75,7 +96,7 @@ class _NamedErrors(io.BufferedIOBase):
         except CORRUPT as exc:
             if isinstance(exc, ValueError) and self._inner.closed:
                 raise  # reading a closed stream is a usage error, not a corrupt file
-            raise ArchiveError("decompress", self._url, "decompress", reason(exc)) from exc
+            raise _stream_error(exc, self._url, self._stage) from exc
 
     def read(self, size: int | None = -1) -> bytes:
         return self._call(self._inner.read, size)
@@ -128,7 +149,11 @@ class Decompressor(IterDataPipe[tuple[str, StreamWrapper]]):
             (``a.txt.gz`` -> ``a.txt``); only for gzip, bz2 and xz.
 
     An unknown extension without ``file_type`` raises
-    :class:`~pipekit.errors.ArchiveError`.  The pipe is stateless for resume.
+    :class:`~pipekit.errors.UnknownFormatError` (an ``ArchiveError`` that is
+    also the ``RuntimeError`` torchdata raised); damaged data raises
+    :class:`~pipekit.errors.CorruptStreamError` or
+    :class:`~pipekit.errors.TruncatedStreamError` when it is read (see the
+    module docstring).  The pipe is stateless for resume.
 
     Example:
         >>> import gzip, io
@@ -143,6 +168,7 @@ class Decompressor(IterDataPipe[tuple[str, StreamWrapper]]):
 
     types = CompressionType
     stateless = True
+    stage = "decompress"  # the functional name errors name
 
     def __init__(
         self,
@@ -175,10 +201,10 @@ class Decompressor(IterDataPipe[tuple[str, StreamWrapper]]):
         if self.file_type is not None:
             return self.file_type, ""
         ext = os.path.splitext(posixpath.basename(url))[1]
-        raise ArchiveError(
+        raise UnknownFormatError(
             "decompress",
             url,
-            "decompress",
+            self.stage,
             f"unknown compression extension {ext!r}; pass file_type= (one of "
             f"{', '.join(t.value for t in CompressionType)})",
         )
@@ -187,18 +213,20 @@ class Decompressor(IterDataPipe[tuple[str, StreamWrapper]]):
         raw = raw_stream(stream)
         try:
             if kind is CompressionType.GZIP:
-                return _NamedErrors(gzip.GzipFile(fileobj=raw, mode="rb"), url)
+                return _NamedErrors(gzip.GzipFile(fileobj=raw, mode="rb"), url, self.stage)
             if kind is CompressionType.BZIP2:
-                return _NamedErrors(bz2.BZ2File(raw, mode="rb"), url)
+                return _NamedErrors(bz2.BZ2File(raw, mode="rb"), url, self.stage)
             if kind is CompressionType.LZMA:
-                return _NamedErrors(lzma.LZMAFile(raw, mode="rb"), url)
+                return _NamedErrors(lzma.LZMAFile(raw, mode="rb"), url, self.stage)
             if kind is CompressionType.TAR:
                 return tarfile.open(fileobj=raw, mode="r:*" if is_seekable(raw) else "r|*")
             if not is_seekable(raw):
                 raw = io.BytesIO(raw.read())  # zipfile needs random access
             return zipfile.ZipFile(raw)
         except CORRUPT as exc:
-            raise ArchiveError("decompress", url, "decompress", reason(exc)) from exc
+            if kind in _STRIPPABLE:
+                raise _stream_error(exc, url, self.stage) from exc
+            raise ArchiveError("decompress", url, self.stage, reason(exc)) from exc
 
     def _out_url(self, url: str, kind: CompressionType, ext: str) -> str:
         if self.strip_extension and ext and kind in _STRIPPABLE:
@@ -222,18 +250,18 @@ class Decompressor(IterDataPipe[tuple[str, StreamWrapper]]):
         error: ArchiveError | None = None
         for in_url in candidates:
             try:
-                stream = reopen_stream(self.source_datapipe, in_url, "decompress")
+                stream = reopen_stream(self.source_datapipe, in_url, self.stage)
             except ArchiveError as exc:
                 error = error or exc
                 continue
             kind, ext = self._detect(in_url)
             out_url = self._out_url(in_url, kind, ext)
             return StreamWrapper(self._decompress(in_url, stream, kind), stream, name=out_url)
-        raise error if error is not None else ArchiveError("reopen", url, "decompress", "no candidate URL")
+        raise error if error is not None else ArchiveError("reopen", url, self.stage, "no candidate URL")
 
     def __iter__(self) -> Iterator[tuple[str, StreamWrapper]]:
         for item in self.source_datapipe:
-            url, stream = check_pair(item, "decompress")
+            url, stream = check_pair(item, self.stage)
             try:
                 kind, ext = self._detect(url)
                 out_url = self._out_url(url, kind, ext)
@@ -242,3 +270,133 @@ class Decompressor(IterDataPipe[tuple[str, StreamWrapper]]):
             finally:
                 if isinstance(stream, StreamWrapper):
                     stream.autoclose()
+
+
+@functional_datapipe("extract")
+class Extractor(IterDataPipe):
+    """torchdata's old name of :class:`Decompressor` (functional name: ``extract``): use ``decompress``.
+
+    ``Extractor(dp, file_type)`` and ``dp.extract(file_type)`` return a
+    :class:`Decompressor`, as in torchdata.
+
+    Example:
+        >>> import gzip, io
+        >>> from pipekit.pipes import IterableWrapper
+        >>> dp = IterableWrapper([("a.gz", io.BytesIO(gzip.compress(b"hi")))]).extract()
+        >>> type(dp).__name__, [s.read() for _, s in dp]
+        ('Decompressor', [b'hi'])
+    """
+
+    def __new__(  # type: ignore[misc]
+        cls, source_datapipe: IterDataPipe[tuple[str, Any]], file_type: str | CompressionType | None = None
+    ) -> Decompressor:
+        return Decompressor(source_datapipe, file_type)
+
+
+class _SingleFormatLoader(Decompressor):
+    """A :class:`Decompressor` for one format that strips its suffix from the URL and takes ``length``."""
+
+    kind: CompressionType = CompressionType.BZIP2
+    suffix = ".bz2"
+
+    def _detect(self, url: str) -> tuple[CompressionType, str]:
+        return self.kind, self.suffix if url.lower().endswith(self.suffix) else ""
+
+    def reopen(self, url: str) -> StreamWrapper:
+        """Open ``url`` (as this pipe yielded it) again upstream, as ``url`` + suffix or ``url``, and decompress it."""
+        error: ArchiveError | None = None
+        for in_url in (url + self.suffix, url):
+            if self._out_url(in_url, *self._detect(in_url)) != url:
+                continue  # e.g. a.bz2 for a.bz2: it came from a.bz2.bz2
+            try:
+                stream = reopen_stream(self.source_datapipe, in_url, self.stage)
+            except ArchiveError as exc:
+                error = error or exc
+                continue
+            return StreamWrapper(self._decompress(in_url, stream, self.kind), stream, name=url)
+        raise error if error is not None else ArchiveError("reopen", url, self.stage, "no candidate URL")
+
+    def __init__(self, datapipe: IterDataPipe[tuple[str, Any]], length: int = -1) -> None:
+        super().__init__(datapipe, self.kind, strip_extension=True)
+        if isinstance(length, bool) or not isinstance(length, int):
+            raise TypeError(f"{self.stage}: length must be an int (-1: unknown), got {type(length).__name__}")
+        if length < -1:
+            raise ValueError(f"{self.stage}: length must be >= 0, or -1 when unknown, got {length}")
+        self.length = length
+
+    @property
+    def datapipe(self) -> IterDataPipe:
+        """The source pipe (torchdata's attribute name for ``source_datapipe``)."""
+        return self.source_datapipe
+
+    def __len__(self) -> int:
+        if self.length == -1:
+            raise TypeError(f"{type(self).__name__} instance doesn't have valid length")
+        return self.length
+
+
+@functional_datapipe("load_from_bz2")
+class Bz2FileLoader(_SingleFormatLoader):
+    """Decompress bz2 ``(url, stream)`` items, yielding ``(url without .bz2, stream)`` (functional name:
+    ``load_from_bz2``).
+
+    The stream is decompressed lazily as it is read.  The ``.bz2`` suffix is
+    removed from the URL (``notes.txt.bz2`` -> ``notes.txt``; a URL without it
+    is kept).  torchdata removed it with ``str.rstrip(".bz2")``, which also ate
+    trailing ``b``, ``z``, ``2`` and ``.`` characters of the name (``tab.bz2``
+    became ``ta``): pipekit removes the suffix only.  Damaged data raises
+    :class:`~pipekit.errors.CorruptStreamError` (an ``OSError``, as torchdata
+    raised), a stream cut short :class:`~pipekit.errors.TruncatedStreamError`
+    (an ``EOFError``), naming the URL and ``load_from_bz2``.  Stateless; its
+    ``reopen(url)`` lets archive and line readers downstream resume in the
+    middle of a file.
+
+    Args:
+        datapipe: yields ``(url, binary stream)`` tuples of bz2 data.
+        length: the length ``len()`` reports; ``-1`` (default): no length
+            (``TypeError``), as in torchdata.
+
+    Example:
+        >>> import bz2, io
+        >>> from pipekit.pipes import IterableWrapper
+        >>> dp = IterableWrapper([("notes.txt.bz2", io.BytesIO(bz2.compress(b"0123456789abcdef")))])
+        >>> [(url, stream.read()) for url, stream in dp.load_from_bz2()]
+        [('notes.txt', b'0123456789abcdef')]
+    """
+
+    kind = CompressionType.BZIP2
+    stage = "load_from_bz2"
+
+
+@functional_datapipe("load_from_xz")
+class XzFileLoader(_SingleFormatLoader):
+    """Decompress xz (lzma) ``(url, stream)`` items, yielding ``(url without .xz, stream)`` (functional name:
+    ``load_from_xz``).
+
+    The stream is decompressed lazily as it is read.  The ``.xz`` suffix is
+    removed from the URL (``notes.txt.xz`` -> ``notes.txt``; a URL without it,
+    ``.lzma`` included, is kept).  torchdata removed it with
+    ``str.rstrip(".xz")``, which also ate trailing ``x``, ``z`` and ``.``
+    characters of the name (``index.xz`` became ``inde``): pipekit removes the
+    suffix only.  Damaged data raises :class:`~pipekit.errors.CorruptStreamError`
+    (an ``lzma.LZMAError``, as torchdata raised), a stream cut short
+    :class:`~pipekit.errors.TruncatedStreamError` (an ``EOFError``), naming
+    the URL and ``load_from_xz``.  Stateless; its ``reopen(url)`` lets archive
+    and line readers downstream resume in the middle of a file.
+
+    Args:
+        datapipe: yields ``(url, binary stream)`` tuples of xz data.
+        length: the length ``len()`` reports; ``-1`` (default): no length
+            (``TypeError``), as in torchdata.
+
+    Example:
+        >>> import io, lzma
+        >>> from pipekit.pipes import IterableWrapper
+        >>> dp = IterableWrapper([("notes.txt.xz", io.BytesIO(lzma.compress(b"0123456789abcdef")))])
+        >>> [(url, stream.read()) for url, stream in dp.load_from_xz()]
+        [('notes.txt', b'0123456789abcdef')]
+    """
+
+    kind = CompressionType.LZMA
+    suffix = ".xz"
+    stage = "load_from_xz"

@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Hashable, Iterator
 from typing import Any
 
+from pipekit.errors import UnsupportedItemError
 from pipekit.pipes.base import IterDataPipe, functional_datapipe
 from pipekit.pipes.state import ResumablePipe
 
@@ -110,7 +111,9 @@ class LengthSetter(IterDataPipe):
 
     Args:
         source_datapipe: the source pipe.
-        length: the length to report (>= 0).
+        length: the length to report (>= 0).  A negative length raises
+            ``ValueError`` and a non-int ``TypeError``; torchdata checked it with
+            an ``assert`` (an ``AssertionError``, or nothing under ``python -O``).
 
     Example:
         >>> from pipekit.pipes import IterableWrapper
@@ -301,9 +304,11 @@ class Enumerator(ResumablePipe):
 class IndexAdder(ResumablePipe):
     """Add the item's position under the key ``index_name`` of each dict item (functional name: ``add_index``).
 
-    Items must be dicts (rows or batches); another type raises ``TypeError``.
-    Each yielded dict is a shallow copy of the input with the index added (the
-    input itself is not modified).
+    Items must be dicts (rows or batches); another type raises
+    :class:`~pipekit.errors.UnsupportedItemError`, a ``TypeError`` that is
+    also the ``NotImplementedError`` torchdata raised.  Each yielded dict is a
+    shallow copy of the input with the index added (torchdata modified the
+    input in place).
 
     Resumable: the snapshot is the next index.
 
@@ -339,7 +344,7 @@ class IndexAdder(ResumablePipe):
     def __iter__(self) -> Iterator[dict[Any, Any]]:
         for row in self.source_datapipe:
             if not isinstance(row, dict):
-                raise TypeError(
+                raise UnsupportedItemError(
                     f"add_index: items must be dicts, got {type(row).__name__} at index {self._next}: {row!r:.200}"
                 )
             row = copy.copy(row)

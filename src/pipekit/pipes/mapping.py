@@ -1,8 +1,8 @@
 """Pipes that apply a user function: expand items, interleave expansions, map batches, run on threads.
 
-torchdata 0.9's ``flatmap``, ``shuffled_flatmap``, ``map_batches`` and
-``threadpool_map``, with the same class names, arguments and outputs, made
-resumable on :mod:`pipekit.pipes.state`:
+torchdata 0.9's ``flatmap``, ``shuffled_flatmap``, ``map_batches``,
+``threadpool_map`` and ``async_map_batches``, with the same class names,
+arguments and outputs, made resumable on :mod:`pipekit.pipes.state`:
 
 * ``flatmap`` and ``map_batches`` are :class:`~pipekit.pipes.state.ExpandingPipe`:
   the checkpoint holds the input (or batch) being expanded and how many of its
@@ -12,15 +12,19 @@ resumable on :mod:`pipekit.pipes.state`:
   checkpoint holds its buffer of inputs (with how many outputs each gave) and
   its generator's state;
 * ``threadpool_map`` records the inputs whose results are still in flight and
-  submits them again after a restore.
+  submits them again after a restore;
+* ``async_map_batches`` records the inputs of the current batch whose results
+  were not yielded yet and runs them again after a restore.
 
 This module was called ``pipekit.pipes.transform``; that name still imports.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
+import inspect
 import itertools
 import threading
 from collections import deque
@@ -38,9 +42,10 @@ from pipekit.pipes._callables import (
     _validate_input_col,
 )
 from pipekit.pipes.base import IterDataPipe, functional_datapipe
-from pipekit.pipes.state import ExpandingPipe, ResumablePipe, ShufflingPipe
+from pipekit.pipes.state import ExpandingPipe, PendingState, ResumablePipe, ShufflingPipe
 
 __all__ = [
+    "BatchAsyncMapper",
     "BatchMapper",
     "FlatMapper",
     "ShuffledFlatMapper",
@@ -117,6 +122,27 @@ class FlatMapper(ExpandingPipe):
 # --------------------------------------------------------------------------- shuffled_flatmap
 
 
+def _fresh_copy(pipe: IterDataPipe) -> Any:
+    """A copy of ``pipe``'s pipeline that starts a new epoch, to read it without moving ``pipe``.
+
+    Iterating ``pipe`` itself would invalidate an iterator running on it and
+    consume a checkpoint loaded into it (or its upstream) and not yet applied;
+    the copy's pending checkpoints are dropped.  Pipes that cannot be copied
+    are read as they are (as torchdata did).
+    """
+    from pipekit.pipes.resume import pipeline_pipes  # resume imports the pipe modules
+
+    try:
+        fresh = copy.deepcopy(pipe)
+    except Exception:
+        return pipe
+    for dp in pipeline_pipes(fresh):
+        if isinstance(dp, PendingState):
+            dp._pending = None
+    return fresh
+
+
+
 class _Entry:
     """One input in the shuffled_flatmap buffer: the input, how many outputs were taken, its iterator."""
 
@@ -149,11 +175,18 @@ class ShuffledFlatMapper(ShufflingPipe):
     outputs taken from each and the RNG state; a restored copy re-applies
     ``fn`` to the buffered inputs and skips the outputs already yielded.
 
+    Length: with ``fn=None``, ``len()`` is the sum of the lengths of the items
+    (of their ``input_col`` columns), as in torchdata; it reads the whole source
+    to find it (a copy of it, so a running epoch or a pending resume is not
+    disturbed).  torchdata summed the lengths of the whole items even with
+    ``input_col``.  With a function the length is unknown (``TypeError``).
+
     Args:
         datapipe: the source pipe.
         fn: returns an iterable for each item; ``None`` flattens the items.
         input_col: as for ``flatmap``.
-        buffer_size: how many inputs' iterables are interleaved (> 0).
+        buffer_size: how many inputs' iterables are interleaved (> 0; otherwise
+            ``ValueError``, where torchdata used an ``assert``).
 
     Example:
         >>> from pipekit.pipes import IterableWrapper
@@ -275,9 +308,18 @@ class ShuffledFlatMapper(ShufflingPipe):
                 yield value
 
     def __len__(self) -> int:
-        # torchdata summed len(item) over the source when fn is None; that reads the whole source
-        # (and would consume a pending resume of it), so the length is left unknown instead.
-        raise TypeError(f"{type(self).__name__}'s length depends on the outputs of its function")
+        if self.fn is not _unpack:
+            raise TypeError(f"{type(self).__name__}'s length depends on the outputs of its function")
+        total = 0
+        for i, item in enumerate(_fresh_copy(self.source_datapipe)):
+            outputs = _apply_input_col(self.fn, item, self.input_col)
+            try:
+                total += len(outputs)
+            except TypeError:
+                raise TypeError(
+                    f"{type(self).__name__}'s length is unknown: item {i} has no length ({type(outputs).__name__})"
+                ) from None
+        return total
 
 
 # --------------------------------------------------------------------------- map_batches
@@ -298,7 +340,8 @@ class BatchMapper(ExpandingPipe):
     Args:
         datapipe: the source pipe.
         fn: maps a list of items to an iterable of outputs.
-        batch_size: items per call (> 0).
+        batch_size: items per call (> 0; otherwise ``ValueError``, where torchdata
+            used an ``assert``).
         input_col: ``None`` passes the items; an index/key passes
             ``[item[input_col] for item in batch]``; a list/tuple passes
             ``[[item[c] for c in input_col] for item in batch]``.
@@ -359,6 +402,39 @@ class BatchMapper(ExpandingPipe):
 
 
 # --------------------------------------------------------------------------- threadpool_map
+
+
+def _put_result(data: Any, res: Any, input_col: InputCol, output_col: Hashable | None) -> Any:
+    """``data`` with ``res`` placed by ``output_col`` (``threadpool_map``, ``async_map_batches``).
+
+    ``None`` replaces ``input_col`` (the first of several; the others are
+    removed), ``-1`` appends, a key/index sets it.  ``data`` is copied, never
+    modified in place.
+    """
+    is_tuple = isinstance(data, tuple)
+    data = list(data) if is_tuple else copy.copy(data)
+    if output_col is None:
+        if isinstance(input_col, (list, tuple)):
+            data[input_col[0]] = res
+            for idx in sorted(input_col[1:], reverse=True):
+                del data[idx]
+        else:
+            data[input_col] = res
+    elif output_col == -1:
+        data.append(res)
+    else:
+        data[output_col] = res
+    return tuple(data) if is_tuple else data
+
+
+def _check_output_col(input_col: InputCol, output_col: Any, stage: str) -> Hashable | None:
+    if input_col is None and output_col is not None:
+        raise ValueError(f"{stage}: output_col must be None when input_col is None")
+    if isinstance(output_col, (list, tuple)):
+        if len(output_col) != 1:
+            raise ValueError(f"{stage}: output_col must be a single index/key, got {output_col!r}")
+        output_col = output_col[0]
+    return output_col
 
 _THREADPOOL_KWARGS = frozenset({"thread_name_prefix", "initializer", "initargs"})
 
@@ -446,14 +522,8 @@ class ThreadPoolMapper(ResumablePipe):
                 f"allowed: {sorted(_THREADPOOL_KWARGS)}"
             )
         self.threadpool_kwargs = threadpool_kwargs
-        if input_col is None and output_col is not None:
-            raise ValueError("threadpool_map: output_col must be None when input_col is None")
-        if isinstance(output_col, (list, tuple)):
-            if len(output_col) != 1:
-                raise ValueError(f"threadpool_map: output_col must be a single index/key, got {output_col!r}")
-            output_col = output_col[0]
         self.input_col = input_col
-        self.output_col = output_col
+        self.output_col = _check_output_col(input_col, output_col, "threadpool_map")
         self._init_runtime()
 
     def _init_runtime(self) -> None:
@@ -477,21 +547,7 @@ class ThreadPoolMapper(ResumablePipe):
     def _apply_fn(self, data: Any) -> Any:
         if self.input_col is None:
             return self.fn(data)
-        res = _apply_input_col(self.fn, data, self.input_col)
-        is_tuple = isinstance(data, tuple)
-        data = list(data) if is_tuple else copy.copy(data)  # never modify the input in place
-        if self.output_col is None:
-            if isinstance(self.input_col, (list, tuple)):
-                data[self.input_col[0]] = res
-                for idx in sorted(self.input_col[1:], reverse=True):
-                    del data[idx]
-            else:
-                data[self.input_col] = res
-        elif self.output_col == -1:
-            data.append(res)
-        else:
-            data[self.output_col] = res
-        return tuple(data) if is_tuple else data
+        return _put_result(data, _apply_input_col(self.fn, data, self.input_col), self.input_col, self.output_col)
 
     @contextlib.contextmanager
     def pause(self) -> Iterator[None]:
@@ -547,3 +603,225 @@ class ThreadPoolMapper(ResumablePipe):
 
     def __len__(self) -> int:
         return len(self.source_datapipe)
+
+
+# --------------------------------------------------------------------------- async_map_batches
+
+
+def _is_coroutine_function(fn: Any) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004
+
+
+def _in_running_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+class _EventLoop:
+    """One iterator's event loop, run in this thread or, inside a running loop (a notebook), in a helper thread."""
+
+    def __init__(self, thread_name: str) -> None:
+        self._thread_name = thread_name
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._helper: futures.ThreadPoolExecutor | None = None
+
+    def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if not _in_running_loop():
+            return fn(*args)
+        if self._helper is None:
+            self._helper = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=self._thread_name)
+        return self._helper.submit(fn, *args).result()
+
+    def _run_now(self, coro: Any) -> Any:
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(coro)
+
+    def run(self, coro: Any) -> Any:
+        """Run ``coro`` to completion on this iterator's loop and return its result."""
+        return self._call(self._run_now, coro)
+
+    def _close_now(self) -> None:
+        loop, self._loop = self._loop, None
+        if loop is not None:
+            try:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                loop.close()
+
+    def close(self) -> None:
+        try:
+            self._call(self._close_now)
+        finally:
+            if self._helper is not None:
+                self._helper.shutdown(wait=True)
+                self._helper = None
+
+
+@functional_datapipe("async_map_batches")
+class BatchAsyncMapper(ResumablePipe):
+    """Apply a coroutine function to the items, a batch of them at a time, concurrently.
+
+    (functional name: ``async_map_batches``; torchdata's ``BatchAsyncMapper``).
+    The items are grouped into batches of ``batch_size`` (the last may be
+    smaller); within a batch ``async_fn`` runs on every item concurrently on an
+    :mod:`asyncio` event loop, at most ``max_concurrency`` calls at a time, and
+    the results come out in the order of the inputs: one by one
+    (``flatten=True``) or as one list per batch.  Use it for I/O-bound
+    coroutines (HTTP requests with ``aiohttp``, async object stores).
+
+    Each iterator creates its own event loop when it starts (never in
+    ``__init__``, so the pipe pickles into DataLoader workers) and closes it at
+    the end of the epoch or when the consumer stops.  Called inside a running
+    loop (a notebook), the batches run on a loop in a helper thread.  An
+    exception in ``async_fn`` cancels the rest of the batch and reaches the
+    consumer with a note naming the item (Python >= 3.11).
+
+    Length: ``len(source)`` with ``flatten=True``, else the number of batches.
+
+    Differences from torchdata: with ``input_col``, each result is placed into
+    a copy of the item (torchdata modified dict items in place); a
+    ``batch_size`` or ``max_concurrency`` below 1 raises ``ValueError`` (torchdata
+    asserted on ``batch_size`` and hung on ``max_concurrency=0``).
+
+    Resumable: the snapshot holds the inputs of the current batch whose results
+    were not yielded yet (at most ``batch_size - 1``); a restored copy runs
+    ``async_fn`` on them again before reading further from its source.
+
+    Args:
+        source_datapipe: the source pipe.
+        async_fn: an ``async def`` function (or a ``functools.partial`` of one);
+            anything else raises ``ValueError``, as in torchdata.
+        batch_size: how many items are processed concurrently (> 0).
+        input_col: ``None`` passes the item; an index/key passes
+            ``item[input_col]``; a list/tuple passes the selected columns as
+            positional arguments.
+        output_col: where the result goes when ``input_col`` is set: ``None``
+            replaces ``input_col`` (the first of several; the others are
+            removed), ``-1`` appends to a list/tuple, a key/index sets it.
+        max_concurrency: the most calls of ``async_fn`` running at once (> 0).
+        flatten: yield results one by one (``True``) or one list per batch.
+
+    Example:
+        >>> import asyncio
+        >>> from pipekit.pipes import IterableWrapper
+        >>> async def mul_ten(x):
+        ...     await asyncio.sleep(0.001)
+        ...     return x * 10
+        >>> list(IterableWrapper(range(5)).async_map_batches(mul_ten, 2))
+        [0, 10, 20, 30, 40]
+        >>> dp = IterableWrapper([(i, i) for i in range(3)])
+        >>> list(dp.async_map_batches(mul_ten, 2, input_col=1))
+        [(0, 0), (1, 10), (2, 20)]
+        >>> list(dp.async_map_batches(mul_ten, 2, input_col=1, output_col=-1))
+        [(0, 0, 0), (1, 1, 10), (2, 2, 20)]
+        >>> list(IterableWrapper(range(5)).async_map_batches(mul_ten, 2, flatten=False))
+        [[0, 10], [20, 30], [40]]
+    """
+
+    state_keys = ("pending",)
+    _runtime = ("_batch", "_yielded", "_resubmit")
+
+    def __init__(
+        self,
+        source_datapipe: IterDataPipe,
+        async_fn: Callable[..., Any],
+        batch_size: int,
+        input_col: InputCol = None,
+        output_col: Hashable | Sequence[Hashable] | None = None,
+        max_concurrency: int = 32,
+        flatten: bool = True,
+    ) -> None:
+        super().__init__()
+        self.source_datapipe = source_datapipe
+        if not _is_coroutine_function(async_fn):
+            raise ValueError(
+                f"async_map_batches: async_fn must be a coroutine function (async def), got {type(async_fn).__name__}"
+            )
+        _validate_input_col(async_fn, input_col, "async_map_batches")
+        self.async_fn = async_fn
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+            raise ValueError(f"async_map_batches: batch_size must be a positive int, got {batch_size!r}")
+        self.batch_size = batch_size
+        if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency <= 0:
+            raise ValueError(f"async_map_batches: max_concurrency must be a positive int, got {max_concurrency!r}")
+        self.max_concurrency = max_concurrency
+        self.input_col = input_col
+        self.output_col = _check_output_col(input_col, output_col, "async_map_batches")
+        if not isinstance(flatten, bool):
+            raise TypeError(f"async_map_batches: flatten must be a bool, got {type(flatten).__name__}")
+        self.flatten = flatten
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
+        self._batch: list[Any] = []  # the inputs of the batch whose results are being yielded
+        self._yielded = 0  # how many of them
+        self._resubmit: list[Any] = []  # inputs whose results a checkpoint had not yielded yet
+
+    @property
+    def datapipe(self) -> IterDataPipe:
+        """The source pipe (torchdata's name for :attr:`source_datapipe`)."""
+        return self.source_datapipe
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"pending": list(self._batch[self._yielded :])}
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        self._init_runtime()
+        self._resubmit = [] if state is None else list(state["pending"])
+
+    async def _one(self, semaphore: asyncio.Semaphore, item: Any) -> Any:
+        async with semaphore:
+            try:
+                res = await _apply_input_col(self.async_fn, item, self.input_col)
+            except Exception as exc:
+                _note(exc, f"async_map_batches: async_fn {_fn_name(self.async_fn)} failed on item {item!r:.200}")
+                raise
+        return res if self.input_col is None else _put_result(item, res, self.input_col, self.output_col)
+
+    async def _process(self, batch: list[Any]) -> list[Any]:
+        semaphore = asyncio.Semaphore(self.max_concurrency)
+        tasks = [asyncio.ensure_future(self._one(semaphore, item)) for item in batch]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+
+    def _batches(self) -> Iterator[list[Any]]:
+        if self._resubmit:
+            pending, self._resubmit = self._resubmit, []
+            yield pending
+        batch: list[Any] = []
+        for item in self.source_datapipe:
+            batch.append(item)
+            if len(batch) == self.batch_size:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
+
+    def __iter__(self) -> Iterator[Any]:
+        loop = _EventLoop("pipekit-async_map_batches")
+        try:
+            for batch in self._batches():
+                results = loop.run(self._process(batch))
+                if not self.flatten:
+                    yield results
+                    continue
+                self._batch, self._yielded = batch, 0
+                for res in results:
+                    self._yielded += 1
+                    yield res
+                self._batch, self._yielded = [], 0
+        finally:
+            loop.close()
+
+    def __len__(self) -> int:
+        n = len(self.source_datapipe)
+        return n if self.flatten else -(-n // self.batch_size)

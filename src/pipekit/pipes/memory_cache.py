@@ -1,7 +1,8 @@
 """Caching in memory: ``in_memory_cache``.
 
 :class:`InMemoryCacheHolder` keeps the items of the first epoch in memory (up
-to a size limit) and serves later epochs from there.
+to a size limit) and serves later epochs from there.  ``in_memory_cache`` on
+map-style pipes is :class:`pipekit.pipes.mapstyle.MapInMemoryCacheHolder`.
 """
 
 from __future__ import annotations
@@ -71,6 +72,10 @@ class InMemoryCacheHolder(ResumablePipe):
     Differences from torchdata: torchdata measured the size of its deque
     object only (not the items), evicted at most one item per new item, and
     pickled the cache along with the pipe.
+
+    Length: the source's; over a source without a length, once an epoch has
+    run to its end and the cache is loaded, the number of items that epoch
+    had (as torchdata), and ``TypeError`` before.
 
     Checkpoints hold positions only, never cached items; a restored copy
     (whose cache is empty) continues the epoch from upstream and refills the
@@ -211,4 +216,12 @@ class InMemoryCacheHolder(ResumablePipe):
             yield from self._stream(skip=pos - pulled)
 
     def __len__(self) -> int:
-        return len(self.source_datapipe)
+        try:
+            return len(self.source_datapipe)
+        except TypeError:
+            if self._cache is None:
+                raise TypeError(
+                    f"{type(self).__name__} instance doesn't have valid length until the cache is loaded "
+                    "(its source has no length)"
+                ) from None
+            return self._evicted + len(self._cache)  # re-read from upstream, then served from the cache

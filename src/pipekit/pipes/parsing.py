@@ -49,7 +49,7 @@ from typing import IO, Any, ClassVar
 
 import fsspec
 
-from pipekit.errors import ParseError, ReadError, StageError
+from pipekit.errors import CSVParseError, JSONParseError, ParseError, ReadError, StageError
 from pipekit.pipes.base import IterDataPipe, functional_datapipe
 from pipekit.pipes.state import ResumablePipe, find_reopen
 
@@ -243,7 +243,11 @@ class LineExpander(ResumablePipe):
                     out = next(outputs)
                 except StopIteration:
                     break
-                except (csv.Error, UnicodeError) as exc:
+                except csv.Error as exc:  # also a csv.Error, as torchdata let it through
+                    raise CSVParseError(
+                        self.action, url, self.stage, f"line {cursor['lines']}: {type(exc).__name__}: {exc}"
+                    ) from exc
+                except UnicodeError as exc:
                     raise ParseError(
                         self.action, url, self.stage, f"line {cursor['lines']}: {type(exc).__name__}: {exc}"
                     ) from exc
@@ -461,8 +465,9 @@ class CSVParser(_CSVBase):
         as_tuple: if ``True``, rows are tuples instead of lists.
         fmtparams: passed to :func:`csv.reader` (``delimiter``, ``quotechar``...).
 
-    Malformed CSV (e.g. with ``strict=True``) raises :class:`~pipekit.errors.ParseError`
-    naming the file and line.  Resumable in the middle of a file (see the module
+    Malformed CSV (e.g. with ``strict=True``) raises :class:`~pipekit.errors.CSVParseError`
+    naming the file and line: a :class:`~pipekit.errors.ParseError` that is also the
+    :class:`csv.Error` torchdata let through.  Resumable in the middle of a file (see the module
     docstring).
 
     Example:
@@ -548,7 +553,10 @@ class JsonParser(IterDataPipe[tuple[str, Any]]):
 
     Yields ``(url, obj)``.  Text and binary streams both work (binary JSON may be
     UTF-8, -16 or -32).  An invalid or empty document raises
-    :class:`~pipekit.errors.ParseError` with the URL, line and column.
+    :class:`~pipekit.errors.JSONParseError` with the URL, line and column: a
+    :class:`~pipekit.errors.ParseError` that is also the
+    :class:`json.JSONDecodeError` torchdata raised (with its ``doc``, ``pos``,
+    ``lineno`` and ``colno``), so ``except json.JSONDecodeError`` still catches it.
 
     Args:
         source_datapipe: yields ``(url, stream)`` tuples.
@@ -589,9 +597,7 @@ class JsonParser(IterDataPipe[tuple[str, Any]]):
             try:
                 obj = json.loads(data, **self.kwargs)
             except json.JSONDecodeError as exc:
-                raise ParseError(
-                    "parse JSON", url, "parse_json_files", f"line {exc.lineno} column {exc.colno}: {exc.msg}"
-                ) from exc
+                raise JSONParseError.from_decode_error("parse JSON", url, "parse_json_files", exc) from exc
             except (UnicodeError, ValueError) as exc:
                 raise ParseError("parse JSON", url, "parse_json_files", _reason(exc)) from exc
             yield url, obj

@@ -3,7 +3,9 @@
 torchdata 0.9's ``round_robin_demux`` (:class:`RoundRobinDemultiplexer`),
 ``unzip`` (:class:`UnZipper`) and ``random_split`` (:class:`RandomSplitter`)
 under the same class names, arguments and outputs: each returns child pipes
-(a list of them, or one with ``random_split``'s ``target``).
+(a list of them, or one with ``random_split``'s ``target``).  The map-style
+``unzip`` (torchdata's ``torchdata.datapipes.map.UnZipper``) is
+:class:`pipekit.pipes.mapstyle.MapUnZipper`.
 
 Resume: the children of one split keep their state in one shared container
 that they reference (their upstream): the container is resumable (its snapshot
@@ -21,6 +23,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from pipekit.errors import ConfigurationError
 from pipekit.pipes.base import IterDataPipe, functional_datapipe
 from pipekit.pipes.state import ResumablePipe
 
@@ -261,6 +264,35 @@ class RoundRobinDemultiplexer(IterDataPipe):
         return [_SplitChild(container, i) for i in range(num_instances)]
 
 
+def _unzip_columns(sequence_length: Any, columns_to_skip: Sequence[int] | None) -> list[int]:
+    """The columns ``unzip`` makes children for; ``ConfigurationError`` when there are none."""
+    if isinstance(sequence_length, bool) or not isinstance(sequence_length, int):
+        raise TypeError(f"unzip: sequence_length must be an int, got {type(sequence_length).__name__}")
+    if sequence_length < 1:
+        raise ConfigurationError(f"unzip: sequence_length must be a positive int, got {sequence_length!r}")
+    skips = set(columns_to_skip or ())
+    bad = [c for c in skips if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < sequence_length]
+    if bad:
+        raise ValueError(f"unzip: columns_to_skip must be ints in [0, {sequence_length}), got {sorted(bad)}")
+    columns = [i for i in range(sequence_length) if i not in skips]
+    if not columns:
+        raise ConfigurationError(
+            f"unzip: columns_to_skip={sorted(skips)} skips every column of sequence_length={sequence_length}"
+        )
+    return columns
+
+
+def _check_sequence(item: Any, sequence_length: int, where: str) -> None:
+    try:
+        length = len(item)
+    except TypeError:
+        raise TypeError(f"unzip: {where} is not a sequence: {item!r:.200}") from None
+    if length != sequence_length:
+        raise ValueError(
+            f"unzip: {where} has length {length}, expected sequence_length={sequence_length}: {item!r:.200}"
+        )
+
+
 class _UnZipContainer(_SplitContainer):
     stage = "unzip"
     overflow = "max"
@@ -273,15 +305,7 @@ class _UnZipContainer(_SplitContainer):
         super().__init__(source_datapipe, len(columns), buffer_size)
 
     def _route(self, index: int, item: Any) -> list[tuple[int, Any]]:
-        try:
-            length = len(item)
-        except TypeError:
-            raise TypeError(f"unzip: item {index} is not a sequence: {item!r:.200}") from None
-        if length != self.sequence_length:
-            raise ValueError(
-                f"unzip: item {index} has length {length}, expected sequence_length={self.sequence_length}: "
-                f"{item!r:.200}"
-            )
+        _check_sequence(item, self.sequence_length, f"item {index}")
         return [(child, item[col]) for child, col in enumerate(self.columns)]
 
     def child_length(self, child_id: int) -> int:
@@ -294,8 +318,22 @@ class UnZipper(IterDataPipe):
 
     Returns a list of child pipes, one per column not in ``columns_to_skip``.
     Every item must have ``sequence_length`` elements (``ValueError``
-    otherwise).  A child that reads ahead of the slowest child by more than
-    ``buffer_size`` items raises ``BufferError``.
+    otherwise).
+
+    The children share one buffer, as torchdata's (built on ``fork``): read
+    them together (``zip`` them).  A child read out of order, ahead of the
+    slowest child by more than ``buffer_size`` items (``list(dp1)`` before
+    ``dp2`` is read, on a source longer than ``buffer_size``), raises
+    ``BufferError`` at that item, as in torchdata; ``buffer_size=-1`` lets
+    it buffer everything instead.  A child that starts a new iterator before
+    the others finished restarts all of them, with a warning, and the older
+    iterators then raise ``RuntimeError``, as torchdata's children do.
+
+    Arguments that leave no child (``sequence_length < 1``, every column
+    skipped) raise :class:`~pipekit.errors.ConfigurationError`, a
+    ``ValueError`` that is also the ``RuntimeError`` torchdata raised; a
+    column to skip outside ``[0, sequence_length)`` raises ``ValueError``
+    (torchdata ignored it).
 
     Resumable through the shared container, like ``round_robin_demux``.
 
@@ -327,18 +365,8 @@ class UnZipper(IterDataPipe):
         buffer_size: int = 1000,
         columns_to_skip: Sequence[int] | None = None,
     ) -> Any:
-        if isinstance(sequence_length, bool) or not isinstance(sequence_length, int) or sequence_length < 1:
-            raise ValueError(f"unzip: sequence_length must be a positive int, got {sequence_length!r}")
         _check_buffer_size(buffer_size, "unzip")
-        skips = set(columns_to_skip or ())
-        bad = [c for c in skips if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < sequence_length]
-        if bad:
-            raise ValueError(f"unzip: columns_to_skip must be ints in [0, {sequence_length}), got {sorted(bad)}")
-        columns = [i for i in range(sequence_length) if i not in skips]
-        if not columns:
-            raise ValueError(
-                f"unzip: columns_to_skip={sorted(skips)} skips every column of sequence_length={sequence_length}"
-            )
+        columns = _unzip_columns(sequence_length, columns_to_skip)
         container = _UnZipContainer(source_datapipe, sequence_length, columns, buffer_size)
         return [_SplitChild(container, i) for i in range(len(columns))]
 

@@ -99,10 +99,13 @@ class IterKeyZipper(ResumablePipe):
 
     (functional name: ``zip_with_iter``).  Output follows the order of the
     source.  For each source item, ``ref_datapipe`` is read until the item with
-    a matching key turns up; reference items read on the way wait in a buffer
-    of at most ``buffer_size`` items (the oldest is dropped with a warning when
-    it is full).  A source key that never turns up raises ``BufferError``; a
-    key seen twice in the buffer raises ``ValueError``.
+    a matching key turns up; reference items read on the way wait in a buffer.
+    Once it holds more than ``buffer_size`` items, the oldest is dropped (with
+    a warning, once) before the next one is added, so it holds up to
+    ``buffer_size + 1`` items while searching, exactly as torchdata's (whose
+    results this keeps).  A source key that never turns up raises
+    ``BufferError``, as in torchdata; a key seen twice in the buffer raises
+    ``ValueError``.
 
     Resumable: the snapshot holds the buffered reference items.
 
@@ -193,7 +196,7 @@ class IterKeyZipper(ResumablePipe):
                     ref_key = self.ref_key_fn(ref_data)
                     if ref_key in buffer:
                         raise ValueError(f"zip_with_iter: duplicate key {ref_key!r} in ref_datapipe")
-                    if self.buffer_size is not None and len(buffer) >= self.buffer_size:
+                    if self.buffer_size is not None and len(buffer) > self.buffer_size:
                         if not self._warned:
                             self._warned = True
                             warnings.warn(
