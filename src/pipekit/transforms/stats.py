@@ -24,6 +24,15 @@ per band, in constant memory:
 Percentiles follow ``numpy.percentile``'s default (linear) definition.  NaN and
 infinite values, and ``nodata`` values when given, are left out of every
 statistic (``count`` says how many values were used per band).
+
+**Units.**  Statistics are of the values as they are, never rescaled: DN for
+a uint16 Landsat image, 0..255 for uint8.  These are the units
+:func:`pipekit.device.to_device` and :class:`~pipekit.transforms.Normalize`
+work in by default (and TorchGeo's recipes normalise raw values with raw
+statistics), so ``to_device(batch, "cuda", normalize=(stats.mean,
+stats.std))`` or ``stats.normalize()`` gives mean 0, std 1 per band.  Only
+for a ``to_device(..., scale=s)`` that maps images to other units would the
+statistics need dividing by ``s``.
 """
 
 from __future__ import annotations
