@@ -42,7 +42,7 @@ Deliberate differences from TorchGeo 0.8 (whose classes compute
 
 * a zero denominator gives ``fill`` (0), never NaN or Inf.  TorchGeo gives 0
   where both bands are 0 in float32, but NaN in float16 (``1e-10`` rounds to
-  0), and ``+-4e9`` (``-inf`` in float16) where ``A + B == 0`` with ``A != 0``
+  0), and ``(A - B) * 1e10`` (``+-inf`` in float16) where ``A + B == 0`` with ``A != 0``
   (normalised, signed data);
 * no ``1e-10`` is added, so tiny denominators are not biased (TorchGeo gives
   0.0099 instead of 1 for ``A = 1e-12, B = 0``);
