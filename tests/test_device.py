@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -9,6 +11,7 @@ import pipekit
 import pipekit.device as device_mod
 from pipekit.device import DeviceLoader, default_scale, prefetch_to_device, to_device
 from pipekit.pipes import IterableWrapper
+from pipekit.transforms import compute_stats
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 MEAN = [0.485, 0.456, 0.406]
@@ -37,10 +40,11 @@ class TestToDevice:
     def test_values_match_reference(self, device, in_dtype, out_dtype, fused, monkeypatch):
         monkeypatch.setattr(device_mod, "_FUSED", fused)
         x = random_image(in_dtype, (4, 3, 8, 8))
-        out = to_device({"image": x}, device, dtype=out_dtype, normalize=(MEAN, STD))["image"]
+        scale = default_scale(in_dtype)  # ImageNet statistics are for images in 0..1
+        out = to_device({"image": x}, device, dtype=out_dtype, scale=scale, normalize=(MEAN, STD))["image"]
         assert out.dtype == out_dtype
         assert out.device.type == device
-        expected = reference(x, default_scale(in_dtype), MEAN, STD)
+        expected = reference(x, scale, MEAN, STD)
         err = (out.float().cpu() - expected).abs().max().item()
         assert err <= TOL[out_dtype] * max(1.0, expected.abs().max().item())
 
@@ -59,7 +63,46 @@ class TestToDevice:
         x = torch.tensor([0, 5000, 10000], dtype=torch.int16).view(1, 3, 1, 1).expand(1, 3, 2, 2).contiguous()
         out = to_device(x, "cpu", scale=10000)
         assert torch.allclose(out[0, :, 0, 0], torch.tensor([0.0, 0.5, 1.0]))
-        assert to_device(torch.full((1, 1, 1, 1), 255, dtype=torch.uint8), "cpu").item() == 1.0
+        assert to_device(torch.full((1, 1, 1, 1), 255, dtype=torch.uint8), "cpu", scale=255).item() == 1.0
+
+    def test_raw_statistics_normalise_a_uint16_batch(self):
+        """Issue 15: stats from compute_stats (raw DN) + to_device's defaults gave a constant batch (std 0.0000)."""
+        g = torch.Generator().manual_seed(0)
+        base = torch.tensor([7500.0, 8200.0, 9100.0, 16000.0, 12000.0, 9800.0]).view(6, 1, 1)
+        spread = torch.tensor([300.0, 450.0, 700.0, 2500.0, 1500.0, 1200.0]).view(6, 1, 1)
+        samples = [
+            {"image": (base + spread * torch.randn(6, 32, 32, generator=g)).round().clamp(0, 65535).to(torch.uint16)}
+            for _ in range(16)
+        ]
+        stats = compute_stats(samples, progress=False)
+        assert 7000 < stats.mean[0] < 8000  # raw units
+        batch = {"image": torch.stack([s["image"] for s in samples])}
+        out = to_device(batch, "cpu", normalize=(stats.mean, stats.std))["image"]
+        per_band = out.transpose(0, 1).reshape(6, -1).double()
+        torch.testing.assert_close(per_band.mean(1), torch.zeros(6, dtype=torch.float64), atol=1e-4, rtol=0)
+        torch.testing.assert_close(per_band.std(1, correction=0), torch.ones(6, dtype=torch.float64), atol=1e-4, rtol=0)
+        loaded = next(iter(DeviceLoader([batch], "cpu", normalize=(stats.mean, stats.std))))["image"]
+        torch.testing.assert_close(loaded, out)
+
+    def test_scale_maps_integers_to_unit_range_when_asked(self):
+        x = torch.tensor([0, 32768, 65535], dtype=torch.uint16).view(1, 3, 1, 1)
+        assert to_device(x, "cpu").flatten().tolist() == [0.0, 32768.0, 65535.0]
+        assert to_device(x, "cpu", scale=default_scale(torch.uint16)).flatten().tolist() == [
+            0.0,
+            pytest.approx(32768 / 65535),
+            1.0,
+        ]
+
+    def test_warns_when_unit_range_statistics_meet_raw_integers(self):
+        x = torch.zeros(1, 3, 2, 2, dtype=torch.uint8)
+        with pytest.warns(UserWarning, match="pass scale=255"):
+            to_device(x, "cpu", normalize=(MEAN, STD))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            to_device(x, "cpu", normalize=(MEAN, STD), scale=255)  # asked: 0..1
+            to_device(x, "cpu", normalize=(MEAN, STD), scale=1)  # raw values on purpose
+            to_device(x, "cpu", normalize=([120.0] * 3, [60.0] * 3))  # raw statistics
+            to_device(x.float(), "cpu", normalize=(MEAN, STD))  # float images: never scaled
 
     def test_masks_unchanged_and_other_entries_pass_through(self):
         mask = torch.randint(0, 20, (2, 6, 6), dtype=torch.uint8)
@@ -109,8 +152,8 @@ class TestToDevice:
             torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 1)
         ).eval().to(device)
         x = random_image(torch.uint8, (2, 3, 16, 16))
-        a = to_device(x, device, normalize=(MEAN, STD), channels_last=False)
-        b = to_device(x, device, normalize=(MEAN, STD), channels_last=True)
+        a = to_device(x, device, scale=255, normalize=(MEAN, STD), channels_last=False)
+        b = to_device(x, device, scale=255, normalize=(MEAN, STD), channels_last=True)
         with torch.no_grad():
             ref = model(a)
             out = model.to(memory_format=torch.channels_last)(b)
@@ -125,7 +168,7 @@ class TestDeviceLoader:
     @pytest.mark.parametrize("device", DEVICES)
     def test_every_batch_once_in_order(self, device):
         out = list(DeviceLoader(uint8_batches(7), device, normalize=None))
-        assert [round(float(b[0, 0, 0, 0]) * 255) for b in out] == list(range(7))
+        assert [float(b[0, 0, 0, 0]) for b in out] == list(range(7))  # raw values: no rescaling by default
         assert all(b.device.type == device for b in out)
         assert all(b.is_contiguous(memory_format=torch.channels_last) for b in out)
 

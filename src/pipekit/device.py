@@ -5,9 +5,13 @@ pageable memory, synchronously, in NCHW, convert again in the model) is the one
 that most often starves a GPU.  pipekit keeps batches compact on the host
 (uint8/uint16/int16, pinned) and does the expensive work on the device:
 
-* :func:`to_device` copies integer images as they are, then converts, scales
-  and normalises them in **one** fused kernel straight into a
-  ``channels_last`` tensor; masks stay integer; everything else passes through.
+* :func:`to_device` copies integer images as they are, then converts (and,
+  when asked, scales) and normalises them in **one** fused kernel straight into
+  a ``channels_last`` tensor; masks stay integer; everything else passes
+  through.  Values stay in the data's own units unless ``scale=`` says
+  otherwise, the units :func:`pipekit.transforms.compute_stats` reports
+  statistics in (and TorchGeo's recipes normalise with), so
+  ``normalize=(stats.mean, stats.std)`` gives mean 0, std 1.
 * :class:`DeviceLoader` wraps any loader and overlaps the copy of batch n+1
   with the compute on batch n on a side CUDA stream, with the stream
   synchronisation that keeps that safe; its ``state_dict()`` accounts for the
@@ -20,6 +24,7 @@ behave the same.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -39,7 +44,13 @@ _FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
 def default_scale(dtype: torch.dtype) -> float:
-    """The value that maps to 1.0: the integer type's maximum, or 1 for floats."""
+    """The integer type's maximum (255 for uint8, 65535 for uint16...), or 1 for floats.
+
+    What to pass as ``to_device(..., scale=default_scale(x.dtype))`` to map an
+    integer image to 0..1 (for statistics in those units, such as ImageNet's).
+    :func:`to_device` itself does not scale by it unless asked (earlier
+    versions did by default).
+    """
     if dtype.is_floating_point:
         return 1.0
     if dtype not in _INT_SCALES:
@@ -71,7 +82,9 @@ def _convert_image(
         )
     # Integer data crosses the bus as is (2-4x fewer bytes than float32).
     moved = x.to(device, non_blocking=non_blocking)
-    s = default_scale(x.dtype) if scale is None else float(scale)
+    if x.dtype not in _FLOATS and x.dtype not in _INT_SCALES:
+        raise TypeError(f"to_device: unsupported image dtype {x.dtype}")
+    s = 1.0 if scale is None else float(scale)
     if s <= 0 or not math.isfinite(s):
         raise ValueError(f"to_device: scale must be a positive finite number, got {scale!r}")
     # 4-D batches [B,C,H,W] and single images [C,H,W] have channels at -3; 5-D [B,T,C,H,W] too.
@@ -82,6 +95,8 @@ def _convert_image(
         std_t = _per_channel(std, channels, "std")
         if bool((std_t <= 0).any()):
             raise ValueError(f"to_device: std must be positive, got {std_t.tolist()}")
+        if scale is None and not x.dtype.is_floating_point:
+            _warn_if_unit_scale_stats(x.dtype, mean_t, std_t)
         a = 1.0 / (s * std_t)
         b = -mean_t / std_t
     else:
@@ -109,6 +124,20 @@ def _convert_image(
     return out
 
 
+def _warn_if_unit_scale_stats(dtype: torch.dtype, mean: torch.Tensor, std: torch.Tensor) -> None:
+    """Warn when statistics look like those of 0..1 images (ImageNet's) but raw integers are normalised with them."""
+    top = _INT_SCALES[dtype]
+    if top >= 255 and float(mean.abs().max()) <= 1.0 and float(std.max()) <= 1.0:
+        warnings.warn(
+            f"to_device: normalize's mean {[round(v, 4) for v in mean.tolist()]} and std look like statistics of "
+            f"images in 0..1, but the {dtype} images are not rescaled (to_device keeps raw values, the units of "
+            f"compute_stats); pass scale={top:g} to map them to 0..1 first, or scale=1 to keep raw values and "
+            "silence this warning",
+            UserWarning,
+            stacklevel=5,  # the caller of to_device
+        )
+
+
 def _as_key_set(keys: Any, default: Sequence[Any]) -> tuple[Any, ...]:
     if keys is None:
         return ()
@@ -134,6 +163,17 @@ def to_device(
 ) -> Any:
     """Move a batch to ``device`` and turn its images into normalised floating point there.
 
+    **Units.**  Integer images are *not* rescaled unless ``scale=`` asks for
+    it: a uint16 image of reflectance DN stays in DN, so statistics computed
+    on the raw values, as :func:`pipekit.transforms.compute_stats` computes
+    them (and TorchGeo's recipes normalise with), normalise it to mean 0 and
+    std 1: ``to_device(batch, "cuda", normalize=(stats.mean, stats.std))``.
+    For statistics of images in 0..1 (ImageNet's ``mean=[0.485, ...]``), pass
+    ``scale=255`` for uint8 (``scale=default_scale(x.dtype)`` in general); a
+    ``UserWarning`` says so when such statistics meet unscaled integers.
+    (Earlier versions divided integer images by their dtype's maximum by
+    default, so raw statistics gave a constant batch.)
+
     Args:
         batch: a tensor, a dict (sample or batch dict), or a tuple/list of entries.
         device: the target device (``"cuda"``, ``"cuda:1"``, ``"cpu"``...).
@@ -141,12 +181,14 @@ def to_device(
         channels_last: return 4-D images in ``torch.channels_last`` and 5-D ones
             (``[B,T,C,H,W]`` time series) in ``torch.channels_last_3d``.
         dtype: ``torch.float32``, ``torch.float16`` or ``torch.bfloat16``.
-        normalize: ``(mean, std)`` per channel, in the scaled units (0..1 for
-            images scaled by the dtype maximum), or ``None`` to only scale.
-        scale: the value mapped to 1.0 before normalising; default the integer
-            dtype's maximum (255 for uint8, 65535 for uint16, 32767 for int16)
-            and 1 for float input.  Landsat-style reflectance stored as
-            ``uint16 * 10000`` would pass ``scale=10000``.
+        normalize: ``(mean, std)`` per channel, in the units of the image
+            after ``scale`` (the raw values by default), or ``None`` to only
+            convert (and scale).
+        scale: the value mapped to 1.0 before normalising.  Default ``None``:
+            no rescaling, images keep their values (the units of
+            :func:`~pipekit.transforms.compute_stats`).  ``scale=255`` maps
+            uint8 images to 0..1, ``scale=10000`` reads Sentinel-2-style
+            ``uint16 * 10000`` reflectance as 0..1.
         keys: which entries are images: dict keys, or tuple/list positions.
             Default ``"image"`` for dicts, position 0 for tuples/lists, and the
             tensor itself for a bare tensor.  ``None`` converts nothing.
@@ -161,13 +203,16 @@ def to_device(
     Example:
         >>> import torch
         >>> from pipekit.device import to_device
-        >>> batch = {"image": torch.full((2, 3, 4, 4), 255, dtype=torch.uint8),
+        >>> batch = {"image": torch.full((2, 3, 4, 4), 200, dtype=torch.uint8),
         ...          "mask": torch.zeros(2, 4, 4, dtype=torch.uint8), "id": ["a", "b"]}
-        >>> out = to_device(batch, "cpu", normalize=([0.5] * 3, [0.5] * 3))
+        >>> out = to_device(batch, "cpu", normalize=([100.0] * 3, [50.0] * 3))  # raw units, as compute_stats
         >>> out["image"].dtype, out["image"].is_contiguous(memory_format=torch.channels_last)
         (torch.float32, True)
         >>> round(float(out["image"].max()), 4), out["mask"].dtype, out["id"]
-        (1.0, torch.uint8, ['a', 'b'])
+        (2.0, torch.uint8, ['a', 'b'])
+        >>> out = to_device(batch, "cpu", scale=255, normalize=([0.5] * 3, [0.5] * 3))  # statistics in 0..1
+        >>> round(float(out["image"].max()), 4)
+        0.5686
     """
     if dtype not in _FLOATS:
         raise TypeError(f"to_device: dtype must be a floating point type, got {dtype}")
@@ -273,7 +318,7 @@ class DeviceLoader:
         >>> import torch
         >>> from pipekit.device import DeviceLoader
         >>> batches = [torch.full((2, 3, 2, 2), 255, dtype=torch.uint8) for _ in range(3)]
-        >>> [float(b.mean()) for b in DeviceLoader(batches, "cpu")]
+        >>> [float(b.mean()) for b in DeviceLoader(batches, "cpu", scale=255)]
         [1.0, 1.0, 1.0]
     """
 

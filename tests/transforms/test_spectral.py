@@ -91,9 +91,37 @@ class TestAppendIndex:
             torch.testing.assert_close(out["image"][i], t(s)["image"])
         assert out["crs"] == ["EPSG:32633", "EPSG:32633"]
 
-    def test_tensor_input(self, sample):
-        out = AppendNDVI(4, 3)(sample["image"])
-        assert out.shape == (8, 8, 8)
+    def test_tensor_input_has_torchgeos_shape(self, sample):
+        """A bare [C, H, W] tensor comes back as a batch of one, as from TorchGeo's (kornia) classes (issue 15)."""
+        image = sample["image"]
+        out = AppendNDVI(4, 3)(image)
+        assert out.shape == (1, 8, 8, 8)
+        torch.testing.assert_close(out[0, :7], image)
+        torch.testing.assert_close(out[0, 7:], INDICES["ndvi"].kernel(image, nir=4, red=3))
+        batch = image.unsqueeze(0).expand(3, 7, 8, 8)
+        assert AppendNDVI(4, 3)(batch).shape == (3, 8, 8, 8)
+        series = image.expand(2, 3, 7, 8, 8)  # [B, T, C, H, W] keeps its dimensions
+        assert AppendNDVI(4, 3)(series).shape == (2, 3, 8, 8, 8)
+        kept = AppendNDVI(4, 3, keepdim=True)(image)
+        assert kept.shape == (8, 8, 8)
+        torch.testing.assert_close(kept, out[0])
+
+    @pytest.mark.parametrize("cls", [AppendIndex, AppendEVI, AppendSAVI, AppendBandMath], ids=lambda c: c.__name__)
+    def test_every_append_class_has_the_same_tensor_semantics(self, cls, sample):
+        args = {AppendIndex: ("ndvi",), AppendBandMath: ("nir / red",)}.get(cls, ())
+        bands = {"nir": 4, "red": 3, "blue": 1} if cls is AppendEVI else {"nir": 4, "red": 3}
+        assert cls(*args, **bands)(sample["image"]).shape == (1, 8, 8, 8)
+        assert cls(*args, **bands, keepdim=True)(sample["image"]).shape == (8, 8, 8)
+        assert cls(*args, **bands)(sample)["image"].shape == (8, 8, 8)
+
+    def test_tensor_names_from_bands_argument(self, sample):
+        out = AppendNDVI(nir="SR_B5", red="SR_B4", bands=LANDSAT8)(sample["image"])
+        torch.testing.assert_close(out, AppendNDVI(4, 3)(sample["image"]))
+
+    def test_in_nn_sequential_like_torchgeo(self, sample):
+        chain = torch.nn.Sequential(AppendNDBI(index_swir=5, index_nir=4), AppendNDVI(index_nir=4, index_red=3))
+        assert chain(sample["image"]).shape == (1, 9, 8, 8)  # the second sees [1, 8, H, W]: a batch
+        assert chain(stack_samples([sample, sample])["image"]).shape == (2, 9, 8, 8)
 
     def test_integer_images_become_float32_exactly(self):
         image = torch.tensor([[[65535, 0]], [[1, 0]]], dtype=torch.uint16)
@@ -256,6 +284,10 @@ class TestErrors:
             AppendNDVI(1, 2)({"image": np.zeros((3, 2, 2))})
         with pytest.raises(TypeError, match="expects a sample dict or an image tensor"):
             AppendNDVI(1, 2)([1, 2])
+
+    def test_bad_keepdim(self):
+        with pytest.raises(TypeError, match="keepdim must be a bool"):
+            AppendNDVI(4, 3, keepdim=1)
 
     def test_bad_options(self):
         with pytest.raises(ValueError, match="fill must be finite"):

@@ -8,7 +8,9 @@ import math
 import numpy as np
 import pytest
 import torch
+from affine import Affine
 
+from pipekit.geo import GridGeoSampler, RandomBatchGeoSampler, RandomGeoSampler, RasterDataset, write_geotiff
 from pipekit.pipes import IterableWrapper
 from pipekit.transforms import BandStats, Normalize, compute_stats
 
@@ -148,6 +150,150 @@ class TestComputeStats:
             stats = compute_stats(float_samples, num_samples=50, progress=False)
         assert stats.num_samples == 12
         assert "asked for 50 samples, the pipe had only 12" in caplog.text
+
+
+# --------------------------------------------------------------------------- geo datasets
+
+CRS = "EPSG:32615"
+
+
+def write_tif(path, data: np.ndarray, nodata=None, x0: float = 500000.0, y0: float = 4000640.0) -> None:
+    write_geotiff(path, data, CRS, Affine(10, 0, x0, 0, -10, y0), nodata=nodata)
+
+
+@pytest.fixture
+def scene(tmp_path):
+    """A 3-band uint16 scene, 96 x 96 px, nodata 0: a stripe of 0 in every band, and band 1 has extra zeros."""
+    g = np.random.default_rng(0)
+    data = g.integers(1000, 20000, size=(3, 96, 96)).astype("uint16")
+    data[:, :, :20] = 0  # no data on the left
+    data[1, 40:60, 40:60] = 0  # band 1 only
+    root = tmp_path / "scene"
+    root.mkdir()
+    write_tif(root / "scene.tif", data, nodata=0)
+    return root, data
+
+
+class Labels(RasterDataset):
+    """Masks (is_image False) whose nodata differs from the images'."""
+
+    is_image = False
+    nodata = 255
+
+
+def patches_of(dataset, sampler, key="image") -> list[torch.Tensor]:
+    out = []
+    for drawn in sampler:
+        for query in drawn if isinstance(drawn, list) else [drawn]:
+            out.append(dataset[query][key])
+    return out
+
+
+def valid_values(images: list[torch.Tensor], nodata: float | None) -> list[np.ndarray]:
+    data = concat(images)
+    return [band[band != nodata] if nodata is not None else band for band in data]
+
+
+class TestGeoDatasets:
+    """compute_stats(dataset, n) on a GeoDataset: seeded random patches, nodata left out per band (issue 15)."""
+
+    def test_draws_n_seeded_random_patches_and_leaves_nodata_out(self, scene):
+        root, _ = scene
+        ds = RasterDataset(root, nodata=0)
+        stats = compute_stats(ds, 12, size=32, percentiles=(50,), progress=False)
+        assert stats.num_samples == 12
+        # the same patches as the documented default sampler draws
+        images = patches_of(ds, RandomGeoSampler(ds, size=32, length=12, seed=0))
+        assert all(im.shape == (3, 32, 32) for im in images)
+        bands = valid_values(images, 0)
+        assert stats.count == [len(b) for b in bands]
+        assert stats.count[1] < stats.count[0] == stats.count[2]  # per band: band 1 has more nodata
+        np.testing.assert_allclose(stats.mean, [b.mean() for b in bands], rtol=1e-12)
+        np.testing.assert_allclose(stats.std, [b.std() for b in bands], rtol=1e-10)
+        assert stats.min == [b.min() for b in bands] and min(stats.min) >= 1000
+        assert compute_stats(ds, 12, size=32, percentiles=(50,), progress=False) == stats  # seeded
+        assert compute_stats(ds, 12, size=32, seed=1, progress=False).mean != stats.mean
+
+    def test_nodata_from_the_product_class_and_explicit_values(self, scene):
+        root, _ = scene
+
+        class Product(RasterDataset):
+            nodata = 0
+
+        auto = compute_stats(Product(root), 6, size=32, progress=False)
+        everything = compute_stats(Product(root), 6, size=32, nodata=None, progress=False)
+        assert auto.min[0] >= 1000 and everything.min[0] == 0.0
+        assert everything.count == [6 * 32 * 32] * 3 and auto.count[0] < everything.count[0]
+        explicit = compute_stats(RasterDataset(root), 6, size=32, nodata=0, progress=False)
+        assert explicit == auto
+
+    def test_a_composition_uses_the_nodata_of_its_images(self, scene, tmp_path):
+        root, data = scene
+        labels = (data[0] % 5).astype("uint8")
+        labels[:10] = 255
+        (tmp_path / "labels").mkdir()
+        write_tif(tmp_path / "labels" / "labels.tif", labels[None], nodata=255)
+        ds = RasterDataset(root, nodata=0) & Labels(tmp_path / "labels")
+        stats = compute_stats(ds, 5, size=24, progress=False)
+        images = patches_of(ds, RandomGeoSampler(ds, size=24, length=5, seed=0))
+        assert stats.count == [len(b) for b in valid_values(images, 0)]
+        assert stats.min[0] >= 1000
+
+    def test_images_with_different_nodata_need_an_explicit_value(self, scene, tmp_path):
+        root, data = scene
+        other = tmp_path / "other"
+        other.mkdir()
+        write_tif(other / "other.tif", data, nodata=65535, x0=500960.0)
+        ds = RasterDataset(root, nodata=0) | RasterDataset(other, nodata=65535)
+        with pytest.raises(ValueError, match=r"different nodata values \[0\.0, 65535\.0\]; pass nodata="):
+            compute_stats(ds, 2, size=16, progress=False)
+        assert compute_stats(ds, 2, size=16, nodata=0, progress=False).num_samples == 2
+
+    def test_any_sampler(self, scene):
+        root, _ = scene
+        ds = RasterDataset(root, nodata=0)
+        grid = GridGeoSampler(ds, size=32)
+        stats = compute_stats(ds, sampler=grid, progress=False)
+        assert stats.num_samples == len(grid) == 9
+        assert stats.count == [len(b) for b in valid_values(patches_of(ds, grid), 0)]
+        batches = RandomBatchGeoSampler(ds, size=16, batch_size=4, length=12, seed=0)  # 3 batches of 4
+        assert compute_stats(ds, sampler=batches, progress=False).num_samples == 12
+        assert compute_stats(ds, 5, sampler=batches, progress=False).num_samples == 5
+
+    def test_default_length_is_the_default_samplers(self, scene):
+        root, _ = scene
+        ds = RasterDataset(root, nodata=0)
+        stats = compute_stats(ds, size=48, progress=False)
+        assert stats.num_samples == len(RandomGeoSampler(ds, size=48)) == 4
+
+    def test_progress_bar_counts_patches(self, scene, capsys):
+        root, _ = scene
+        compute_stats(RasterDataset(root, nodata=0), 3, size=16, progress=True)
+        assert "3/3" in capsys.readouterr().err
+
+    def test_errors(self, scene):
+        root, _ = scene
+        ds = RasterDataset(root, nodata=0)
+        with pytest.raises(TypeError, match="with sampler=, leave it out"):
+            compute_stats(ds, sampler=GridGeoSampler(ds, size=32), size=32, progress=False)
+        with pytest.raises(TypeError, match="apply to a geo dataset"):
+            compute_stats([torch.ones(1, 2, 2)], size=32, progress=False)
+        with pytest.raises(TypeError, match="nodata must be a number, None or 'auto'"):
+            compute_stats(ds, 2, size=16, nodata="zero", progress=False)
+        with pytest.raises(ValueError):  # no footprint holds a 200 px patch: the sampler says so
+            compute_stats(ds, 2, size=200, progress=False)
+
+
+class TestMaskedArrays:
+    def test_masked_values_are_left_out(self):
+        data = np.arange(2 * 3 * 3, dtype=np.float64).reshape(2, 3, 3)
+        mask = np.zeros_like(data, dtype=bool)
+        mask[0, 0, :] = True  # band 0's first row
+        stats = compute_stats([np.ma.masked_array(data, mask)], progress=False)
+        assert stats.count == [6, 9]
+        assert stats.mean == [data[0, 1:].mean(), data[1].mean()]
+        unmasked = compute_stats([np.ma.masked_array(data)], progress=False)
+        assert unmasked.count == [9, 9]
 
 
 class TestErrors:

@@ -5,10 +5,13 @@ in a DataLoader worker (``pipe.map(t)``, or the ``append_index``/``augment``/
 ``normalize``/``augment_batch`` pipes) and, where it makes sense, on a collated
 batch ``{"image": [B, C, H, W], ...}`` on the GPU, with the same numbers.
 
-* :mod:`~pipekit.transforms.indices`: pure index kernels (NDVI, NDWI, EVI,
-  ``band_math``...), band axis -3, any device and float dtype;
-* :mod:`~pipekit.transforms.spectral`: :class:`AppendIndex` and TorchGeo-named
-  shortcuts (:class:`AppendNDVI`...), bands by position or by name;
+* :mod:`~pipekit.transforms.indices`: TorchGeo's module of the same name:
+  every ``Append*`` class of TorchGeo 0.8 (:class:`AppendNDVI`...) with its
+  arguments and call semantics, and the kernels below;
+* :mod:`~pipekit.transforms.index_kernels`: pure index kernels (NDVI, NDWI,
+  EVI, ``band_math``...), band axis -3, any device and float dtype;
+* :mod:`~pipekit.transforms.spectral`: where :class:`AppendIndex` and the
+  ``Append*`` classes are defined, bands by position or by name;
 * :mod:`~pipekit.transforms.functional`: pure augmentation kernels
   (brightness, contrast, gamma, noise, flips, 90-degree rotations, crops...)
   on ``[C, H, W]`` images and ``[B, C, H, W]`` batches, shared by the two
@@ -24,6 +27,7 @@ batch ``{"image": [B, C, H, W], ...}`` on the GPU, with the same numbers.
 * :mod:`~pipekit.transforms.seeding`: per-worker, per-rank random streams.
 
 >>> from pipekit.transforms import AppendNDVI, Augment, Normalize, compute_stats
+>>> from pipekit.transforms import indices   # as ``from torchgeo.transforms import indices``
 
 torchvision (slow to import) is imported only when a name from
 :mod:`~pipekit.transforms.augment` (or one of the sample-op modules it
@@ -34,7 +38,7 @@ stays fast.
 import importlib
 from typing import Any
 
-from pipekit.transforms import batch_augment, functional, indices, normalize, seeding, spectral, stats
+from pipekit.transforms import batch_augment, functional, index_kernels, indices, normalize, seeding, spectral, stats
 from pipekit.transforms.batch_augment import (
     BatchCompose,
     BatchRandomBrightness,
@@ -50,7 +54,7 @@ from pipekit.transforms.batch_augment import (
     CutMix,
     MixUp,
 )
-from pipekit.transforms.indices import (
+from pipekit.transforms.index_kernels import (
     band_math,
     bndvi,
     evi,
@@ -159,6 +163,7 @@ __all__ = [
     "gbndvi",
     "gndvi",
     "grndvi",
+    "index_kernels",
     "indices",
     "mndwi",
     "nbr",

@@ -1,15 +1,31 @@
 """Append spectral indices to samples and batches: :class:`AppendIndex` and TorchGeo-style shortcuts.
 
 An :class:`AppendIndex` computes an index with the kernels of
-:mod:`pipekit.transforms.indices` and appends it as a channel to
-``sample["image"]``, keeping every other key.  The same object works
+:mod:`pipekit.transforms.index_kernels` and appends it as a channel.  The same
+object works
 
 * on one sample ``{"image": [C, H, W], ...}`` (``pipe.map(AppendNDVI(...))``
-  or ``pipe.append_index(...)`` in DataLoader workers),
+  or ``pipe.append_index(...)`` in DataLoader workers): it returns the sample
+  with ``sample["image"]`` of shape ``[C + 1, H, W]``, every other key kept;
 * on a collated batch ``{"image": [B, C, H, W], ...}``, on any device: it is a
   ``torch.nn.Module``, so ``AppendNDVI(...).to("cuda")`` or a call on a GPU batch
-  just works (it has no parameters),
-* on a bare image tensor (returns the tensor with the index appended).
+  just works (it has no parameters); the image becomes ``[B, C + 1, H, W]``;
+* on a bare image tensor, with TorchGeo's (kornia's) semantics: ``[C, H, W]``
+  gives ``[1, C + 1, H, W]`` (a batch of one, as TorchGeo's ``Append*``
+  classes, kornia augmentations, return it; ``keepdim=True`` gives
+  ``[C + 1, H, W]``), ``[B, C, H, W]`` gives ``[B, C + 1, H, W]``.  So
+  TorchGeo's tutorials (``image = AppendNDVI(index_nir=7, index_red=3)(image)[0]``),
+  ``nn.Sequential`` chains and kornia's ``AugmentationSequential`` behave the
+  same with pipekit's classes.  One exception: kornia's
+  ``AugmentationSequential(..., keepdim=True)`` passes its ``keepdim`` on to
+  kornia augmentations only (TorchGeo's classes are some), so where such a
+  sequence is applied to single ``[C, H, W]`` images, build pipekit's
+  transforms in it with ``keepdim=True`` (on ``[B, C, H, W]`` batches nothing
+  changes).
+
+A sample dict keeps its image's shape: TorchGeo's classes cannot be called on a
+dict at all (kornia's ``AugmentationSequential(..., data_keys=None,
+keepdim=True)`` unpacks it and gives the same shapes as pipekit here).
 
 Bands are given by position or by name.  Names (``AppendNDVI(nir="SR_B5",
 red="SR_B4")``) are looked up in the sample's ``"bands"`` entry when it has one,
@@ -19,7 +35,21 @@ name is appended to it, so a later transform can use the index by name.
 
 Integer images (uint8, uint16...) become float32 to hold the index; float
 images keep their dtype.  Zero denominators give ``fill`` (0) and nodata
-pixels ``nodata_out`` (NaN), see :mod:`pipekit.transforms.indices`.
+pixels ``nodata_out`` (NaN), see :mod:`pipekit.transforms.index_kernels`.
+
+Deliberate differences from TorchGeo 0.8 (whose classes compute
+``(A - B) / (A + B + 1e-10)``):
+
+* a zero denominator gives ``fill`` (0), never NaN or Inf.  TorchGeo gives 0
+  where both bands are 0 in float32, but NaN in float16 (``1e-10`` rounds to
+  0), and ``(A - B) * 1e10`` (``+-inf`` in float16) where ``A + B == 0`` with ``A != 0``
+  (normalised, signed data);
+* no ``1e-10`` is added, so tiny denominators are not biased (TorchGeo gives
+  0.0099 instead of 1 for ``A = 1e-12, B = 0``);
+* integer images are accepted (and give float32); kornia refuses them.
+
+Everywhere else (finite bands, non-zero denominators) the values agree to
+float rounding.
 """
 
 from __future__ import annotations
@@ -32,7 +62,7 @@ import torch
 from torch import Tensor, nn
 
 from pipekit.transforms._bands import band_names_for, check_band_spec, check_names, resolve_band
-from pipekit.transforms.indices import INDICES, band_math, parse_band_math
+from pipekit.transforms.index_kernels import INDICES, band_math, parse_band_math
 
 __all__ = [
     "AppendIndex",
@@ -69,11 +99,11 @@ class AppendIndex(nn.Module):
             ``"swi"``, ``"grndvi"``, ``"gbndvi"``, ``"rbndvi"``, ``"evi"``,
             ``"savi"``, ``"normalized_difference"``,
             ``"tri_band_normalized_difference"``; case-insensitive) or a
-            :func:`~pipekit.transforms.indices.band_math` formula such as
+            :func:`~pipekit.transforms.index_kernels.band_math` formula such as
             ``"(nir - red) / (nir + red)"``.
         **bands_and_params: the band of each role of the index, by position or
             name, as ``nir=4`` or with TorchGeo's spelling ``index_nir=4``
-            (roles: see :data:`~pipekit.transforms.indices.INDICES`; for a
+            (roles: see :data:`~pipekit.transforms.index_kernels.INDICES`; for a
             formula, the names it uses); and the index's own parameters
             (``L`` for SAVI; ``G``, ``C1``, ``C2``, ``L`` for EVI).
         bands: the names of the image's bands, in order (e.g.
@@ -85,7 +115,10 @@ class AppendIndex(nn.Module):
         name: the new channel's name (default: the index name, or
             ``"band_math"`` for a formula).
         fill, nodata, nodata_out, scale, offset: numerics, as
-            :func:`~pipekit.transforms.indices.normalized_difference`.
+            :func:`~pipekit.transforms.index_kernels.normalized_difference`.
+        keepdim: for a bare ``[C, H, W]`` tensor, return ``[C + 1, H, W]``
+            instead of TorchGeo's (kornia's) ``[1, C + 1, H, W]``.  Sample
+            dicts and batches always keep their number of dimensions.
 
     Example:
         >>> import torch
@@ -94,6 +127,8 @@ class AppendIndex(nn.Module):
         >>> out = AppendIndex("ndvi", nir="nir", red="red")(sample)
         >>> out["image"].shape, round(float(out["image"][2]), 4), out["bands"], out["id"]
         (torch.Size([3, 1, 1]), 0.6667, ['red', 'nir', 'ndvi'], 7)
+        >>> AppendIndex("ndvi", nir=1, red=0)(sample["image"]).shape  # a bare tensor: TorchGeo's shape
+        torch.Size([1, 3, 1, 1])
     """
 
     def __init__(
@@ -109,6 +144,7 @@ class AppendIndex(nn.Module):
         nodata_out: float = _NAN,
         scale: float = 1.0,
         offset: float = 0.0,
+        keepdim: bool = False,
         **bands_and_params: Any,
     ) -> None:
         super().__init__()
@@ -163,6 +199,8 @@ class AppendIndex(nn.Module):
             raise TypeError(f"{where}: key must be a str, got {key!r}")
         if name is not None and not isinstance(name, str):
             raise TypeError(f"{where}: name must be a str, got {name!r}")
+        if not isinstance(keepdim, bool):
+            raise TypeError(f"{where}: keepdim must be a bool, got {keepdim!r}")
         self.bands = check_names(bands, where)
         self.band_spec = band_spec
         self.params = params
@@ -174,6 +212,7 @@ class AppendIndex(nn.Module):
         self.nodata_out = float(nodata_out)
         self.scale = float(scale)
         self.offset = float(offset)
+        self.keepdim = keepdim
 
     def extra_repr(self) -> str:
         what = repr(self.expression) if self.expression is not None else self.index
@@ -203,7 +242,9 @@ class AppendIndex(nn.Module):
         where = type(self).__name__
         if isinstance(sample, Tensor):
             index = self.compute(sample, self.bands)
-            return torch.cat((sample.to(index.dtype), index), dim=-3)
+            out = torch.cat((sample.to(index.dtype), index), dim=-3)
+            # TorchGeo's classes are kornia augmentations: a single [C, H, W] image comes back as a batch of one.
+            return out.unsqueeze(0) if out.dim() == 3 and not self.keepdim else out
         if not isinstance(sample, Mapping):
             raise TypeError(f"{where}: expects a sample dict or an image tensor, got {type(sample).__name__}")
         if self.key not in sample:
@@ -225,7 +266,7 @@ class AppendIndex(nn.Module):
 
 
 class AppendBandMath(AppendIndex):
-    """Append a user formula over named bands (see :func:`~pipekit.transforms.indices.band_math`).
+    """Append a user formula over named bands (see :func:`~pipekit.transforms.index_kernels.band_math`).
 
     Example:
         >>> import torch
@@ -250,7 +291,7 @@ def _shortcut_doc(cls_name: str, index: str, args: str, torchgeo: bool = True) -
     return (
         f"Append {title} ({index.upper()}) to ``sample['image']``: :class:`AppendIndex` ``({index!r})``.\n\n"
         f"Bands ({args}) by position or by name (with ``bands=`` or a sample ``'bands'`` entry).{tg}\n"
-        f"Keyword options as :class:`AppendIndex`.  Formula: :mod:`pipekit.transforms.indices`.\n"
+        f"Keyword options as :class:`AppendIndex`.  Formula: :mod:`pipekit.transforms.index_kernels`.\n"
     )
 
 
@@ -279,8 +320,9 @@ class AppendTriBandNormalizedDifferenceIndex(AppendIndex):
         >>> import torch
         >>> from pipekit.transforms import AppendTriBandNormalizedDifferenceIndex
         >>> t = AppendTriBandNormalizedDifferenceIndex(index_a=0, index_b=1, index_c=2)
-        >>> round(float(t(torch.tensor([[[4.0]], [[1.0]], [[1.0]]]))[3]), 4)
-        0.3333
+        >>> out = t(torch.tensor([[[4.0]], [[1.0]], [[1.0]]]))
+        >>> out.shape, round(float(out[0, 3]), 4)
+        (torch.Size([1, 4, 1, 1]), 0.3333)
     """
 
     def __init__(

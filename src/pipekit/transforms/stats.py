@@ -24,13 +24,30 @@ per band, in constant memory:
 Percentiles follow ``numpy.percentile``'s default (linear) definition.  NaN and
 infinite values, and ``nodata`` values when given, are left out of every
 statistic (``count`` says how many values were used per band).
+
+**Geo datasets.**  ``compute_stats(dataset, n)`` on a
+:class:`~pipekit.geo.GeoDataset` (a ``RasterDataset``, ``landsat & cdl``...)
+reads ``n`` patches drawn by a seeded :class:`~pipekit.geo.RandomGeoSampler`
+(``size=256`` pixels, ``seed=0``; or pass any ``sampler=``), and leaves out the
+dataset's ``nodata`` value (the fill of pixels no file covers) per band, as
+well as NaN.
+
+**Units.**  Statistics are of the values as they are, never rescaled: DN for
+a uint16 Landsat image, 0..255 for uint8.  These are the units
+:func:`pipekit.device.to_device` and :class:`~pipekit.transforms.Normalize`
+work in by default (and TorchGeo's recipes normalise raw values with raw
+statistics), so ``to_device(batch, "cuda", normalize=(stats.mean,
+stats.std))`` or ``stats.normalize()`` gives mean 0, std 1 per band.  Only
+for a ``to_device(..., scale=s)`` that maps images to other units would the
+statistics need dividing by ``s``.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +99,13 @@ class BandStats:
             raise ValueError(f"BandStats.normalize: band(s) {empty} had no valid values")
         std = [s if s > 0 else 1.0 for s in self.std]
         return Normalize(self.mean, std, **kwargs)
+
+
+def _length(sampler: Any) -> int | None:
+    try:
+        return len(sampler)
+    except TypeError:
+        return None
 
 
 class _Histogram:
@@ -170,7 +194,8 @@ class _Histogram:
         return float(self.lo[c] + self.width[c] * (j + inside))
 
 
-def _image_of(item: Any, key: str | int, i: int) -> Tensor:
+def _image_of(item: Any, key: str | int, i: int) -> tuple[Tensor, Tensor | None]:
+    """The item's image, and where it is masked (a numpy masked array's mask), or ``None``."""
     if isinstance(item, Mapping):
         if key not in item:
             raise KeyError(f"compute_stats: item {i} has no {key!r} entry (keys: {sorted(map(str, item))})")
@@ -184,6 +209,11 @@ def _image_of(item: Any, key: str | int, i: int) -> Tensor:
             f"compute_stats: item {i} is a {type(item).__name__}; expected a sample dict, an image tensor, "
             "or a tuple with key=<position of the image>"
         )
+    masked: Tensor | None = None
+    if isinstance(image, np.ma.MaskedArray):
+        if image.mask is not np.ma.nomask:
+            masked = torch.from_numpy(np.ma.getmaskarray(image).copy())
+        image = np.ma.getdata(image)
     if isinstance(image, np.ndarray):
         image = torch.from_numpy(image)
     if not isinstance(image, Tensor):
@@ -194,7 +224,57 @@ def _image_of(item: Any, key: str | int, i: int) -> Tensor:
         )
     if image.dtype == torch.bool or image.is_complex():
         raise TypeError(f"compute_stats: item {i}'s image has unsupported dtype {image.dtype}")
-    return image
+    return image, masked
+
+
+def _geo_module() -> Any:
+    """:mod:`pipekit.geo` if it is imported (it must be, for a geo dataset to exist), else ``None``."""
+    return sys.modules.get("pipekit.geo")
+
+
+def _provides(dataset: Any, key: str | int) -> bool:
+    """Whether a leaf geo dataset's samples hold ``key`` (``"image"`` for images, ``"mask"`` for masks)."""
+    is_image = getattr(dataset, "is_image", None)
+    if is_image is None:
+        return key == "image"
+    return key == ("image" if is_image else "mask")
+
+
+def _nodata_values(dataset: Any, key: str | int) -> set[float | None]:
+    """The ``nodata`` of every leaf dataset of a composition that provides ``key``."""
+    children = getattr(dataset, "datasets", None)
+    if children:
+        found: set[float | None] = set()
+        for child in children:
+            found |= _nodata_values(child, key)
+        return found
+    if not _provides(dataset, key):
+        return set()
+    value = getattr(dataset, "nodata", None)
+    return {None if value is None else float(value)}
+
+
+def _geo_nodata(dataset: Any, key: str | int) -> float | None:
+    values = _nodata_values(dataset, key)
+    if len(values) > 1:
+        shown = sorted(values, key=lambda v: (v is None, v if v is not None else 0.0))
+        raise ValueError(
+            f"compute_stats: the datasets of {getattr(dataset, 'name', type(dataset).__name__)} that provide "
+            f"{key!r} have different nodata values {shown}; pass nodata= (a number, or None for none)"
+        )
+    return next(iter(values), None)
+
+
+def _geo_samples(dataset: Any, sampler: Iterable[Any], batch_type: type) -> Iterator[Any]:
+    """``dataset[query]`` for each query of ``sampler`` (each query of each list, for a batch sampler)."""
+    for drawn in sampler:
+        queries = drawn if isinstance(sampler, batch_type) or isinstance(drawn, list) else (drawn,)
+        for query in queries:
+            yield dataset[query]
+
+
+_AUTO = "auto"
+_DEFAULT_SIZE = 256
 
 
 def compute_stats(
@@ -204,23 +284,47 @@ def compute_stats(
     key: str | int = "image",
     percentiles: Sequence[float] = (1.0, 99.0),
     bins: int = 16384,
-    nodata: float | None = None,
+    nodata: float | str | None = _AUTO,
+    sampler: Iterable[Any] | None = None,
+    size: float | tuple[float, float] | None = None,
+    seed: int | None = 0,
     progress: bool = True,
 ) -> BandStats:
-    """Per-band count, mean, std, min, max and percentiles of the images of a pipe, in one pass.
+    """Per-band count, mean, std, min, max and percentiles of the images of a pipe or geo dataset, in one pass.
+
+    Statistics are in the data's own units (never rescaled), the units
+    :func:`pipekit.device.to_device` and :class:`~pipekit.transforms.Normalize`
+    work in by default: ``to_device(batch, device, normalize=(stats.mean,
+    stats.std))`` gives mean 0, std 1 (see the module docstring).
 
     Args:
         pipe: any iterable of samples ``{"image": [C, H, W]}``, batches
-            ``{"image": [B, C, H, W]}``, image tensors, or tuples (then pass
-            ``key=`` the image's position).
+            ``{"image": [B, C, H, W]}``, image tensors (or numpy arrays;
+            masked arrays leave their masked values out), or tuples (then
+            pass ``key=`` the image's position).  Or a geo dataset
+            (:class:`~pipekit.geo.GeoDataset`: a ``RasterDataset``, ``landsat &
+            cdl``...): then patches drawn by ``sampler`` are read with
+            ``dataset[query]``.
         num_samples: stop after this many samples (a batch counts as ``B``
             samples; only the samples needed are used).  ``None`` reads the
-            whole pipe.
+            whole pipe (for a geo dataset: the sampler's whole epoch; the
+            default sampler's is as many patches as tile the dataset).
         key: the entry holding the image.
         percentiles: which percentiles (0..100) to estimate.
         bins: histogram bins per band for data that is not 8- or 16-bit
             integers (an even number >= 16); more bins, smaller error.
-        nodata: a value to leave out (as well as NaN and Inf).
+        nodata: a value to leave out, per band (as well as NaN and Inf).
+            ``"auto"`` (default): a geo dataset's ``nodata`` (of the datasets
+            of a composition that provide ``key``), nothing for other pipes.
+            ``None``: leave out only NaN and Inf.
+        sampler: geo datasets only: where to read patches (any geo sampler, or
+            an iterable of queries).  Default: ``RandomGeoSampler(dataset,
+            size, length=num_samples, seed=seed)``.
+        size: geo datasets only: the default sampler's patch size in pixels
+            (a number or ``(height, width)``; default 256).
+        seed: geo datasets only: the default sampler's seed (default 0, so
+            the statistics are the same every run; ``None`` draws from
+            torch's global generator).
         progress: show a tqdm progress bar (samples read).
 
     Returns:
@@ -236,6 +340,21 @@ def compute_stats(
         >>> stats = compute_stats(samples, percentiles=(50,), progress=False)
         >>> stats.mean, [round(s, 4) for s in stats.std], stats.num_samples
         ([1.5, 1.5], [1.118, 1.118], 4)
+
+        On a geo dataset (here a 64 x 64 GeoTIFF whose nodata is 0):
+
+        >>> import tempfile, numpy as np, rasterio
+        >>> from affine import Affine
+        >>> from pipekit.datasets import RasterDataset
+        >>> root = tempfile.mkdtemp()
+        >>> data = np.arange(1, 64 * 64 + 1, dtype="uint16").reshape(1, 64, 64)
+        >>> data[:, :, :8] = 0
+        >>> with rasterio.open(f"{root}/a.tif", "w", driver="GTiff", width=64, height=64, count=1, dtype="uint16",
+        ...                    nodata=0, crs="EPSG:32615", transform=Affine(10, 0, 500000, 0, -10, 4000640)) as f:
+        ...     f.write(data)
+        >>> stats = compute_stats(RasterDataset(root, nodata=0), 8, size=32, progress=False)
+        >>> stats.num_samples, stats.min[0] > 0
+        (8, True)
     """
     if num_samples is not None and (
         isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1
@@ -247,7 +366,33 @@ def compute_stats(
     bad = [q for q in qs if not 0.0 <= q <= 100.0]
     if bad:
         raise ValueError(f"compute_stats: percentiles must be within 0..100, got {bad}")
+    geo = _geo_module()
+    source_name = "the pipe"
+    if geo is not None and isinstance(pipe, geo.GeoDataset):
+        dataset = pipe
+        source_name = f"the sampler of {dataset.name}"
+        if isinstance(nodata, str) and nodata == _AUTO:
+            nodata = _geo_nodata(dataset, key)
+        if sampler is None:
+            sampler = geo.RandomGeoSampler(
+                dataset, size=_DEFAULT_SIZE if size is None else size, length=num_samples, seed=seed
+            )
+        elif size is not None:
+            raise TypeError("compute_stats: size= sets the default sampler's patch size; with sampler=, leave it out")
+        total = num_samples if num_samples is not None else _length(sampler)
+        pipe = _geo_samples(dataset, sampler, geo.BatchGeoSampler)
+    else:
+        if sampler is not None or size is not None:
+            raise TypeError(
+                f"compute_stats: sampler= and size= apply to a geo dataset (pipekit.geo.GeoDataset), "
+                f"not to a {type(pipe).__name__}"
+            )
+        if isinstance(nodata, str) and nodata == _AUTO:
+            nodata = None
+        total = num_samples
     if nodata is not None:
+        if isinstance(nodata, bool) or not isinstance(nodata, (int, float)):
+            raise TypeError(f"compute_stats: nodata must be a number, None or 'auto', got {nodata!r}")
         nodata = float(nodata)
 
     channels = 0
@@ -255,14 +400,16 @@ def compute_stats(
     hist: _Histogram | None = None
     n = mean = m2 = mn = mx = np.zeros(0)
     seen = 0
-    bar = tqdm(total=num_samples, desc="compute_stats", unit="sample", disable=not progress)
+    bar = tqdm(total=total, desc="compute_stats", unit="sample", disable=not progress)
     try:
         for i, item in enumerate(pipe):
-            image = _image_of(item, key, i)
+            image, masked = _image_of(item, key, i)
             if image.dim() == 3:
                 image = image.unsqueeze(0)
+                masked = None if masked is None else masked.unsqueeze(0)
             if num_samples is not None and seen + image.shape[0] > num_samples:
                 image = image[: num_samples - seen]
+                masked = None if masked is None else masked[: num_samples - seen]
             image = image.detach().cpu()
             if hist is None:
                 channels, first_dtype = image.shape[1], image.dtype
@@ -283,8 +430,11 @@ def compute_stats(
             valid: Tensor | None = None
             if x.is_floating_point():
                 valid = torch.isfinite(x)
-            if nodata is not None:
+            if nodata is not None and not math.isnan(nodata):
                 ok = x != nodata
+                valid = ok if valid is None else valid & ok
+            if masked is not None:
+                ok = ~masked.expand(image.shape).transpose(0, 1).reshape(channels, -1)
                 valid = ok if valid is None else valid & ok
             xd = x.to(torch.float64)
             if valid is not None:
@@ -320,9 +470,9 @@ def compute_stats(
     finally:
         bar.close()
     if hist is None:
-        raise ValueError("compute_stats: the pipe yielded no samples")
+        raise ValueError(f"compute_stats: {source_name} yielded no samples")
     if num_samples is not None and seen < num_samples:
-        logger.warning("compute_stats: asked for %d samples, the pipe had only %d", num_samples, seen)
+        logger.warning("compute_stats: asked for %d samples, %s had only %d", num_samples, source_name, seen)
     count = [int(c) for c in n]
     nan = float("nan")
     std = [math.sqrt(m2[c] / n[c]) if n[c] > 0 else nan for c in range(channels)]
