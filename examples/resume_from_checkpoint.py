@@ -70,7 +70,7 @@ class Run:
         self.images: list[torch.Tensor] = []
 
     def step(self, batch: dict) -> float:
-        images = to_device(batch, "cpu", normalize=((0.5,) * 3, (0.25,) * 3))["image"]
+        images = to_device(batch, "cpu", normalize=((0.5,) * 3, (0.25,) * 3), scale=255)["image"]
         loss = nn.functional.cross_entropy(self.model(images), batch["label"])
         self.optimizer.zero_grad()
         loss.backward()

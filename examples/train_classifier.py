@@ -120,8 +120,13 @@ def main(argv: list[str] | None = None) -> int:
 
     # The loaders yield uint8 batches; DeviceLoader normalises them on the device.
     normalize = (IMAGENET_MEAN, IMAGENET_STD)
-    train_loader = DeviceLoader(pipekit.DataLoader(train_set, num_workers=args.workers), device, normalize=normalize)
-    val_loader = DeviceLoader(pipekit.DataLoader(val_set, num_workers=args.workers), device, normalize=normalize)
+    # uint8 images scaled to [0, 1] on the device, then normalised with ImageNet's statistics
+    train_loader = DeviceLoader(
+        pipekit.DataLoader(train_set, num_workers=args.workers), device, normalize=normalize, scale=255
+    )
+    val_loader = DeviceLoader(
+        pipekit.DataLoader(val_set, num_workers=args.workers), device, normalize=normalize, scale=255
+    )
 
     model = SmallCNN(len(train_set.classes)).to(device).to(memory_format=torch.channels_last)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
