@@ -27,6 +27,9 @@ import contextlib
 import logging
 from typing import Any
 
+from pipekit.pipes._torch import Batcher as TorchBatcher
+from pipekit.pipes._torch import ShardingFilter as TorchShardingFilter
+from pipekit.pipes._torch import Shuffler as TorchShuffler
 from pipekit.pipes._torch import iterator_id, pipe_graph
 from pipekit.pipes.base import IterDataPipe, Resumable
 from pipekit.pipes.builtin import (
@@ -70,6 +73,7 @@ _STATELESS: set[type] = {
     Filter,
     Collator,
     Batcher,
+    TorchBatcher,  # built from torch's class directly
     Zipper,
     SequenceWrapper,
     MapMapper,
@@ -80,7 +84,13 @@ _STATELESS: set[type] = {
 }
 
 # torch pipes replaced by resumable subclasses that behave the same.
-_SWAPS: dict[type, type] = {Shuffler: ResumableShuffler, ShardingFilter: ResumableShardingFilter}
+# pipekit's checked subclasses (what ``shuffle()``/``sharding_filter()`` build) and torch's own classes.
+_SWAPS: dict[type, type] = {
+    Shuffler: ResumableShuffler,
+    ShardingFilter: ResumableShardingFilter,
+    TorchShuffler: ResumableShuffler,
+    TorchShardingFilter: ResumableShardingFilter,
+}
 
 _VERSION = 1
 _FRESH = "__pipekit_fresh__"
