@@ -39,7 +39,15 @@ from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
 from pipekit.errors import ArchiveError, SkipLog, check_on_error
-from pipekit.pipes._stream_items import CORRUPT, check_pair, is_seekable, raw_stream, reason, reopen_stream
+from pipekit.pipes._stream_items import (
+    CORRUPT,
+    check_pair,
+    is_seekable,
+    note_opened,
+    raw_stream,
+    reason,
+    reopen_stream,
+)
 from pipekit.pipes.base import StreamWrapper, functional_datapipe
 from pipekit.pipes.decompress import CompressionType, Decompressor
 from pipekit.pipes.state import ResumablePipe
@@ -136,6 +144,7 @@ class ArchiveLoader(ResumablePipe):
 
     def _load(self, url: str, stream: Any, skip: int) -> Iterator[tuple[str, StreamWrapper]]:
         self._url, self._entries = url, skip
+        note_opened(url, self.stage)
         try:
             yield from self._members(url, stream, skip)
         except ArchiveError as exc:
@@ -311,6 +320,7 @@ class TarArchiveLoader(ArchiveLoader):
                 raise ArchiveError("read archive", url, self.stage, f"member {info.name!r} cannot be extracted")
             member_url = self._member_url(url, info.name)
             fobj.where = (member_url, self.stage)
+            note_opened(member_url, self.stage)
             yielded += 1
             yield member_url, StreamWrapper(fobj, parent, name=member_url)
         problem = _end_problem(tar)
@@ -489,4 +499,5 @@ class ZipArchiveLoader(ArchiveLoader):
             except (*CORRUPT, NotImplementedError, RuntimeError) as exc:
                 raise ArchiveError("read archive", url, self.stage, f"member {info.filename!r}: {reason(exc)}") from exc
             member_url = self._member_url(url, info.filename)
+            note_opened(member_url, self.stage)
             yield member_url, StreamWrapper(fobj, parent, name=member_url)

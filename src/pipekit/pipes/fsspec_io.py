@@ -28,6 +28,7 @@ from typing import Any
 import fsspec
 
 from pipekit.errors import ReadError, SkipLog, check_on_error
+from pipekit.pipes._stream_items import note_opened
 from pipekit.pipes.base import IterDataPipe, StreamWrapper, functional_datapipe
 from pipekit.pipes.builtin import IterableWrapper
 from pipekit.pipes.state import ResumablePipe
@@ -357,6 +358,7 @@ def open_each(
                 skip_log.record(exc)
                 continue
             opened.add(stream)
+            note_opened(url, skip_log.stage)
             yield url, stream
             del stream
     except Exception:  # the pipeline is broken: close what is still open
