@@ -300,18 +300,22 @@ def test_checkpoint_with_workers_loads_with_weights_only(builders):
 
 
 def resumable_classes() -> set[type]:
-    """Every concrete pipekit pipe class with state_dict/load_state_dict, outside geo/ (and the loader)."""
+    """Every concrete pipekit pipe class with state_dict/load_state_dict, outside geo/.
+
+    Not the loader's wrapper, nor the timed copies of pipes that pipekit.profiling makes at run time.
+    """
     from pipekit.pipes.base import IterDataPipe, MapDataPipe
 
     found: set[type] = set()
     for info in pkgutil.walk_packages(pipekit.__path__, "pipekit."):
-        if info.name.startswith(("pipekit.cli", "pipekit.__main__", "pipekit.geo", "pipekit.loader")):
+        skipped = ("pipekit.cli", "pipekit.__main__", "pipekit.geo", "pipekit.loader", "pipekit.profiling")
+        if info.name.startswith(skipped):
             continue
         module = importlib.import_module(info.name)
         for obj in vars(module).values():
             if (inspect.isclass(obj) and issubclass(obj, IterDataPipe | MapDataPipe)
-                    and obj.__module__.startswith("pipekit.") and not obj.__module__.startswith("pipekit.geo")
-                    and obj.__module__ != "pipekit.pipes.state"
+                    and obj.__module__.startswith("pipekit.")
+                    and not obj.__module__.startswith(("pipekit.geo", "pipekit.profiling", "pipekit.pipes.state"))
                     and callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):
                 found.add(obj)
     return {cls for cls in found if not any(other is not cls and issubclass(other, cls) for other in found)}

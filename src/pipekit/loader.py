@@ -28,8 +28,9 @@ forced that.
 Nothing is lost between the workers and the main process:
 
 * ``loader.skip_report()`` adds up what the pipes skipped under
-  ``on_error="skip"`` in every worker (each worker sends its counts, and the
-  items skipped since its last batch, with each batch);
+  ``on_error="skip"`` in every worker: each worker's state, which torchdata
+  sends with each batch (only what changed since the last one), carries its
+  counts per pipe and its first skipped items;
 * an item holding an open stream (a file, an archive member), which cannot
   be pickled to the main process, raises a ``TypeError`` in the worker naming
   the pipe that yielded it, instead of hanging the main process;
@@ -376,10 +377,17 @@ class DataLoader(StatefulDataLoader):
 
         With ``num_workers=0`` it reads the pipes' own ``skip_log``; with
         workers, the reports each worker sends with every batch (its counts
-        per pipe, and the first skipped items with URL and reason) and when it
-        runs out, so it is up to date with the batches received.  Counts start
-        when the loader is built (or a checkpoint is loaded) and add up over
-        epochs, with or without persistent workers.
+        per pipe, and its first skipped items with URL and reason) and when it
+        runs out, so it is up to date with the batches received (with
+        ``snapshot_every_n_steps=n``, every n batches).  Counts add up over
+        epochs: persistent workers keep theirs, and with
+        ``persistent_workers=False`` the loader keeps what each epoch's
+        workers reported.  Workers started by ``load_state_dict`` report
+        only their own skips (the counts a checkpoint holds are not restored).
+
+        Returns:
+            a :class:`~pipekit.errors.SkipReport`: ``count``, ``counts`` per
+            stage, ``skipped`` (the first items of each pipe and worker).
 
         Example:
             >>> import fsspec
