@@ -12,6 +12,7 @@ import zlib
 import pytest
 
 import pipekit
+import pipekit.errors
 from pipekit.errors import (
     ArchiveError,
     ConfigurationError,
@@ -23,10 +24,12 @@ from pipekit.errors import (
     ParseError,
     ReadError,
     SkipLog,
+    SkipReport,
     StageError,
     TruncatedStreamError,
     UnknownFormatError,
     UnsupportedItemError,
+    WorkerDiedError,
     check_on_error,
 )
 from pipekit.pipes import IterableWrapper
@@ -164,6 +167,39 @@ class TestSkipLog:
         assert copy.count == 1
         copy.record(ValueError("v"), url="item 4")  # the lock survives pickling
         assert copy.count == 2
+
+
+class TestSkipReport:
+    def test_summary_is_plain_data_of_the_first_items(self):
+        log = SkipLog("decode", max_kept=100)
+        for i in range(15):
+            log.record(StageError("decode", f"f{i}.jpg", "decode", "bad"))
+        summary = log.summary(first=3)
+        items = {i: [f"f{i}.jpg", "decode", "bad"] for i in range(3)}
+        assert summary == {"stage": "decode", "count": 15, "items": items}
+
+    def test_adds_up_pipes_and_workers(self):
+        a, b = SkipLog("decode"), SkipLog("load_from_tar")
+        a.record(StageError("decode", "x.jpg", "decode", "not a JPEG"))
+        b.record(StageError("read archive", "s.tar", "load_from_tar", "truncated"))
+        report = SkipReport.from_summaries([a.summary(), b.summary(), a.summary(), SkipLog("idle").summary()])
+        assert report.count == 3
+        assert report.counts == {"decode": 2, "load_from_tar": 1}
+        assert [s.url for s in report.skipped] == ["x.jpg", "s.tar", "x.jpg"]
+        assert str(report).splitlines()[0] == "3 items skipped (decode: 2, load_from_tar: 1)"
+        assert "load_from_tar: 's.tar': truncated" in str(report)
+        assert str(SkipReport()) == "nothing skipped" and SkipReport().count == 0
+
+    def test_exported(self):
+        assert {"SkipReport", "WorkerDiedError"} <= set(pipekit.errors.__all__)
+
+
+def test_worker_died_error_keeps_its_fields():
+    message = "DataLoader worker (pid(s) 7) exited unexpectedly: ..."
+    err = WorkerDiedError(message, 1, 7, "SIGKILL", "a.tar", "load_from_tar")
+    copy = pickle.loads(pickle.dumps(err))
+    assert isinstance(copy, RuntimeError) and str(copy) == str(err)
+    assert (copy.worker_id, copy.pid, copy.signal, copy.url, copy.stage) == (1, 7, "SIGKILL", "a.tar", "load_from_tar")
 
 
 def test_check_on_error():

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import signal
 import socket
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -15,6 +18,7 @@ import torch.multiprocessing as mp
 import torch.utils.data
 
 import pipekit
+import pipekit.errors
 from pipekit.pipes import IterableWrapper
 
 N = 60
@@ -223,3 +227,154 @@ def test_exactly_once_across_two_ranks_and_workers(tmp_path, loader_kind):
     assert all(per_rank), "each rank gets a share"
     assert sorted(per_rank[0] + per_rank[1]) == list(range(N))
     assert not set(per_rank[0]) & set(per_rank[1])
+
+
+# ---------------------------------------------------------------- issue 13: nothing lost between workers and main
+
+
+def read_pair(item):
+    url, stream = item
+    try:
+        return url, stream.read()
+    finally:
+        stream.close()
+
+
+def write_files(root: Path, names: list[str]) -> list[str]:
+    root.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name in names:
+        path = root / name
+        path.write_bytes(name.encode())
+        paths.append(str(path))
+    return paths
+
+
+def kill_self_at(flag: str, victim: str, wait_for: str):
+    """A map function that SIGKILLs its worker when it meets ``victim``, once ``wait_for`` exists."""
+    return functools.partial(_kill_self_at, flag, victim, wait_for)
+
+
+def _kill_self_at(flag: str, victim: str, wait_for: str, item):
+    if item[0] == victim:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(wait_for) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        Path(flag).write_text("dying")
+        os.kill(os.getpid(), signal.SIGKILL)
+    return read_pair(item)
+
+
+class TestNothingLostAcrossWorkers:
+    """Issue 13 (items 2, 3, 4): skip counts, open streams and dead workers, with DataLoader workers."""
+
+    def urls(self, tmp_path: Path) -> tuple[list[str], list[str]]:
+        """Six files, two of them missing: workers get urls[0::2] and urls[1::2] (sharding before opening)."""
+        ok = write_files(tmp_path / "files", [f"f{i}.txt" for i in range(4)])
+        missing = [str(tmp_path / "files" / "gone0.txt"), str(tmp_path / "files" / "gone1.txt")]
+        return [missing[0], ok[0], missing[1], ok[1], ok[2], ok[3]], missing
+
+    def pipe(self, urls: list[str]):
+        return IterableWrapper(urls).sharding_filter().open_files_by_fsspec(mode="rb", on_error="skip").map(read_pair)
+
+    @pytest.mark.parametrize("num_workers", [0, 2])
+    def test_skip_report_adds_up_the_workers(self, tmp_path, num_workers):
+        urls, missing = self.urls(tmp_path)
+        loader = pipekit.DataLoader(self.pipe(urls), num_workers=num_workers)
+        assert loader.skip_report().count == 0
+        assert len(list(loader)) == 4
+        report = loader.skip_report()
+        assert report.count == 2 and report.counts == {"open_files_by_fsspec": 2}
+        assert sorted(s.url for s in report.skipped) == missing
+        assert all("No such file" in s.reason or "no such file" in s.reason.lower() for s in report.skipped)
+        assert "2 items skipped (open_files_by_fsspec: 2)" in str(report)
+
+    def test_report_arrives_with_the_batches(self, tmp_path):
+        urls, _ = self.urls(tmp_path)
+        loader = pipekit.DataLoader(self.pipe(urls), num_workers=2)
+        it = iter(loader)
+        first = next(it)  # worker 0 skipped both missing files before this batch
+        assert first[0] == urls[4]
+        assert loader.skip_report().count == 2
+        rest = list(it)
+        assert len(rest) == 3 and loader.skip_report().count == 2
+
+    @pytest.mark.parametrize(("num_workers", "persistent"), [(0, False), (2, True), (2, False)])
+    def test_counts_add_up_over_epochs(self, tmp_path, num_workers, persistent):
+        urls, _ = self.urls(tmp_path)
+        loader = pipekit.DataLoader(self.pipe(urls), num_workers=num_workers, persistent_workers=persistent)
+        for _ in range(2):
+            assert len(list(loader)) == 4
+        assert loader.skip_report().count == 4
+
+    def test_report_sent_with_each_batch_is_small(self, tmp_path):
+        missing = [str(tmp_path / f"gone{i}.txt") for i in range(50)]
+        urls = missing + write_files(tmp_path / "ok", ["a.txt"])
+        loader = pipekit.DataLoader(self.pipe(urls), num_workers=2)
+        assert len(list(loader)) == 1
+        report = loader.skip_report()
+        assert report.count == 50
+        assert len(report.skipped) == 20  # the first 10 of each worker, not the whole log
+
+    def test_checkpoint_does_not_carry_old_counts(self, tmp_path):
+        urls, _ = self.urls(tmp_path)
+        loader = pipekit.DataLoader(self.pipe(urls), num_workers=2)
+        it = iter(loader)
+        next(it)
+        state = loader.state_dict()
+        resumed = pipekit.DataLoader(self.pipe(urls), num_workers=2)
+        resumed.load_state_dict(state)
+        assert len(list(resumed)) == 3
+        assert resumed.skip_report().count == 0  # its own run skipped nothing; the first run's skips were its own
+
+    @pytest.mark.parametrize("on_error", ["raise", "skip"])
+    def test_open_stream_raises_in_the_worker_instead_of_hanging(self, tmp_path, on_error):
+        urls = write_files(tmp_path / "files", ["a.txt", "b.txt"])
+        pipe = IterableWrapper(urls).sharding_filter().open_files_by_fsspec(mode="rb", on_error=on_error)
+        loader = pipekit.DataLoader(pipe, num_workers=2, timeout=60)  # a hang fails with a timeout, not forever
+        with pytest.raises(TypeError, match=r"open_files_by_fsspec .*yielded an item holding an open stream") as info:
+            list(loader)
+        assert "read the stream inside the worker" in str(info.value)
+        assert "DataLoader timed out" not in str(info.value)
+        assert len(list(pipekit.DataLoader(IterableWrapper(urls).open_files_by_fsspec(mode="rb")))) == 2  # 0 workers
+
+    def test_archive_members_crossing_workers_raise(self, tmp_path):
+        import io
+        import tarfile
+
+        shard = tmp_path / "s.tar"
+        with tarfile.open(shard, "w") as tar:
+            for name in ("0.jpg", "0.cls"):
+                info = tarfile.TarInfo(name)
+                info.size = 1
+                tar.addfile(info, io.BytesIO(b"x"))
+        pipe = IterableWrapper([str(shard)]).sharding_filter().open_files_by_fsspec(mode="rb")
+        loader = pipekit.DataLoader(pipe.load_from_tar(on_error="skip").batch(2), num_workers=2, timeout=60)
+        with pytest.raises(TypeError, match=r"batch .*open stream '.*s\.tar/0\.jpg' \(_MemberFile\)"):
+            list(loader)
+        readable = pipe.load_from_tar().map(read_pair)
+        assert sorted(tuple(pair) for pair in pipekit.DataLoader(readable, num_workers=2)) == [
+            (f"{shard}/0.cls", b"x"), (f"{shard}/0.jpg", b"x")]
+
+    def test_killed_worker_is_named_with_its_last_file(self, tmp_path):
+        urls = write_files(tmp_path / "files", [f"f{i}.txt" for i in range(6)])  # worker 1: f1, f3, f5
+        flag, go = str(tmp_path / "dying"), str(tmp_path / "go")
+        pipe = IterableWrapper(urls).sharding_filter().open_files_by_fsspec(mode="rb")
+        loader = pipekit.DataLoader(pipe.map(kill_self_at(flag, urls[5], go)), num_workers=2)
+        got = []
+
+        def consume():
+            for url, _ in loader:
+                got.append(url)
+                if url == urls[3]:  # worker 1's last batch has arrived: let it die on f5
+                    Path(go).write_text("go")
+
+        with pytest.raises(pipekit.errors.WorkerDiedError) as info:
+            consume()
+        err = info.value
+        assert isinstance(err, RuntimeError) and os.path.exists(flag)
+        assert (err.worker_id, err.signal) == (1, "SIGKILL") and err.pid > 0
+        assert (err.url, err.stage) == (urls[3], "open_files_by_fsspec")
+        assert f"worker 1 (pid {err.pid}) killed by SIGKILL" in str(err)
+        assert repr(urls[3]) in str(err) and "exited unexpectedly" in str(err)
+        assert urls[3] in got

@@ -7,6 +7,8 @@ functional name) that failed, for example::
 
 Pipes that offer ``on_error="skip"`` log each skipped item, count it, and keep
 the URL and reason in :attr:`SkipLog.skipped`, so nothing is lost silently.
+``pipekit.DataLoader.skip_report()`` adds up the skip logs of a whole
+pipeline, across DataLoader workers, into a :class:`SkipReport`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ import lzma
 import re
 import threading
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = [
     "PipekitError",
@@ -40,7 +44,9 @@ __all__ = [
     "UnsupportedItemError",
     "ConfigurationError",
     "SkipLog",
+    "SkipReport",
     "SkippedItem",
+    "WorkerDiedError",
     "check_on_error",
 ]
 
@@ -249,6 +255,40 @@ class HashError(StageError, ValueError, RuntimeError):
         return (type(self), (self.action, self.url, self.stage, self.reason, self.expected, self.actual))
 
 
+class WorkerDiedError(PipekitError, RuntimeError):
+    """A DataLoader worker process ended without an error of its own (killed by a signal, out of memory...).
+
+    A ``RuntimeError``, like the error torch raises in that case, whose
+    message it extends with what pipekit knows.
+
+    Attributes:
+        worker_id: the worker's number (``None`` when unknown).
+        pid: its process id (``None`` when unknown).
+        signal: the signal that ended it (``"SIGKILL"``), or ``None``.
+        url: the last file or archive member it reported opening (``None`` when unknown).
+        stage: the pipe that opened ``url``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        worker_id: int | None = None,
+        pid: int | None = None,
+        signal: str | None = None,
+        url: str | None = None,
+        stage: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.worker_id = worker_id
+        self.pid = pid
+        self.signal = signal
+        self.url = url
+        self.stage = stage
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.worker_id, self.pid, self.signal, self.url, self.stage))
+
+
 def check_on_error(on_error: str) -> str:
     """Validate an ``on_error`` argument (``"raise"`` or ``"skip"``)."""
     if on_error not in ("raise", "skip"):
@@ -297,6 +337,18 @@ class SkipLog:
             self.count = 0
             self.skipped.clear()
 
+    def summary(self, first: int = 10) -> dict[str, Any]:
+        """This log as plain data: ``{"stage", "count", "items": {i: [url, stage, reason]}}`` for the first items.
+
+        Small and made of builtins only (``torch.load(weights_only=True)``
+        reads it); DataLoader workers send it to the main process with each
+        batch, and torchdata sends only what changed, so items are keyed by
+        their number.
+        """
+        with self._lock:
+            items = {i: [s.url, s.stage, s.reason] for i, s in enumerate(self.skipped[:first])}
+            return {"stage": self.stage, "count": self.count, "items": items}
+
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state.pop("_lock", None)
@@ -305,3 +357,45 @@ class SkipLog:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class SkipReport:
+    """What the pipes of a pipeline skipped, added up (``pipekit.DataLoader.skip_report()``).
+
+    Attributes:
+        counts: items skipped per stage (functional name), e.g. ``{"load_from_tar": 1, "decode": 3}``.
+        skipped: the first skipped items of each pipe (and worker), with URL, stage and reason.
+    """
+
+    counts: dict[str, int] = field(default_factory=dict)
+    skipped: list[SkippedItem] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        """All items skipped."""
+        return sum(self.counts.values())
+
+    @classmethod
+    def from_summaries(cls, summaries: Iterable[dict[str, Any]]) -> SkipReport:
+        """Add up :meth:`SkipLog.summary` dicts (from several pipes and workers)."""
+        counts: dict[str, int] = {}
+        skipped: list[SkippedItem] = []
+        for summary in summaries:
+            if not summary.get("count"):
+                continue
+            stage = str(summary["stage"])
+            counts[stage] = counts.get(stage, 0) + int(summary["count"])
+            items = summary.get("items") or {}
+            for key in sorted(items):
+                url, item_stage, reason = items[key]
+                skipped.append(SkippedItem(str(url), str(item_stage), str(reason)))
+        return cls(counts, skipped)
+
+    def __str__(self) -> str:
+        if not self.count:
+            return "nothing skipped"
+        stages = ", ".join(f"{stage}: {n}" for stage, n in sorted(self.counts.items()))
+        lines = [f"{self.count} item{'' if self.count == 1 else 's'} skipped ({stages})"]
+        lines += [f"  {s.stage}: {s.url!r}: {s.reason}" for s in self.skipped]
+        return "\n".join(lines)

@@ -24,18 +24,37 @@ bucketers...) instead of replaying the items already consumed; see
 :mod:`pipekit.pipes.resume`.  A pipeline containing a pipe that cannot report
 its position is resumed by replaying instead, and the loader logs which pipe
 forced that.
+
+Nothing is lost between the workers and the main process:
+
+* ``loader.skip_report()`` adds up what the pipes skipped under
+  ``on_error="skip"`` in every worker: each worker's state, which torchdata
+  sends with each batch (only what changed since the last one), carries its
+  counts per pipe and its first skipped items;
+* an item holding an open stream (a file, an archive member), which cannot
+  be pickled to the main process, raises a ``TypeError`` in the worker naming
+  the pipe that yielded it, instead of hanging the main process;
+* a worker that dies (killed by a signal, out of memory) raises
+  :class:`~pipekit.errors.WorkerDiedError` naming the worker and the last
+  file it reported opening.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import re
+import signal
 from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.utils.data
 from torchdata.stateful_dataloader import StatefulDataLoader
+from torchdata.stateful_dataloader.stateful_dataloader import _StatefulMultiProcessingDataLoaderIter
 
+from pipekit.errors import SkipLog, SkipReport, WorkerDiedError
+from pipekit.pipes._stream_items import find_open_stream, last_opened, stream_name
 from pipekit.pipes._torch import LoaderPipeWrapper
 from pipekit.pipes.base import IterDataPipe
 from pipekit.pipes.resume import (
@@ -52,6 +71,18 @@ from pipekit.pipes.resume import (
 __all__ = ["DataLoader"]
 
 logger = logging.getLogger("pipekit")
+
+_REPORT = "report"  # the key of a worker's state that carries its skip counts and last file to the main process
+_REPORT_ITEMS = 10  # skipped items each pipe of each worker reports in full
+
+
+def _skip_logs(pipes: list[Any]) -> list[tuple[int, SkipLog]]:
+    return [(i, log) for i, dp in enumerate(pipes) if isinstance(log := getattr(dp, "skip_log", None), SkipLog)]
+
+
+def _stage_name(pipe: Any) -> str:
+    name = getattr(type(pipe), "functional_name", None)
+    return f"{name} ({type(pipe).__name__})" if name else type(pipe).__name__
 
 
 class _ResumablePipe(LoaderPipeWrapper):
@@ -78,6 +109,8 @@ class _ResumablePipe(LoaderPipeWrapper):
         self._warned = False
         self._cache: tuple[Any, dict[str, Any]] | None = None
         self._run = 0  # iterators started, to tell their checkpoints apart
+        self._logs: list[tuple[int, SkipLog]] = []  # the pipes' skip logs, reported with each state
+        self._in_worker = False  # items are checked for open streams only in DataLoader workers
 
     def __setstate__(self, state: Any) -> None:
         super().__setstate__(state)
@@ -97,6 +130,8 @@ class _ResumablePipe(LoaderPipeWrapper):
         if self._pipes is None:  # the graph (and the swapped classes) stay the same across epochs
             prepare_for_resume(self.pipe)
             self._pipes = pipeline_pipes(self.pipe)
+            self._logs = _skip_logs(self._pipes)
+        self._in_worker = torch.utils.data.get_worker_info() is not None
         pending = self._pending
         self._cache = None
         self._base_state = pending
@@ -128,17 +163,35 @@ class _ResumablePipe(LoaderPipeWrapper):
     def __next__(self) -> Any:
         self._pending = None
         item = self.next_item()
+        if self._in_worker and (stream := find_open_stream(item)) is not None:
+            self._refuse_stream(stream)
         self._yielded += 1
         self._since_start += 1
         return item
 
+    def _refuse_stream(self, stream: Any) -> None:
+        """An open stream cannot be pickled to the main process: torch would hang; say what to do instead."""
+        raise TypeError(
+            f"pipekit.DataLoader: {_stage_name(self.pipe)} yielded an item holding an open stream "
+            f"{stream_name(stream)}, which a DataLoader worker cannot send to the main process; read the "
+            "stream inside the worker, at the end of the pipeline: e.g. .read_from_stream() for (url, stream) "
+            "pairs, .map(read_fn) with a function returning the stream's bytes (stream.read()), or a decoder "
+            "(.decode(), .decode_image())"
+        )
+
+    def _report(self) -> dict[str, Any]:
+        """The skip counts and last file of this process, as plain data (see :meth:`DataLoader.skip_report`)."""
+        skips = {i: log.summary(_REPORT_ITEMS) for i, log in self._logs if log.count}
+        last = last_opened()
+        return {"skips": skips, "last": list(last) if last is not None else None}
+
     def state_dict(self) -> dict[str, Any]:
         # StatefulDataLoader asks twice per batch (for the dataset and for its iterator, which
         # are this object): hand out the same dict, so it is built once and pickled once.
-        key = (self._run, self._yielded, self._since_start)
+        key = (self._run, self._yielded, self._since_start, sum(log.count for _, log in self._logs), last_opened())
         if self._cache is not None and self._cache[0] == key:
             return self._cache[1]
-        state = self._make_state()
+        state = {**self._make_state(), _REPORT: self._report()}
         self._cache = (key, state)
         return state
 
@@ -168,9 +221,74 @@ class _ResumablePipe(LoaderPipeWrapper):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if not isinstance(state, dict) or state.get("mode") not in ("snapshot", "count"):
             raise ValueError(f"not a pipekit.DataLoader worker state: {state!r:.200}")
-        self._pending = state
+        # The report described the run that wrote the checkpoint; this run reports its own.
+        self._pending = {k: v for k, v in state.items() if k != _REPORT}
         # The fetcher may already hold an iterator over this object: restart it in place.
         self._start()
+
+
+def _worker_states(iterator: Any) -> dict[int, dict[str, Any]]:
+    """The latest state each worker of a multi-process iterator sent, by worker id (torchdata's bookkeeping)."""
+    out: dict[int, dict[str, Any]] = {}
+    for key, snapshot in (getattr(iterator, "_worker_snapshots", None) or {}).items():
+        try:
+            state = snapshot.get_state() or {}
+        except Exception:  # a snapshot torchdata has not filled in yet
+            continue
+        fetcher = state.get("fetcher_state") or {}
+        mine = fetcher.get("dataset_iter_state") or state.get("dataset_state")
+        if isinstance(mine, dict):
+            out[int(str(key).rsplit("_", 1)[-1])] = mine
+    return out
+
+
+def _worker_reports(iterator: Any) -> dict[int, dict[str, Any]]:
+    states = _worker_states(iterator)
+    return {wid: state[_REPORT] for wid, state in states.items() if isinstance(state.get(_REPORT), dict)}
+
+
+class _WorkersIter(_StatefulMultiProcessingDataLoaderIter):
+    """torchdata's multi-process iterator, naming the worker (and its last file) when one dies."""
+
+    def _get_data(self) -> Any:
+        try:
+            return super()._get_data()
+        except RuntimeError as exc:
+            died = self._describe_death(exc)
+            if died is None:
+                raise
+            raise died from exc
+
+    def _describe_death(self, exc: RuntimeError) -> WorkerDiedError | None:
+        message = str(exc)
+        if isinstance(exc, WorkerDiedError) or not message.startswith("DataLoader worker (pid"):
+            return None
+        found = re.search(r"\(pid(?:\(s\))? ([\d, ]+)\)", message)  # "(pid(s) 12, 13)" or "(pid 12)"
+        pids = {int(p) for p in re.findall(r"\d+", found.group(1))} if found else set()
+        dead = [(wid, w) for wid, w in enumerate(getattr(self, "_workers", None) or []) if w.pid in pids]
+        if not dead:
+            return WorkerDiedError(f"{message} (pipekit cannot tell which worker)")
+        reports = _worker_reports(self)
+        parts = []
+        fields: dict[str, Any] = {}
+        for wid, proc in dead:
+            code = proc.exitcode
+            sig = signal.Signals(-code).name if isinstance(code, int) and -code in _SIGNALS else None
+            how = f"killed by {sig}" if sig else (f"exit code {code}" if code is not None else "still exiting")
+            last = (reports.get(wid) or {}).get("last")
+            text = f"worker {wid} (pid {proc.pid}) {how}"
+            if last:
+                text += f"; with its last batch received it reported reading {last[0]!r} in {last[1]}"
+            else:
+                text += "; it had reported no file opened yet"
+            parts.append(text)
+            if not fields:
+                fields = {"worker_id": wid, "pid": proc.pid, "signal": sig,
+                          "url": last[0] if last else None, "stage": last[1] if last else None}
+        return WorkerDiedError(f"{message}: {'; '.join(parts)}", **fields)
+
+
+_SIGNALS = frozenset(int(s) for s in signal.Signals)
 
 
 def _worker_init(user_fn: Callable[[int], None] | None, threads: int | None, worker_id: int) -> None:
@@ -242,3 +360,64 @@ class DataLoader(StatefulDataLoader):
             # StatefulDataLoader wrapped the pipe in torch's serialization wrapper;
             # use the resumable subclass instead (DataLoader forbids plain assignment).
             object.__setattr__(self, "dataset", _ResumablePipe(dataset))
+
+    def _get_iterator(self) -> Any:
+        # Keep what the workers of the iterator being replaced reported (persistent_workers=False
+        # starts new workers each epoch), then name dying workers in the new one's errors.
+        old = getattr(self, "_iterator", None)
+        if old is not None and getattr(old, "_worker_snapshots", None):
+            self._skip_reports_before = [*getattr(self, "_skip_reports_before", []), *_skip_summaries(old)]
+        it = super()._get_iterator()
+        if type(it) is _StatefulMultiProcessingDataLoaderIter:
+            it.__class__ = _WorkersIter
+        return it
+
+    def skip_report(self) -> SkipReport:
+        """What the pipeline's pipes skipped under ``on_error="skip"``, added up over every worker.
+
+        With ``num_workers=0`` it reads the pipes' own ``skip_log``; with
+        workers, the reports each worker sends with every batch (its counts
+        per pipe, and its first skipped items with URL and reason) and when it
+        runs out, so it is up to date with the batches received (with
+        ``snapshot_every_n_steps=n``, every n batches).  Counts add up over
+        epochs: persistent workers keep theirs, and with
+        ``persistent_workers=False`` the loader keeps what each epoch's
+        workers reported.  Workers started by ``load_state_dict`` report
+        only their own skips (the counts a checkpoint holds are not restored).
+
+        Returns:
+            a :class:`~pipekit.errors.SkipReport`: ``count``, ``counts`` per
+            stage, ``skipped`` (the first items of each pipe and worker).
+
+        Example:
+            >>> import fsspec
+            >>> from pipekit import DataLoader
+            >>> from pipekit.pipes import IterableWrapper
+            >>> fsspec.filesystem("memory").pipe("/skip_report_doc/a.txt", b"a")
+            >>> urls = ["memory://skip_report_doc/a.txt", "memory://skip_report_doc/missing.txt"]
+            >>> pipe = IterableWrapper(urls).open_files_by_fsspec(mode="rb", on_error="skip").read_from_stream()
+            >>> loader = DataLoader(pipe)
+            >>> [url for url, _ in loader]
+            ['memory://skip_report_doc/a.txt']
+            >>> report = loader.skip_report()
+            >>> report.count, report.counts, report.skipped[0].url
+            (1, {'open_files_by_fsspec': 1}, 'memory://skip_report_doc/missing.txt')
+        """
+        dataset = self.dataset
+        summaries = list(getattr(self, "_skip_reports_before", []))
+        if self.num_workers == 0:
+            if isinstance(dataset, _ResumablePipe):
+                summaries += [log.summary(_REPORT_ITEMS) for _, log in _skip_logs(pipeline_pipes(dataset.pipe))]
+            elif isinstance(getattr(dataset, "skip_log", None), SkipLog):
+                summaries.append(dataset.skip_log.summary(_REPORT_ITEMS))
+        else:
+            summaries += _skip_summaries(getattr(self, "_iterator", None))
+        return SkipReport.from_summaries(summaries)
+
+
+def _skip_summaries(iterator: Any) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for _, report in sorted(_worker_reports(iterator).items()):
+        skips = report.get("skips") or {}
+        out += [skips[i] for i in sorted(skips)]
+    return out

@@ -300,6 +300,140 @@ class TestTarArchiveLoader:
         assert_resumes(make, 5)
 
 
+def members_of(n: int) -> list[tuple[str, bytes]]:
+    """``n`` small members of varied sizes (some exactly one block, some empty)."""
+    return [(f"{i:04d}.{'bin' if i % 3 else 'txt'}", bytes([65 + i % 26]) * ((i * 37) % 700)) for i in range(n)]
+
+
+def end_of_members(data: bytes) -> int:
+    """Where the end-of-archive marker of a well-formed tar begins."""
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        last = tar.getmembers()[-1]
+    return last.offset_data + -(-last.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
+
+
+def read_all_or_error(pipe):
+    """The (url, bytes) items a pipe yields, read whole, before it ends or fails, and its error.
+
+    A member of a non-seekable archive that is cut short raises when it is read: it is not in the list.
+    """
+    got = []
+    try:
+        for url, stream in pipe:
+            got.append((url, stream.read()))
+    except ArchiveError as exc:
+        return got, exc
+    return got, None
+
+
+class TestTruncation:
+    """Issue 13.1: a tar cut anywhere either yields every member or says so; never ends silently."""
+
+    def test_four_one_byte_members_cut_at_2048(self, tmp_path: Path) -> None:
+        data = write_tar(tmp_path / "a.tar", [(f"{i}.txt", b"x") for i in range(4)]).read_bytes()
+        for mode, stream in (("r:*", io.BytesIO(data[:2048])), ("r|*", NonSeekable(data[:2048]))):
+            got, err = read_all_or_error(IterableWrapper([("s.tar", stream)]).load_from_tar(mode=mode))
+            assert len(got) == 2
+            assert err is not None, mode
+            assert (err.url, err.stage) == ("s.tar", "load_from_tar")
+            assert "truncated" in err.reason and "byte 2048" in err.reason and "2 members yielded" in err.reason
+
+    @pytest.mark.parametrize("source", ["file", "non-seekable"])
+    def test_every_block_cut_of_a_150_member_shard(self, tmp_path: Path, source: str) -> None:
+        members = members_of(150)
+        data = write_tar(tmp_path / "full.tar", members).read_bytes()
+        end = end_of_members(data)
+        cut_path = tmp_path / "cut.tar"
+        complete = 0
+        for cut in range(0, len(data) + 1, tarfile.BLOCKSIZE):
+            if source == "file":
+                cut_path.write_bytes(data[:cut])
+                url = str(cut_path)
+                pipes = [IterableWrapper([url]).open_files_by_fsspec(mode="rb").load_from_tar(on_error=e)
+                         for e in ("raise", "skip")]
+            else:
+                url = "cut.tar"
+                pipes = [IterableWrapper([(url, NonSeekable(data[:cut]))]).load_from_tar(on_error=e)
+                         for e in ("raise", "skip")]
+            raising, skipping = pipes
+            got, err = read_all_or_error(raising)
+            assert got == [(f"{url}/{n}", d) for n, d in members[: len(got)]], cut
+            kept, skip_err = read_all_or_error(skipping)
+            assert kept == got, cut
+            if cut >= end + 2 * tarfile.BLOCKSIZE:  # every member and the two zero blocks are there
+                assert err is None and skip_err is None and len(got) == 150, cut
+                assert skipping.skip_log.count == 0
+                complete += 1
+                continue
+            assert err is not None, f"cut at {cut} ({len(got)} of 150 members) ended silently"
+            assert err.stage == "load_from_tar"
+            if err.action == "read member":  # stream mode: the member cut short fails when it is read
+                assert source == "non-seekable"
+                assert err.url == f"{url}/{members[len(got)][0]}" and "truncated" in err.reason
+                assert skip_err is not None and skip_err.url == err.url
+                continue
+            assert err.url == url
+            assert cut == 0 or f"({len(got)} member" in err.reason  # cut 0: "empty file"
+            assert skip_err is None and skipping.skip_log.count == 1, cut  # the damaged shard is counted
+            assert skipping.skip_log.skipped[0].url == url
+            assert skipping.skip_log.skipped[0].reason == err.reason
+        assert complete == (len(data) - end) // tarfile.BLOCKSIZE - 1  # cuts in the record padding
+
+    def test_every_cut_of_a_compressed_shard(self, tmp_path: Path) -> None:
+        members = members_of(20)
+        data = write_tar(tmp_path / "full.tar.gz", members, mode="w:gz").read_bytes()
+        for cut in range(0, len(data), 53):
+            got, err = read_all_or_error(IterableWrapper([("c.tar.gz", io.BytesIO(data[:cut]))]).load_from_tar())
+            assert got == [(f"c.tar.gz/{n}", d) for n, d in members[: len(got)]]
+            assert err is not None, f"cut at {cut} ({len(got)} of 20 members) ended silently"
+
+    def test_single_zero_block_and_data_after_it(self, tmp_path: Path) -> None:
+        data = write_tar(tmp_path / "a.tar", [("a.txt", b"a"), ("b.txt", b"b")]).read_bytes()
+        end = end_of_members(data)
+        one_block = data[: end + tarfile.BLOCKSIZE]
+        got, err = read_all_or_error(IterableWrapper([("a.tar", io.BytesIO(one_block))]).load_from_tar())
+        assert len(got) == 2 and err is not None and "one zero block instead of two" in err.reason
+        # A zero block in the middle hides the members after it from tarfile: refused, not ignored.
+        first = data[: 2 * tarfile.BLOCKSIZE]
+        hidden = first + bytes(tarfile.BLOCKSIZE) + data[2 * tarfile.BLOCKSIZE :]
+        got, err = read_all_or_error(IterableWrapper([("h.tar", io.BytesIO(hidden))]).load_from_tar())
+        assert len(got) == 1 and err is not None and "single zero block" in err.reason
+
+    def test_corrupt_header_after_the_first_member(self, tmp_path: Path) -> None:
+        data = bytearray(write_tar(tmp_path / "a.tar", [("a.txt", b"a"), ("b.txt", b"b")]).read_bytes())
+        data[2 * tarfile.BLOCKSIZE + 148 : 2 * tarfile.BLOCKSIZE + 156] = b"9999999\0"  # bad checksum
+        got, err = read_all_or_error(IterableWrapper([("a.tar", io.BytesIO(bytes(data)))]).load_from_tar())
+        assert len(got) == 1 and err is not None and "corrupt member header at byte 1024" in err.reason
+
+    def test_empty_archive_is_not_an_error(self, tmp_path: Path) -> None:
+        with tarfile.open(tmp_path / "empty.tar", "w"):
+            pass
+        data = (tmp_path / "empty.tar").read_bytes()
+        assert list(IterableWrapper([("e.tar", io.BytesIO(data))]).load_from_tar()) == []
+        assert list(IterableWrapper([("e.tar", io.BytesIO(data[:1024]))]).load_from_tar()) == []
+        with pytest.raises(ArchiveError, match="one zero block instead of two"):
+            list(IterableWrapper([("e.tar", io.BytesIO(data[:512]))]).load_from_tar())
+
+    def test_decompressed_tar_object_is_checked_too(self, tmp_path: Path) -> None:
+        data = write_tar(tmp_path / "a.tar", [(f"{i}.txt", b"x") for i in range(4)], mode="w:gz").read_bytes()
+        raw = gzip.decompress(data)[:2048]
+        (tmp_path / "cut.tar.gz").write_bytes(gzip.compress(raw))
+        pipe = IterableWrapper([str(tmp_path / "cut.tar.gz")]).open_files_by_fsspec(mode="rb")
+        pipe = pipe.decompress(file_type="tar").load_from_tar()
+        got, err = read_all_or_error(pipe)
+        assert len(got) == 2 and err is not None and "truncated" in err.reason
+
+    def test_every_cut_of_a_zip_raises(self, tmp_path: Path) -> None:
+        members = members_of(30)
+        data = write_zip(tmp_path / "full.zip", members).read_bytes()
+        for cut in range(0, len(data), 61):
+            for stream in (io.BytesIO(data[:cut]), NonSeekable(data[:cut])):
+                got, err = read_all_or_error(IterableWrapper([("z.zip", stream)]).load_from_zip())
+                assert got == [] and err is not None and err.stage == "load_from_zip", cut
+        skipping = IterableWrapper([("z.zip", io.BytesIO(data[:-1]))]).load_from_zip(on_error="skip")
+        assert list(skipping) == [] and skipping.skip_log.count == 1
+
+
 class TestZipArchiveLoader:
     def zip_chain(self, paths, **kwargs):
         return IterableWrapper(paths).open_files_by_fsspec(mode="rb", **kwargs).load_from_zip().map(read_item)

@@ -85,6 +85,50 @@ class TestFunctionalDatapipe:
         assert pipekit.pipes is not None
 
 
+class TestReplacingTorchsNames:
+    """``replaces=``: the explicit way to take over a name torch registered for its own pipe."""
+
+    def test_a_subclass_replaces_torchs_class(self):
+        import torch.utils.data.datapipes.iter as torch_iter
+
+        saved = IterDataPipe.functions["concat"]
+        try:
+
+            @functional_datapipe("concat", replaces=torch_iter.Concater)
+            class CheckedConcater(torch_iter.Concater):
+                pass
+
+            pipe = IterableWrapper([1]).concat(IterableWrapper([2]))
+            assert type(pipe) is CheckedConcater and list(pipe) == [1, 2]
+            assert owner_of("concat").endswith("CheckedConcater")
+        finally:
+            IterDataPipe.functions["concat"] = saved
+        assert owner_of("concat").startswith("torch.")
+
+    def test_refusals(self):
+        import torch.utils.data.datapipes.iter as torch_iter
+
+        with pytest.raises(FunctionalNameError, match="'concat' is already registered by torch"):
+
+            @functional_datapipe("concat", replaces=torch_iter.Mapper)  # not the owner of "concat"
+            class WrongOwner(torch_iter.Mapper):
+                pass
+
+        with pytest.raises(TypeError, match="must subclass the class it replaces"):
+
+            @functional_datapipe("concat", replaces=torch_iter.Concater)
+            class NotASubclass(IterDataPipe):
+                pass
+
+        with pytest.raises(TypeError, match="one of torch's own DataPipe classes"):
+            functional_datapipe("decode_image", replaces=IterableWrapper)
+        assert owner_of("concat").startswith("torch.")
+
+    def test_pipekits_checked_builtins_own_their_names(self):
+        for name in ("batch", "shuffle", "unbatch", "sharding_filter"):
+            assert owner_of(name).startswith("pipekit.pipes.builtin."), name
+
+
 class TestResumableProtocol:
     def test_iterable_wrapper_is_resumable(self):
         assert isinstance(IterableWrapper([1]), Resumable)

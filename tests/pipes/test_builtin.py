@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 
 import pytest
 import torch
@@ -33,9 +34,11 @@ class TestReexports:
         ],
     )
     def test_is_torchs_class(self, name, torch_name):
+        """torch's class, or (batch, shuffle, unbatch, sharding_filter) pipekit's checked subclass of it."""
         import torch.utils.data.datapipes.iter as torch_iter
 
-        assert getattr(pp, name) is getattr(torch_iter, torch_name)
+        assert issubclass(getattr(pp, name), getattr(torch_iter, torch_name))
+        assert getattr(pp, name).__name__ == getattr(torch_iter, torch_name).__name__  # checkpoints name classes
 
     def test_functional_names_chain(self):
         pipe = IterableWrapper(range(10)).filter(lambda x: x % 2 == 0).map(lambda x: x * 10).batch(2)
@@ -48,6 +51,63 @@ class TestReexports:
         even, odd = IterableWrapper(range(5)).demux(2, lambda x: x % 2)
         assert list(even) == [0, 2, 4]
         assert list(odd) == [1, 3]
+
+
+class TestArgumentChecks:
+    """Issue 13: torch's batch/shuffle/unbatch/sharding_filter raised AssertionError, odd errors, or nothing."""
+
+    @pytest.mark.parametrize(
+        ("build", "error", "message"),
+        [
+            (lambda p: p.batch(0), ValueError, "batch: batch_size must be a positive int, got 0"),
+            (lambda p: p.batch(-1), ValueError, "batch: batch_size must be a positive int, got -1"),
+            (lambda p: p.batch("8"), TypeError, "batch: batch_size must be a positive int, got str: '8'"),
+            (lambda p: p.batch(True), TypeError, "batch: batch_size"),
+            (lambda p: p.batch(2.0), TypeError, "batch: batch_size"),
+            (lambda p: p.batch(2, drop_last="no"), TypeError, "batch: drop_last must be a bool"),
+            (lambda p: p.shuffle(buffer_size=-5), ValueError, "shuffle: buffer_size must be a positive int, got -5"),
+            (lambda p: p.shuffle(buffer_size=0), ValueError, "shuffle: buffer_size"),
+            (lambda p: p.shuffle(buffer_size="10"), TypeError, "shuffle: buffer_size"),
+            (lambda p: p.shuffle(unbatch_level=-2), ValueError, "shuffle: unbatch_level must be an int >= -1"),
+            (lambda p: p.unbatch(unbatch_level=-3), ValueError, "unbatch: unbatch_level must be an int >= -1"),
+            (lambda p: p.unbatch(unbatch_level="1"), TypeError, "unbatch: unbatch_level"),
+            (lambda p: p.sharding_filter().apply_sharding(2, -1), ValueError, "sharding_filter: instance_id"),
+            (lambda p: p.sharding_filter().apply_sharding(2, 2), ValueError, "instance_id must be below"),
+            (lambda p: p.sharding_filter().apply_sharding(0, 0), ValueError, "sharding_filter: num_of_instances"),
+            (lambda p: p.sharding_filter().apply_sharding(2.0, 0), TypeError, "sharding_filter: num_of_instances"),
+        ],
+    )
+    def test_bad_arguments_name_the_pipe(self, build, error, message):
+        with pytest.raises(error, match=re.escape(message)):
+            build(IterableWrapper([[1, 2], [3]]))
+
+    def test_good_arguments_behave_as_torchs(self):
+        import numpy as np
+
+        assert list(IterableWrapper(range(5)).batch(np.int64(2), drop_last=True)) == [[0, 1], [2, 3]]
+        assert list(IterableWrapper([[[0], [1]], [[2]]]).unbatch(-1)) == [0, 1, 2]
+        assert sorted(IterableWrapper([[0, 1], [2]]).shuffle(buffer_size=2, unbatch_level=1)) == [0, 1, 2]
+        pipe = IterableWrapper(range(7)).sharding_filter()
+        pipe.apply_sharding(3, 2)
+        assert list(pipe) == [2, 5]
+
+    def test_functional_names_build_pipekits_classes(self):
+        source = IterableWrapper([[1]])
+        assert type(source.batch(1)) is pp.Batcher
+        assert type(source.shuffle()) is pp.Shuffler
+        assert type(source.unbatch()) is pp.UnBatcher
+        assert type(source.sharding_filter()) is pp.ShardingFilter
+
+    def test_torchs_own_classes_still_resume(self):
+        """A pipe built from torch's classes directly is swapped and snapshotted as before."""
+        import torch.utils.data.datapipes.iter as torch_iter
+
+        def make():
+            pipe = torch_iter.Shuffler(IterableWrapper(range(20)), buffer_size=4).set_seed(1)
+            return torch_iter.Batcher(torch_iter.ShardingFilter(pipe), 3)
+
+        for n in (0, 2, 6):
+            assert_resumes(make, n)
 
 
 class TestIterableWrapper:

@@ -9,6 +9,7 @@ import os
 import pickle
 import threading
 import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -94,7 +95,8 @@ class TestFSSpecFileLister:
         assert list(FSSpecFileLister(str(tree), masks="*.csv")) == [str(tree / "c.csv")]
         got = list(FSSpecFileLister(str(tree), masks=["a*", "*.csv"]))
         assert got == [str(tree / "a.txt"), str(tree / "c.csv")]
-        assert list(FSSpecFileLister(str(tree), masks="*.png")) == []
+        with pytest.warns(UserWarning, match="holds no files matching masks"):  # issue 13: not silently
+            assert list(FSSpecFileLister(str(tree), masks="*.png")) == []
         # a mask with "/" matches the full path
         got = list(FSSpecFileLister(str(tree), masks="*/deeper/*", recursive=True))
         assert got == [str(tree / "sub/deeper/e.txt")]
@@ -125,6 +127,26 @@ class TestFSSpecFileLister:
         assert list(dp) == [str(tree / "sub/d.txt")]
         assert dp.skip_log.count == 1
         assert dp.skip_log.skipped[0].url == missing
+
+    def test_empty_folder_warns_once_naming_it(self, tree: Path, tmp_path: Path) -> None:
+        """Issue 13: an empty folder (or a mask matching nothing) used to yield nothing silently."""
+        empty = tmp_path / "empty"
+        empty.mkdir()
+        lister = FSSpecFileLister([str(empty), str(tree)])
+        with pytest.warns(UserWarning, match=rf"list_files_by_fsspec: '{empty}' holds no files; it yields nothing"):
+            assert list(lister) == [str(tree / "a.txt"), str(tree / "b.txt"), str(tree / "c.csv")]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert len(list(lister)) == 3  # once per folder: not again next epoch
+
+    def test_mask_matching_nothing_warns(self, tree: Path, memtree: str) -> None:
+        mem = f"memory://{memtree}"
+        with pytest.warns(UserWarning, match=r"'.*' holds no files matching masks \['\*\.tar'\]") as record:
+            assert list(FSSpecFileLister([str(tree), mem], masks="*.tar")) == []
+        assert [str(w.message).split("'")[1] for w in record] == [str(tree), mem]  # one per folder
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert list(FSSpecFileLister(str(tree), masks="*.csv")) == [str(tree / "c.csv")]
 
     def test_memory(self, memtree: str) -> None:
         got = list(FSSpecFileLister(f"memory://{memtree}", masks="*.txt"))

@@ -5,7 +5,12 @@
 * :data:`CORRUPT` lists the errors a damaged archive or compressed stream raises;
 * :func:`reopen_stream` opens a URL again to resume it mid-file: through the
   ``reopen(url)`` of the nearest pipe upstream that has one
-  (:func:`pipekit.pipes.state.find_reopen`), else with ``fsspec.open(url, "rb")``.
+  (:func:`pipekit.pipes.state.find_reopen`), else with ``fsspec.open(url, "rb")``;
+* :func:`find_open_stream` finds an open stream in an item (DataLoader workers
+  refuse to hand those to the main process);
+* :func:`note_opened` / :func:`last_opened`: the last file or member this
+  process's file pipes opened, which ``pipekit.DataLoader`` reports when a
+  worker dies.
 """
 
 from __future__ import annotations
@@ -18,12 +23,25 @@ import zlib
 from typing import Any
 
 import fsspec
+import numpy as np
+import torch
 
 from pipekit.errors import ArchiveError, StageError
 from pipekit.pipes.base import StreamWrapper
 from pipekit.pipes.state import find_reopen
 
-__all__ = ["CORRUPT", "check_pair", "is_seekable", "raw_stream", "reason", "reopen_stream"]
+__all__ = [
+    "CORRUPT",
+    "check_pair",
+    "find_open_stream",
+    "is_seekable",
+    "last_opened",
+    "note_opened",
+    "raw_stream",
+    "reason",
+    "reopen_stream",
+    "stream_name",
+]
 
 # Errors that reading a damaged archive or compressed stream can raise.
 CORRUPT: tuple[type[BaseException], ...] = (
@@ -91,3 +109,83 @@ def reopen_stream(upstream: Any, url: str, stage: str) -> StreamWrapper:
             "open_files_by_fsspec so the loader can re-open them with the same storage options",
         ) from exc
     return stream if isinstance(stream, StreamWrapper) else StreamWrapper(stream, name=url)
+
+
+# -- open streams in items ---------------------------------------------------------------------------
+
+# Objects holding an open file or archive: they cannot be pickled to another process.
+_STREAM_TYPES: tuple[type, ...] = (io.IOBase, StreamWrapper, tarfile.TarFile, zipfile.ZipFile)
+# In-memory buffers pickle with their content: they may cross.
+_IN_MEMORY: frozenset[type] = frozenset({io.BytesIO, io.StringIO})
+# Exact types looked at no further: most items are made of these.
+_PLAIN: frozenset[type] = frozenset(
+    {torch.Tensor, np.ndarray, int, float, bool, str, bytes, bytearray, type(None), np.float32, np.int64}
+)
+
+
+def _open_stream(value: Any) -> Any:
+    if not isinstance(value, _STREAM_TYPES):
+        return None
+    inner = value.file_obj if isinstance(value, StreamWrapper) else value
+    return None if type(inner) in _IN_MEMORY else value
+
+
+_SEQUENCES: frozenset[type] = frozenset({tuple, list})
+
+
+def find_open_stream(item: Any) -> Any:
+    """The first open stream (file, archive member, fsspec file, ``StreamWrapper``) in ``item``, else ``None``.
+
+    A shallow look, cheap enough to run on every item (measured at about
+    0.05 µs for a tensor and 0.2 µs for a dict of three tensors): ``item`` itself, the members of a
+    tuple/list/dict ``item``, and, for a tuple/list (a batch), the members
+    of its first element when that is a tuple/list/dict (a batch of
+    ``(url, stream)`` pairs or of sample dicts).  ``io.BytesIO`` and
+    ``io.StringIO`` (whose content pickles with them) do not count.
+    """
+    kind = type(item)
+    if kind in _PLAIN:
+        return None
+    if kind is dict or (kind not in _SEQUENCES and isinstance(item, dict)):
+        members: Any = item.values()
+        batch = False
+    elif kind in _SEQUENCES or isinstance(item, tuple | list):
+        members, batch = item, True
+    else:
+        return _open_stream(item)
+    for value in members:
+        kind = type(value)
+        if kind in _PLAIN:
+            pass
+        elif kind in _SEQUENCES or kind is dict or isinstance(value, tuple | list | dict):
+            if batch:
+                for sub in value.values() if isinstance(value, dict) else value:
+                    if type(sub) not in _PLAIN and _open_stream(sub) is not None:
+                        return sub
+        elif _open_stream(value) is not None:
+            return value
+        batch = False  # only the first element of a batch is looked into
+    return None
+
+
+def stream_name(stream: Any) -> str:
+    """What to call ``stream`` in a message: its URL or file name when it has one, and its type."""
+    name = getattr(stream, "name", None)
+    kind = type(raw_stream(stream)).__name__
+    return f"{name!r} ({kind})" if isinstance(name, str) and name else kind
+
+
+# -- the last file opened in this process -------------------------------------------------------------
+
+_last_opened: tuple[str, str] | None = None
+
+
+def note_opened(url: str, stage: str) -> None:
+    """Record that ``stage`` just opened ``url`` (what a dying DataLoader worker was last reading)."""
+    global _last_opened
+    _last_opened = (url, stage)
+
+
+def last_opened() -> tuple[str, str] | None:
+    """``(url, stage)`` of the last :func:`note_opened` in this process, or ``None``."""
+    return _last_opened

@@ -29,15 +29,25 @@ or data.
 from __future__ import annotations
 
 import io
+import lzma
 import posixpath
 import re
 import tarfile
 import zipfile
+import zlib
 from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
 from pipekit.errors import ArchiveError, SkipLog, check_on_error
-from pipekit.pipes._stream_items import CORRUPT, check_pair, is_seekable, raw_stream, reason, reopen_stream
+from pipekit.pipes._stream_items import (
+    CORRUPT,
+    check_pair,
+    is_seekable,
+    note_opened,
+    raw_stream,
+    reason,
+    reopen_stream,
+)
 from pipekit.pipes.base import StreamWrapper, functional_datapipe
 from pipekit.pipes.decompress import CompressionType, Decompressor
 from pipekit.pipes.state import ResumablePipe
@@ -134,6 +144,7 @@ class ArchiveLoader(ResumablePipe):
 
     def _load(self, url: str, stream: Any, skip: int) -> Iterator[tuple[str, StreamWrapper]]:
         self._url, self._entries = url, skip
+        note_opened(url, self.stage)
         try:
             yield from self._members(url, stream, skip)
         except ArchiveError as exc:
@@ -182,6 +193,17 @@ class TarArchiveLoader(ArchiveLoader):
     archives; the error names the archive URL (and the member) and
     ``load_from_tar``.  Directories are not yielded; symbolic and hard links
     are not loaded and are recorded in ``self.skip_log``.
+
+    Truncation: an archive must end with its end-of-archive marker (two zero
+    blocks).  Where ``tarfile`` itself stops quietly (an archive cut at a
+    member boundary or inside the marker, a partial or corrupt header), this
+    pipe raises ``ArchiveError`` ("truncated: ..."), saying how many members
+    of the archive were yielded before; with ``on_error="skip"`` the archive
+    is counted once in ``self.skip_log`` instead.  A member cut short is
+    refused before it is yielded when the archive is seekable and
+    uncompressed; otherwise (a stream, a compressed archive) reading it
+    raises ``ArchiveError`` naming the member.  (torchdata and ``tarfile``
+    end such archives silently.)
 
     Args:
         datapipe: a pipe yielding ``(url, binary stream)`` tuples.
@@ -236,12 +258,14 @@ class TarArchiveLoader(ArchiveLoader):
         if not is_seekable(raw):
             mode = mode.replace(":", "|")
         try:
-            return tarfile.open(fileobj=raw, mode=mode)
+            return tarfile.open(fileobj=raw, mode=mode, tarinfo=_EndCheckedTarInfo)
         except CORRUPT as exc:
             raise ArchiveError("read archive", url, self.stage, reason(exc)) from exc
 
     def _members(self, url: str, stream: Any, skip: int) -> Iterator[tuple[str, StreamWrapper]]:
         tar = self._open_tar(url, stream)
+        tar.tarinfo = _EndCheckedTarInfo  # already so, unless decompress(file_type="tar") opened it
+        tar.fileobject = _MemberFile  # public TarFile attributes: the classes extractfile() and next() use
         raw = raw_stream(stream)
         # For an uncompressed, seekable archive, check members against its size.
         size: int | None = None
@@ -251,11 +275,12 @@ class TarArchiveLoader(ArchiveLoader):
             raw.seek(pos)
         parent = stream if isinstance(stream, StreamWrapper) else None
         index = 0
+        yielded = 0
         while True:
             try:
                 info = tar.next()
             except CORRUPT as exc:
-                raise ArchiveError("read archive", url, self.stage, reason(exc)) from exc
+                raise ArchiveError("read archive", url, self.stage, _with_count(reason(exc), yielded)) from exc
             if info is None:
                 break
             index += 1
@@ -281,27 +306,124 @@ class TarArchiveLoader(ArchiveLoader):
                     "read archive",
                     url,
                     self.stage,
-                    f"truncated: member {info.name!r} needs bytes up to {info.offset_data + info.size}, "
-                    f"the archive has {size}",
+                    _with_count(
+                        f"truncated: member {info.name!r} is cut short (it needs bytes up to "
+                        f"{info.offset_data + info.size}, the archive has {size})",
+                        yielded,
+                    ),
                 )
             try:
                 fobj = tar.extractfile(info)
             except CORRUPT as exc:
-                raise ArchiveError("read archive", url, self.stage, reason(exc)) from exc
+                raise ArchiveError("read archive", url, self.stage, _with_count(reason(exc), yielded)) from exc
             if fobj is None:
                 raise ArchiveError("read archive", url, self.stage, f"member {info.name!r} cannot be extracted")
             member_url = self._member_url(url, info.name)
+            fobj.where = (member_url, self.stage)
+            note_opened(member_url, self.stage)
+            yielded += 1
             yield member_url, StreamWrapper(fobj, parent, name=member_url)
-        if size is not None and tar.offset < size:
-            # tarfile stops quietly at a truncated header; a proper end of archive is zero blocks.
-            pos = raw.tell()
-            raw.seek(tar.offset)
-            block = raw.read(tarfile.BLOCKSIZE)
-            raw.seek(pos)
-            if block.strip(b"\0"):
-                raise ArchiveError(
-                    "read archive", url, self.stage, f"truncated or corrupt member header at byte {tar.offset}"
-                )
+        problem = _end_problem(tar)
+        if problem is not None:
+            raise ArchiveError("read archive", url, self.stage, _with_count(problem, yielded))
+
+
+class _EndCheckedTarInfo(tarfile.TarInfo):
+    """A ``TarInfo`` whose reader remembers why ``tarfile`` found no next member.
+
+    ``TarFile.next()`` returns ``None`` (the archive's end) not only at the
+    end-of-archive marker but also when the data stops at a member boundary,
+    inside a header, or at a corrupt header; it drops the reason.  This class,
+    passed as ``tarinfo=`` (a documented ``TarFile`` argument), keeps the error
+    of the last header read in ``tar._pipekit_stop`` so :func:`_end_problem`
+    can tell a proper end from a truncated archive.
+    """
+
+    @classmethod
+    def fromtarfile(cls, tar: tarfile.TarFile) -> tarfile.TarInfo:
+        try:
+            return super().fromtarfile(tar)
+        except tarfile.HeaderError as exc:
+            tar._pipekit_stop = exc  # type: ignore[attr-defined]
+            raise
+
+
+class _MemberFile(tarfile.ExFileObject):
+    """A tar member stream whose read errors name the member and the stage.
+
+    Members of a stream-mode archive are read straight from the archive
+    stream, so a member cut short shows only when it is read: ``tarfile``
+    raises a bare ``ReadError("unexpected end of data")`` (and ``gzip`` an
+    ``EOFError``).  Here they become :class:`~pipekit.errors.ArchiveError`.
+    """
+
+    where: tuple[str, str] = ("<tar member>", "load_from_tar")
+
+
+_MEMBER_READ_ERRORS = (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError)
+
+
+def _checked_read(name: str) -> Any:
+    method = getattr(tarfile.ExFileObject, name)
+
+    def call(self: _MemberFile, *args: Any) -> Any:
+        try:
+            return method(self, *args)
+        except _MEMBER_READ_ERRORS as exc:
+            url, stage = self.where
+            problem = f"the archive is truncated or corrupt ({reason(exc)})"
+            raise ArchiveError("read member", url, stage, problem) from exc
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+for _name in ("read", "read1", "readinto", "readinto1", "readline", "readlines", "peek", "__next__"):
+    setattr(_MemberFile, _name, _checked_read(_name))
+
+
+def _with_count(problem: str, yielded: int) -> str:
+    return f"{problem} ({yielded} member{'' if yielded == 1 else 's'} yielded before)"
+
+
+def _end_problem(tar: tarfile.TarFile) -> str | None:
+    """Why the end ``tar.next()`` reached is not a proper end of archive, or ``None`` if it is.
+
+    A tar archive ends with two zero blocks (POSIX; every writer adds them,
+    usually padded further to a 10 KiB record).  Anything else where the next
+    header should be means the archive was cut or damaged, and the members
+    after that point are lost: no bytes at all (cut at a member boundary), a
+    partial header, a corrupt header, or a single zero block.
+    """
+    stop = getattr(tar, "_pipekit_stop", None)
+    at = tar.offset
+    if stop is None:
+        return None  # the TarFile's first header was read before we could watch it: nothing to tell
+    if isinstance(stop, tarfile.EmptyHeaderError):
+        return (
+            f"truncated: the archive ends at byte {at}, where the next member header or the "
+            "end-of-archive marker (two zero blocks) should be"
+        )
+    if isinstance(stop, tarfile.TruncatedHeaderError):
+        return f"truncated: the archive ends inside the member header at byte {at}"
+    if not isinstance(stop, tarfile.EOFHeaderError):
+        return f"corrupt member header at byte {at} ({stop}); the members after it cannot be read"
+    try:  # the first zero block was read; the second must follow it
+        tar.fileobj.seek(at + tarfile.BLOCKSIZE)
+        second = tar.fileobj.read(tarfile.BLOCKSIZE)
+    except CORRUPT as exc:
+        return f"truncated: cannot read the end-of-archive marker at byte {at} ({reason(exc)})"
+    if len(second) < tarfile.BLOCKSIZE:
+        return (
+            f"truncated: the archive ends inside its end-of-archive marker at byte {at} "
+            "(one zero block instead of two)"
+        )
+    if second.count(0) != tarfile.BLOCKSIZE:
+        return (
+            f"corrupt: a single zero block at byte {at} is followed by data; the end-of-archive marker is "
+            "two zero blocks, so the members after it cannot be read"
+        )
+    return None
 
 
 @functional_datapipe("load_from_zip")
@@ -377,4 +499,5 @@ class ZipArchiveLoader(ArchiveLoader):
             except (*CORRUPT, NotImplementedError, RuntimeError) as exc:
                 raise ArchiveError("read archive", url, self.stage, f"member {info.filename!r}: {reason(exc)}") from exc
             member_url = self._member_url(url, info.filename)
+            note_opened(member_url, self.stage)
             yield member_url, StreamWrapper(fobj, parent, name=member_url)

@@ -88,15 +88,30 @@ class functional_datapipe:  # noqa: N801 - mirrors torch's decorator name
     ``on="iter"`` or ``on="map"`` registers the name on the *other* kind of
     pipe than the class is: ``to_map_datapipe`` is a MapDataPipe called on
     iterable pipes, ``to_iter_datapipe`` the reverse.
+
+    ``replaces=`` is the one way to take over a name torch registered for
+    one of its own pipes (pipekit uses it for ``batch``, ``shuffle``,
+    ``unbatch`` and ``sharding_filter``, to validate their arguments): it
+    must be the torch class that owns the name now, and the decorated class
+    must subclass it, so every existing use keeps working::
+
+        @functional_datapipe("batch", replaces=torch_batcher_class)
+        class BatcherIterDataPipe(torch_batcher_class): ...
+
+    A name owned by anything else (another pipekit pipe, a user's pipe, a
+    different torch class) still raises :class:`~pipekit.errors.FunctionalNameError`.
     """
 
-    def __init__(self, name: str, on: str | None = None) -> None:
+    def __init__(self, name: str, on: str | None = None, *, replaces: type | None = None) -> None:
         if not isinstance(name, str) or not name.isidentifier():
             raise ValueError(f"functional name must be a Python identifier, got {name!r}")
         if on not in (None, "iter", "map"):
             raise ValueError(f'on must be None, "iter" or "map", got {on!r}')
+        if replaces is not None and not (isinstance(replaces, type) and replaces.__module__.startswith("torch.")):
+            raise TypeError(f"replaces must be one of torch's own DataPipe classes, got {replaces!r}")
         self.name = name
         self.on = on
+        self.replaces = replaces
 
     def __call__(self, cls: T) -> T:
         if not (issubclass(cls, IterDataPipe) or issubclass(cls, MapDataPipe)):
@@ -107,9 +122,14 @@ class functional_datapipe:  # noqa: N801 - mirrors torch's decorator name
         on = self.on or ("iter" if issubclass(cls, IterDataPipe) else "map")
         names = registry(on)
         kind = "IterDataPipe" if on == "iter" else "MapDataPipe"
+        if self.replaces is not None and not issubclass(cls, self.replaces):
+            raise TypeError(
+                f"functional_datapipe({self.name!r}, replaces={_qualname(self.replaces)}): "
+                f"{_qualname(cls)} must subclass the class it replaces"
+            )
         if self.name in names:
             existing = _owner_class(names, self.name)
-            if _qualname(existing) != _qualname(cls):
+            if _qualname(existing) != _qualname(cls) and not (self.replaces is not None and existing is self.replaces):
                 raise FunctionalNameError(
                     f"{kind} functional name {self.name!r} is already registered by "
                     f"{_qualname(existing)}; cannot register it again for {_qualname(cls)}"

@@ -7,6 +7,16 @@ torch still ships ``map``, ``filter``, ``shuffle``, ``batch``, ``unbatch``,
 ``from pipekit.pipes import Mapper`` work like
 ``from torchdata.datapipes.iter import Mapper`` did.
 
+``batch``, ``shuffle``, ``unbatch`` and ``sharding_filter`` are pipekit
+subclasses of torch's classes (``issubclass(Batcher, torch's Batcher)``),
+registered in their place with ``functional_datapipe(..., replaces=...)``:
+they behave the same but check their arguments when the pipe is built, like
+every pipekit pipe (a ``TypeError`` or ``ValueError`` naming the pipe and the
+argument), where torch raises ``AssertionError`` (``batch(0)``,
+``shuffle(buffer_size=-5)``), a confusing comparison error (``batch("8")``),
+fails only when iterated (``unbatch(unbatch_level=-3)``) or silently yields
+nothing (``apply_sharding(2, -1)``).
+
 Two of them keep a position between items (the shuffle buffer and the
 sharding counter).  :mod:`pipekit.pipes.resume` swaps them for the resumable
 subclasses defined at the bottom of this module when a pipeline is
@@ -20,12 +30,15 @@ from __future__ import annotations
 
 import copy
 import itertools
+import numbers
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
 from pipekit.pipes._torch import (
-    Batcher,
+    Batcher as TorchBatcher,
+)
+from pipekit.pipes._torch import (
     Collator,
     Concater,
     Demultiplexer,
@@ -44,15 +57,16 @@ from pipekit.pipes._torch import (
     RoutedDecoder,
     Sampler,
     SequenceWrapper,
-    ShardingFilter,
-    Shuffler,
     StreamReader,
     TorchIterableWrapper,
-    UnBatcher,
     Zipper,
     restore_shuffler,
     shuffler_position,
 )
+from pipekit.pipes._torch import ShardingFilter as TorchShardingFilter
+from pipekit.pipes._torch import Shuffler as TorchShuffler
+from pipekit.pipes._torch import UnBatcher as TorchUnBatcher
+from pipekit.pipes.base import functional_datapipe
 from pipekit.pipes.state import ResumablePipe
 
 __all__ = [
@@ -82,6 +96,127 @@ __all__ = [
     "UnBatcher",
     "Zipper",
 ]
+
+
+def _check_int(value: Any, stage: str, name: str, minimum: int, what: str) -> int:
+    """``value`` as an int of at least ``minimum``, else ``TypeError``/``ValueError`` naming ``stage`` and ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{stage}: {name} must be {what}, got {type(value).__name__}: {value!r:.50}")
+    if value < minimum:
+        raise ValueError(f"{stage}: {name} must be {what}, got {value}")
+    return int(value)
+
+
+@functional_datapipe("batch", replaces=TorchBatcher)
+class BatcherIterDataPipe(TorchBatcher):
+    """Group items into lists of ``batch_size`` (functional name: ``batch``); torch's ``Batcher``, checked.
+
+    Args:
+        datapipe: the pipe to batch.
+        batch_size: items per batch, a positive int.
+        drop_last: drop the last batch when it is shorter.
+        wrapper_class: what each list is wrapped in (torch's ``DataChunk``).
+
+    Example:
+        >>> from pipekit.pipes import IterableWrapper
+        >>> list(IterableWrapper(range(5)).batch(2))
+        [[0, 1], [2, 3], [4]]
+        >>> IterableWrapper(range(5)).batch(0)
+        Traceback (most recent call last):
+        ...
+        ValueError: batch: batch_size must be a positive int, got 0
+    """
+
+    stateless = True
+
+    def __init__(self, datapipe: Any, batch_size: int, drop_last: bool = False, *args: Any, **kwargs: Any) -> None:
+        batch_size = _check_int(batch_size, "batch", "batch_size", 1, "a positive int")
+        if not isinstance(drop_last, bool):
+            raise TypeError(f"batch: drop_last must be a bool, got {type(drop_last).__name__}: {drop_last!r:.50}")
+        super().__init__(datapipe, batch_size, drop_last, *args, **kwargs)
+
+
+@functional_datapipe("unbatch", replaces=TorchUnBatcher)
+class UnBatcherIterDataPipe(TorchUnBatcher):
+    """Flatten batches (functional name: ``unbatch``); torch's ``UnBatcher``, checked when built.
+
+    Args:
+        datapipe: a pipe of batches (lists).
+        unbatch_level: levels to flatten, ``1`` (default) or more, ``0`` for
+            none, ``-1`` for all.
+
+    Example:
+        >>> from pipekit.pipes import IterableWrapper
+        >>> list(IterableWrapper([[[0, 1], [2]], [[3]]]).unbatch(unbatch_level=2))
+        [0, 1, 2, 3]
+    """
+
+    def __init__(self, datapipe: Any, unbatch_level: int = 1) -> None:
+        unbatch_level = _check_int(unbatch_level, "unbatch", "unbatch_level", -1, "an int >= -1")
+        super().__init__(datapipe, unbatch_level=unbatch_level)
+
+
+@functional_datapipe("shuffle", replaces=TorchShuffler)
+class ShufflerIterDataPipe(TorchShuffler):
+    """Shuffle items in a buffer (functional name: ``shuffle``); torch's ``Shuffler``, checked when built.
+
+    Seeded by torch's DataLoader (``set_seed``) or from torch's global
+    generator, switched off with ``set_shuffle(False)``, as torch's.
+
+    Args:
+        datapipe: the pipe to shuffle.
+        buffer_size: items held in the shuffle buffer, a positive int.
+        unbatch_level: unbatch the input this many levels first (``0``: none).
+
+    Example:
+        >>> from pipekit.pipes import IterableWrapper
+        >>> sorted(IterableWrapper(range(5)).shuffle(buffer_size=3).set_seed(0))
+        [0, 1, 2, 3, 4]
+    """
+
+    def __init__(self, datapipe: Any, *, buffer_size: int = 10000, unbatch_level: int = 0) -> None:
+        buffer_size = _check_int(buffer_size, "shuffle", "buffer_size", 1, "a positive int")
+        unbatch_level = _check_int(unbatch_level, "shuffle", "unbatch_level", -1, "an int >= -1")
+        super().__init__(datapipe, buffer_size=buffer_size, unbatch_level=unbatch_level)
+
+    def __del__(self) -> None:
+        # torch's __del__ clears the buffer its __init__ makes: not there when the arguments were refused.
+        parent = getattr(super(), "__del__", None)
+        if parent is not None and "buffer_size" in self.__dict__:
+            parent()
+
+
+@functional_datapipe("sharding_filter", replaces=TorchShardingFilter)
+class ShardingFilterIterDataPipe(TorchShardingFilter):
+    """Keep every n-th item for this worker/rank (functional name: ``sharding_filter``); torch's, checked.
+
+    torch's DataLoader (and ``torch.distributed``) call ``apply_sharding``;
+    a shard number outside ``0 .. num_of_instances - 1`` is refused with a
+    ``ValueError`` instead of yielding nothing.
+
+    Example:
+        >>> from pipekit.pipes import IterableWrapper
+        >>> pipe = IterableWrapper(range(7)).sharding_filter()
+        >>> pipe.apply_sharding(3, 1)
+        >>> list(pipe)
+        [1, 4]
+    """
+
+    def apply_sharding(self, num_of_instances: int, instance_id: int, *args: Any, **kwargs: Any) -> None:
+        num_of_instances = _check_int(num_of_instances, "sharding_filter", "num_of_instances", 1, "a positive int")
+        instance_id = _check_int(instance_id, "sharding_filter", "instance_id", 0, "an int >= 0")
+        if instance_id >= num_of_instances:
+            raise ValueError(
+                f"sharding_filter: instance_id must be below num_of_instances ({num_of_instances}), got {instance_id}"
+            )
+        super().apply_sharding(num_of_instances, instance_id, *args, **kwargs)
+
+
+# torchdata 0.9's class names.
+Batcher = BatcherIterDataPipe
+UnBatcher = UnBatcherIterDataPipe
+Shuffler = ShufflerIterDataPipe
+ShardingFilter = ShardingFilterIterDataPipe
 
 
 class IterableWrapper(ResumablePipe, TorchIterableWrapper):
@@ -135,8 +270,8 @@ class IterableWrapper(ResumablePipe, TorchIterableWrapper):
             yield item
 
 
-class ResumableShuffler(ResumablePipe, Shuffler):
-    """torch's ``Shuffler`` with ``state_dict``/``load_state_dict``.
+class ResumableShuffler(ResumablePipe, ShufflerIterDataPipe):
+    """``shuffle`` (torch's ``Shuffler``) with ``state_dict``/``load_state_dict``.
 
     Not registered under a functional name: :mod:`pipekit.pipes.resume`
     switches ``shuffle`` pipes to this class when a pipeline is checkpointed.
@@ -154,13 +289,13 @@ class ResumableShuffler(ResumablePipe, Shuffler):
 
     def restore(self, state: dict[str, Any] | None) -> None:
         if state is None:
-            Shuffler.reset(self)
+            TorchShuffler.reset(self)
         else:
             restore_shuffler(self, state)
 
 
-class ResumableShardingFilter(ResumablePipe, ShardingFilter):
-    """torch's ``ShardingFilter`` that remembers how many items it has seen.
+class ResumableShardingFilter(ResumablePipe, ShardingFilterIterDataPipe):
+    """``sharding_filter`` (torch's ``ShardingFilter``) that remembers how many items it has seen.
 
     The position matters on resume: item ``i`` of the source goes to shard
     ``i % num_of_instances``, so a restored filter must continue counting

@@ -20,6 +20,7 @@ import fnmatch
 import os
 import posixpath
 import uuid
+import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -27,6 +28,7 @@ from typing import Any
 import fsspec
 
 from pipekit.errors import ReadError, SkipLog, check_on_error
+from pipekit.pipes._stream_items import note_opened
 from pipekit.pipes.base import IterDataPipe, StreamWrapper, functional_datapipe
 from pipekit.pipes.builtin import IterableWrapper
 from pipekit.pipes.state import ResumablePipe
@@ -102,6 +104,11 @@ class FSSpecFileLister(ResumablePipe):
         storage_options: fsspec storage options (merged with ``kwargs``).
         kwargs: more storage options (credentials, ``client_kwargs``...).
 
+    A root that is an empty folder, or whose files all miss ``masks``, yields
+    nothing: the pipe warns (a ``UserWarning`` naming the folder and the
+    masks) the first time it lists that root, so a wrong path or pattern is
+    not mistaken for an empty epoch.
+
     Resume: the checkpoint is ``{"root": the root being listed, "last": the
     last URL yielded}``; a restored copy lists that root again, continues
     after that URL (so files added or removed meanwhile do not shift the
@@ -149,6 +156,7 @@ class FSSpecFileLister(ResumablePipe):
         self.on_error = check_on_error(on_error)
         self.kwargs_for_connection = _storage_options(storage_options, kwargs)
         self.skip_log = SkipLog("list_files_by_fsspec")
+        self._warned_empty: set[str] = set()  # roots already reported as holding no (matching) file
         self._root: str | None = None
         self._last: str | None = None
         self._resume: tuple[str, str | None] | None = None
@@ -211,6 +219,15 @@ class FSSpecFileLister(ResumablePipe):
                 raise
             self.skip_log.record(exc)
             return
+        if not urls and root not in self._warned_empty:
+            self._warned_empty.add(root)
+            matching = f" matching masks {self.masks}" if self.masks else ""
+            warnings.warn(
+                f"list_files_by_fsspec: {root!r} holds no files{matching}"
+                f"{' (recursive)' if self.recursive else ''}; it yields nothing",
+                UserWarning,
+                stacklevel=2,
+            )
         for url in urls:
             if after is not None and url <= after:
                 continue
@@ -341,6 +358,7 @@ def open_each(
                 skip_log.record(exc)
                 continue
             opened.add(stream)
+            note_opened(url, skip_log.stage)
             yield url, stream
             del stream
     except Exception:  # the pipeline is broken: close what is still open

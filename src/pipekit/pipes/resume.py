@@ -27,8 +27,11 @@ import contextlib
 import logging
 from typing import Any
 
+from pipekit.pipes._torch import Batcher as TorchBatcher
+from pipekit.pipes._torch import ShardingFilter as TorchShardingFilter
+from pipekit.pipes._torch import Shuffler as TorchShuffler
 from pipekit.pipes._torch import iterator_id, pipe_graph
-from pipekit.pipes.base import IterDataPipe, Resumable
+from pipekit.pipes.base import IterDataPipe, MapDataPipe, Resumable
 from pipekit.pipes.builtin import (
     Batcher,
     Collator,
@@ -47,6 +50,7 @@ from pipekit.pipes.builtin import (
     Shuffler,
     Zipper,
 )
+from pipekit.pipes.splitting import _RandomSplitContainer, _SplitContainer
 
 __all__ = [
     "pipeline_pipes",
@@ -70,6 +74,7 @@ _STATELESS: set[type] = {
     Filter,
     Collator,
     Batcher,
+    TorchBatcher,  # built from torch's class directly
     Zipper,
     SequenceWrapper,
     MapMapper,
@@ -80,7 +85,18 @@ _STATELESS: set[type] = {
 }
 
 # torch pipes replaced by resumable subclasses that behave the same.
-_SWAPS: dict[type, type] = {Shuffler: ResumableShuffler, ShardingFilter: ResumableShardingFilter}
+# pipekit's checked subclasses (what ``shuffle()``/``sharding_filter()`` build) and torch's own classes.
+_SWAPS: dict[type, type] = {
+    Shuffler: ResumableShuffler,
+    ShardingFilter: ResumableShardingFilter,
+    TorchShuffler: ResumableShuffler,
+    TorchShardingFilter: ResumableShardingFilter,
+}
+
+# Pipes torch never starts an iterator on, so their iterator ids say nothing about the epoch: map-style
+# pipes (they start a pass themselves, at their first lookup) and the containers behind round_robin_demux,
+# unzip and random_split (their children start them).  A snapshot always asks them for their state.
+_STARTED_BY_CONSUMERS: tuple[type, ...] = (MapDataPipe, _SplitContainer, _RandomSplitContainer)
 
 _VERSION = 1
 _FRESH = "__pipekit_fresh__"
@@ -175,7 +191,9 @@ def epoch_marks(pipes: list[Any]) -> list[Any]:
     first item (:func:`pipekit.pipes._torch.iterator_id`).  Comparing with these marks later
     tells which pipes have not started in this epoch (a ``concat``'s second
     source, say): their own state is stale, so a snapshot records them as
-    *fresh* instead of asking them.
+    *fresh* instead of asking them.  Pipes torch starts no iterator on
+    (map-style pipes, the containers behind ``round_robin_demux``, ``unzip``
+    and ``random_split``) are always asked.
     """
     return [iterator_id(dp) for dp in pipes]
 
@@ -214,7 +232,7 @@ def snapshot_pipeline(
                 states.append(None)
             elif not _is_resumable(dp):
                 return None
-            elif marks is not None and iterator_id(dp) == marks[i]:
+            elif marks is not None and iterator_id(dp) == marks[i] and not isinstance(dp, _STARTED_BY_CONSUMERS):
                 states.append({_FRESH: True, "seed": seeds[i] if seeds is not None else None})
             else:
                 states.append(dp.state_dict())
