@@ -90,6 +90,10 @@ def add_one(x):
     return x + 1
 
 
+async def async_add_one(x):
+    return x + 1
+
+
 def add_one_each(batch):
     return [x + 1 for x in batch]
 
@@ -200,6 +204,9 @@ def pipelines(tmp: Path) -> dict[str, Callable[[], Any]]:
         "flatmap+shuffled_flatmap+map_batches": lambda: IterableWrapper(range(8)).flatmap(twice)
         .shuffled_flatmap(twice, buffer_size=3).map_batches(add_one_each, batch_size=2),
         "threadpool_map": lambda: IterableWrapper(range(10)).threadpool_map(add_one, max_workers=2),
+        "async_map_batches": lambda: IterableWrapper(range(10)).async_map_batches(async_add_one, 3),
+        "write_shards": lambda: IterableWrapper([{"__key__": f"s{i}", "cls": i} for i in range(8)])
+        .write_shards(str(tmp / "written" / "s-%03d.tar"), maxcount=2, mtime=0),
         "in_memory_cache": lambda: IterableWrapper(range(8)).in_memory_cache(size=100),
         "mux_longest": lambda: IterableWrapper(range(3)).mux_longest(IterableWrapper(range(10, 15))),
         "SampleMultiplexer": lambda: SampleMultiplexer({IterableWrapper(range(5)): 0.5,
@@ -236,7 +243,8 @@ def pipelines(tmp: Path) -> dict[str, Callable[[], Any]]:
 PIPELINES = [
     "shuffle+sharding_filter+batch", "header+enumerate+add_index", "cycle+repeat", "bucketbatch+in_batch_shuffle",
     "max_token_bucketize", "lines_to_paragraphs", "to_map_datapipe+to_iter_datapipe", "on_disk_cache+end_caching",
-    "fullsync", "flatmap+shuffled_flatmap+map_batches", "threadpool_map", "in_memory_cache", "mux_longest",
+    "fullsync", "flatmap+shuffled_flatmap+map_batches", "threadpool_map", "async_map_batches", "write_shards",
+    "in_memory_cache", "mux_longest",
     "SampleMultiplexer", "readlines", "parse_csv", "parse_csv_as_dict", "prefetch+pin_memory", "augment",
     "augment_batch", "round_robin_demux", "unzip", "random_split", "shard_expand+list_files_by_fsspec",
     "load_from_tar+webdataset", "load_from_zip", "zip_longest+zip_with_iter", "ListSource",
