@@ -281,10 +281,10 @@ SPLITTERS: dict[str, Callable[[], tuple[Any, ...]]] = {
 # -- fixtures and helpers --------------------------------------------------------------------------
 
 
-@pytest.fixture
-def data(tmp_path: Path) -> Iterator[Data]:
-    root = tmp_path / "data"
-    root.mkdir()
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Data]:
+    """The files and the HTTP server, shared by the module (pipes only read them, or rewrite the same outputs)."""
+    root = tmp_path_factory.mktemp("data")
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
 
     class Quiet(handler.func):  # type: ignore[name-defined,misc]
@@ -292,7 +292,7 @@ def data(tmp_path: Path) -> Iterator[Data]:
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(root)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         yield Data(root, f"http://127.0.0.1:{server.server_address[1]}")
