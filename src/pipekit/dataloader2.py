@@ -87,6 +87,7 @@ from pipekit.loader import DataLoader, warn_if_unsharded
 from pipekit.pipes.base import IterDataPipe, MapDataPipe
 from pipekit.pipes.distributed import FullSync
 from pipekit.pipes.resume import pipeline_pipes
+from pipekit.pipes.state import draw_seed
 
 try:
     import dill
@@ -412,10 +413,6 @@ def _set_generator_state(gen: torch.Generator, state: bytes) -> None:
     gen.set_state(torch.tensor(list(state), dtype=torch.uint8))
 
 
-def _draw(gen: torch.Generator | None) -> int:
-    return int(torch.empty((), dtype=torch.int64).random_(generator=gen).item())
-
-
 class DataLoader2Iterator(Iterator[Any]):
     """The iterator ``iter(DataLoader2)`` returns (torchdata's name).
 
@@ -582,11 +579,11 @@ class DataLoader2:
 
     def _next_epoch_seed(self) -> int:
         if self._seed is None:
-            return _draw(None)  # torch's global generator: torch.manual_seed makes runs repeat
+            return draw_seed()  # torch's global generator: torch.manual_seed makes runs repeat
         if self._reset_seed:
             self._seeds.manual_seed(self._seed)
             self._reset_seed = False
-        return _draw(self._seeds)
+        return draw_seed(self._seeds)
 
     def _start_epoch(self) -> None:
         if self._loader is None:
