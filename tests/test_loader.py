@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import signal
 import socket
 import time
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -20,6 +22,7 @@ import torch.utils.data
 import pipekit
 import pipekit.errors
 from pipekit.pipes import IterableWrapper
+from pipekit.pipes.base import IterDataPipe
 
 N = 60
 
@@ -105,6 +108,165 @@ class TestDefaults:
     def test_bad_num_workers(self):
         with pytest.raises(ValueError, match="num_workers"):
             pipekit.DataLoader(IterableWrapper(range(3)), num_workers=-1)
+
+
+class SelfSharding(IterDataPipe):
+    """A source that shards itself (has ``apply_sharding``): a sharding point without sharding_filter."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.instances, self.instance = n, 1, 0
+
+    def apply_sharding(self, num_of_instances: int, instance_id: int) -> None:
+        self.instances, self.instance = num_of_instances, instance_id
+
+    def __iter__(self):
+        yield from range(self.instance, self.n, self.instances)
+
+
+def unsharded_warnings(record: list[warnings.WarningMessage]) -> list[str]:
+    return [str(w.message) for w in record if "has no sharding point" in str(w.message)]
+
+
+class TestUnshardedWarning:
+    """Without a sharding point, every worker and rank yields every item; torch says nothing, pipekit warns."""
+
+    def test_torch_repeats_items_silently(self):
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            items = list(torch.utils.data.DataLoader(IterableWrapper(range(5)), batch_size=None, num_workers=2))
+        assert sorted(items) == sorted(2 * list(range(5)))
+        assert unsharded_warnings(record) == []
+
+    def test_workers_warn_once_naming_the_pipe(self):
+        pipe = IterableWrapper(range(5)).map(str)
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            loader = pipekit.DataLoader(pipe, num_workers=2)
+            first, second = list(loader), list(loader)
+        assert sorted(first) == sorted(second) == sorted(2 * [str(i) for i in range(5)])
+        [message] = unsharded_warnings(record)
+        assert message.startswith("pipekit.DataLoader: the DataPipe IterableWrapper -> Mapper has no sharding point")
+        assert "every item comes 2 times per epoch" in message
+        assert "warn_unsharded=False" in message
+        [warning] = [w for w in record if "has no sharding point" in str(w.message)]
+        assert warning.category is UserWarning and warning.filename == __file__  # points at the caller
+
+    def test_one_worker_warns_too(self):
+        with pytest.warns(UserWarning, match="cannot be split: with more workers or ranks"):
+            pipekit.DataLoader(IterableWrapper(range(3)), num_workers=1)
+
+    def test_opt_out(self):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            loader = pipekit.DataLoader(IterableWrapper(range(3)), num_workers=2, warn_unsharded=False)
+        assert sorted(loader) == [0, 0, 1, 1, 2, 2]
+
+    @pytest.mark.parametrize(
+        ("make", "num_workers"),
+        [
+            (lambda: shuffled(), 2),  # sharding_filter
+            (lambda: IterableWrapper(range(4)).sharding_filter().map(str).batch(2), 2),  # deeper in the graph
+            (lambda: SelfSharding(6).map(str), 2),  # a pipe that applies sharding itself
+            (lambda: IterableWrapper(range(4)), 0),  # the main process only
+        ],
+    )
+    def test_no_warning_when_sharded_or_single_process(self, make, num_workers):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            loader = pipekit.DataLoader(make(), num_workers=num_workers)
+            list(loader)
+
+    def test_self_sharding_source_is_split(self):
+        assert sorted(pipekit.DataLoader(SelfSharding(6), num_workers=2)) == list(range(6))
+
+    def test_sharding_points(self):
+        from pipekit.loader import sharding_points
+
+        assert [type(p).__name__ for p in sharding_points(shuffled().batch(2))] == ["ShardingFilterIterDataPipe"]
+        assert sharding_points(IterableWrapper(range(3)).map(str)) == []
+
+
+def log_warning(path, message, category, filename, lineno, file=None, line=None):
+    with open(path, "a") as f:
+        f.write(f"{category.__name__}: {message}\n")
+
+
+def warn_in_worker(path, worker_id):
+    """A worker_init_fn that logs the warnings shown in the worker, calls torch's set_vital, then warns itself."""
+    warnings.showwarning = functools.partial(log_warning, path)
+    torch.set_vital("Dataloader", "worker", "True")
+    warnings.warn(f"worker {worker_id} says hello", UserWarning, stacklevel=1)
+
+
+SET_VITAL = "'set_vital' is deprecated"
+
+
+class TestSetVitalWarning:
+    """torchdata's StatefulDataLoader calls torch's deprecated set_vital: one warning per loader in users' logs."""
+
+    def test_torchdatas_loader_prints_it(self):
+        from torchdata.stateful_dataloader import StatefulDataLoader
+
+        with pytest.warns(UserWarning, match=SET_VITAL):
+            StatefulDataLoader(IterableWrapper(range(3)))
+
+    @pytest.mark.parametrize("num_workers", [0, 2])
+    def test_pipekit_loader_does_not(self, num_workers):
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            loader = pipekit.DataLoader(shuffled(), num_workers=num_workers)
+            assert sorted(loader) == list(range(N))
+            loader.shutdown()
+        assert [str(w.message) for w in record if SET_VITAL in str(w.message)] == []
+
+    def test_other_warnings_raised_while_creating_the_loader_get_through(self):
+        """torch's too-many-workers warning comes from the same constructor call as set_vital's."""
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            pipekit.DataLoader(shuffled(), num_workers=64)
+        messages = [str(w.message) for w in record]
+        assert any("64 worker processes" in m for m in messages), messages
+        assert not any(SET_VITAL in m for m in messages)
+
+    def test_the_filter_does_not_outlive_the_constructor(self):
+        pipekit.DataLoader(shuffled())
+        with pytest.warns(UserWarning, match=SET_VITAL):
+            torch.set_vital("Dataloader", "enabled", "True")
+
+    def test_in_workers_only_set_vital_is_dropped(self, tmp_path):
+        log = tmp_path / "warnings.txt"
+        loader = pipekit.DataLoader(
+            shuffled(), num_workers=2, worker_init_fn=functools.partial(warn_in_worker, str(log))
+        )
+        assert sorted(loader) == list(range(N))
+        loader.shutdown()
+        shown = sorted(log.read_text().splitlines())
+        assert shown == ["UserWarning: worker 0 says hello", "UserWarning: worker 1 says hello"]
+
+
+class TestShutdown:
+    def test_shutdown_stops_the_workers(self):
+        pipe = IterableWrapper(range(4)).sharding_filter().map(record_pid)
+        loader = pipekit.DataLoader(pipe, num_workers=2)
+        pids = {pid for _, pid in loader}
+        assert len(pids) == 2
+        loader.shutdown()
+        deadline = time.monotonic() + 10
+        for pid in pids:
+            while True:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+                assert time.monotonic() < deadline, f"worker {pid} still runs after shutdown()"
+                time.sleep(0.05)
+        loader.shutdown()  # idempotent
+        assert sorted(x for x, _ in loader) == [0, 1, 2, 3]  # a new iterator starts new workers
+        loader.shutdown()
+
+
+def record_pid(x):
+    return (x, os.getpid())
 
 
 def run_with_checkpoint(make_pipe, num_workers, stop_after, seed=0, **kw):
@@ -217,6 +379,29 @@ def _rank_main(rank: int, world_size: int, port: int, out_dir: str, loader_kind:
         Path(out_dir, f"rank{rank}.txt").write_text(" ".join(map(str, items)))
     finally:
         dist.destroy_process_group()
+
+
+def _rank_warns(rank: int, world_size: int, port: int, out_dir: str) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+    try:
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            unsharded = pipekit.DataLoader(IterableWrapper(range(6)).map(str))
+            sharded = pipekit.DataLoader(IterableWrapper(range(6)).sharding_filter())
+            items = [list(unsharded), list(sharded)]
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps([items, unsharded_warnings(record)]))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.distributed
+def test_ranks_without_sharding_point_warn(tmp_path):
+    mp.spawn(_rank_warns, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    for rank in range(2):
+        items, messages = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert items == [[str(i) for i in range(6)], list(range(rank, 6, 2))]
+        assert len(messages) == 1
+        assert "IterableWrapper -> Mapper" in messages[0] and "1 process(es) on each of 2 rank(s)" in messages[0]
 
 
 @pytest.mark.distributed

@@ -291,3 +291,62 @@ def test_functional_names_are_locked():
 
 def test_top_level():
     assert set(pipekit.__all__) >= {"DataLoader", "pipes", "geo", "errors", "__version__"}
+
+
+# torchdata 0.9's ``torchdata.datapipes.map`` names that pipekit has (not the map-style InMemoryCacheHolder, UnZipper).
+TORCHDATA_MAP_NAMES = [
+    "Batcher",
+    "Concater",
+    "InMemoryCacheHolder",
+    "IterToMapConverter",
+    "MapDataPipe",
+    "Mapper",
+    "SequenceWrapper",
+    "Shuffler",
+    "UnZipper",
+    "Zipper",
+]
+
+DATALOADER2_NAMES = [
+    "DataLoader2",
+    "DistributedReadingService",
+    "InProcessReadingService",
+    "MultiProcessingReadingService",
+    "SequentialReadingService",
+]
+
+
+def test_every_exported_pipe_is_in_exactly_one_torchdata_namespace():
+    import pipekit.pipes as dp
+
+    pipes = {
+        name: obj
+        for name in dp.__all__
+        if isinstance(obj := getattr(dp, name), type) and issubclass(obj, dp.IterDataPipe | dp.MapDataPipe)
+    }
+    members = {kind: [getattr(ns, n) for n in ns.__all__] for kind, ns in (("iter", dp.iter), ("map", dp.map))}
+    for name, cls in pipes.items():
+        homes = [kind for kind, classes in members.items() if any(c is cls for c in classes)]
+        assert len(homes) == 1, f"{name} is in {homes or 'no namespace'}"
+    assert len(members["iter"]) + len(members["map"]) == len(pipes)  # nothing else, nothing twice
+
+
+def test_torchdata_namespace_names():
+    import pipekit.pipes as dp
+
+    assert dp.map.__all__ == TORCHDATA_MAP_NAMES
+    assert dp.map.Mapper is dp.MapMapper and dp.map.Shuffler is dp.MapShuffler and dp.map.Batcher is dp.MapBatcher
+    assert dp.iter.Mapper is dp.Mapper and dp.iter.IterDataPipe is dp.IterDataPipe
+    missing = [n for n in TORCHDATA_CLASS_NAMES if n not in {"SequenceWrapper", "IterToMapConverter"}]
+    assert [n for n in missing if n not in dp.iter.__all__] == []
+    from pipekit.pipes.iter import FileLister, Mapper  # noqa: F401
+    from pipekit.pipes.map import SequenceWrapper  # noqa: F401
+
+
+def test_dataloader2_names():
+    import pipekit.dataloader2
+
+    assert set(pipekit.__all__) >= {*DATALOADER2_NAMES, "adapters"}
+    for name in DATALOADER2_NAMES:
+        assert getattr(pipekit, name) is getattr(pipekit.dataloader2, name)
+    assert pipekit.adapters.__all__ == ["Adapter", "Shuffle"]

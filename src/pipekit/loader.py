@@ -37,18 +37,30 @@ Nothing is lost between the workers and the main process:
 * a worker that dies (killed by a signal, out of memory) raises
   :class:`~pipekit.errors.WorkerDiedError` naming the worker and the last
   file it reported opening.
+
+Two more things torch's loader does silently, pipekit's does not:
+
+* a DataPipe with no sharding point (no ``sharding_filter``) run by several
+  workers or ranks gives every worker and rank every item; pipekit warns once,
+  naming the pipe (``warn_unsharded=False`` when that is intended);
+* torchdata's ``StatefulDataLoader`` calls torch's deprecated ``set_vital``,
+  which prints ``'set_vital' is deprecated`` for every loader; pipekit
+  silences exactly that warning where it creates the loader and its workers.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import re
 import signal
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.distributed as dist
 import torch.utils.data
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.stateful_dataloader import _StatefulMultiProcessingDataLoaderIter
@@ -68,7 +80,7 @@ from pipekit.pipes.resume import (
     snapshot_pipeline,
 )
 
-__all__ = ["DataLoader"]
+__all__ = ["DataLoader", "sharding_points", "warn_if_unsharded"]
 
 logger = logging.getLogger("pipekit")
 
@@ -83,6 +95,71 @@ def _skip_logs(pipes: list[Any]) -> list[tuple[int, SkipLog]]:
 def _stage_name(pipe: Any) -> str:
     name = getattr(type(pipe), "functional_name", None)
     return f"{name} ({type(pipe).__name__})" if name else type(pipe).__name__
+# torch >= 2.14 warns on every call of its deprecated set_vital, which StatefulDataLoader.__init__ makes.
+_SET_VITAL = r"'set_vital' is deprecated"
+
+
+def _ignore_set_vital() -> None:
+    """Add a filter for torch's ``set_vital`` deprecation warning only (message and category)."""
+    warnings.filterwarnings("ignore", message=_SET_VITAL, category=UserWarning)
+
+
+def sharding_points(pipe: IterDataPipe) -> list[Any]:
+    """The pipes of ``pipe``'s graph that split it across workers and ranks.
+
+    A sharding point is a pipe with an ``apply_sharding`` method (torch's
+    criterion): ``sharding_filter``, or a source that shards itself.
+    """
+    return [dp for dp in pipeline_pipes(pipe) if inspect.ismethod(getattr(dp, "apply_sharding", None))]
+
+
+def _describe(pipe: IterDataPipe) -> str:
+    """``IterableWrapper -> Mapper -> Batcher``: the pipe's graph, from its sources, for messages."""
+    names = [type(dp).__name__.removesuffix("IterDataPipe") for dp in reversed(pipeline_pipes(pipe))]
+    if len(names) > 8:
+        names = [*names[:3], "...", *names[-4:]]
+    return " -> ".join(names)
+
+
+def warn_if_unsharded(
+    pipe: IterDataPipe,
+    num_workers: int,
+    world_size: int,
+    stacklevel: int = 2,
+    loader: str = "pipekit.DataLoader",
+    opt_out: str = "pass warn_unsharded=False",
+) -> bool:
+    """Warn (``UserWarning``) when ``pipe`` runs in workers or ranks but has no sharding point.
+
+    Without one, each of the ``num_workers`` worker processes (at least one
+    process) of each of the ``world_size`` ranks yields every item of the pipe.
+    Returns whether it warned.  ``stacklevel`` is counted from the caller;
+    ``loader`` and ``opt_out`` (how to silence it) go into the message.
+    """
+    if num_workers == 0 and world_size <= 1:
+        return False
+    if sharding_points(pipe):
+        return False
+    copies = max(num_workers, 1) * world_size
+    if copies > 1:
+        where = (
+            f"runs in {max(num_workers, 1)} process(es) on each of {world_size} rank(s), and each yields every item: "
+            f"every item comes {copies} times per epoch"
+        )
+    else:
+        where = "runs in a worker process, and cannot be split: with more workers or ranks each would yield every item"
+    warnings.warn(
+        f"{loader}: the DataPipe {_describe(pipe)} has no sharding point (no sharding_filter, nor a pipe that applies "
+        f"sharding) but {where}. Add .sharding_filter() after the source (after its shuffle), or {opt_out} if every "
+        "worker and rank is meant to read it all.",
+        UserWarning,
+        stacklevel=stacklevel + 1,
+    )
+    return True
+
+
+def _world_size() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 class _ResumablePipe(LoaderPipeWrapper):
@@ -292,6 +369,8 @@ _SIGNALS = frozenset(int(s) for s in signal.Signals)
 
 
 def _worker_init(user_fn: Callable[[int], None] | None, threads: int | None, worker_id: int) -> None:
+    # The worker is pipekit's process: drop torch's set_vital deprecation there too (that message only).
+    _ignore_set_vital()
     if threads is not None:
         torch.set_num_threads(threads)
     if user_fn is not None:
@@ -310,7 +389,15 @@ class DataLoader(StatefulDataLoader):
     * ``pin_memory=True`` when CUDA is available;
     * each worker runs ``torch.set_num_threads(worker_threads)`` (default 1)
       before the user's ``worker_init_fn``, so workers do not oversubscribe
-      the CPU.
+      the CPU;
+    * a DataPipe without a sharding point run by workers (``num_workers > 0``)
+      or by several ``torch.distributed`` ranks gets a ``UserWarning`` naming
+      it, once, when the loader is created: each worker and rank would yield
+      every item (torch says nothing);
+    * torch's ``'set_vital' is deprecated`` warning, which torchdata's
+      ``StatefulDataLoader`` triggers for every loader, is not shown (that
+      message only: other warnings raised while the loader and its workers
+      start get through).
 
     ``state_dict()`` / ``load_state_dict()`` resume mid-epoch with no sample
     repeated or lost; for DataPipes the position of every pipe is restored
@@ -320,7 +407,13 @@ class DataLoader(StatefulDataLoader):
         dataset: an ``IterDataPipe``, ``MapDataPipe`` or ``Dataset``.
         worker_threads: torch threads per worker process (``None`` leaves
             torch's default).
+        warn_unsharded: warn when a DataPipe without a sharding point runs in
+            workers or ranks (see above); ``False`` when every worker and rank
+            is meant to read the whole pipe.
         **kwargs: as for ``StatefulDataLoader``.
+
+    :meth:`shutdown` stops the (persistent) workers before the loader is
+    garbage collected.
     """
 
     def __init__(
@@ -333,6 +426,7 @@ class DataLoader(StatefulDataLoader):
         persistent_workers: bool | None = None,
         worker_init_fn: Callable[[int], None] | None = None,
         worker_threads: int | None = 1,
+        warn_unsharded: bool = True,
         **kwargs: Any,
     ) -> None:
         is_pipe = isinstance(dataset, IterDataPipe)
@@ -346,16 +440,20 @@ class DataLoader(StatefulDataLoader):
             persistent_workers = num_workers > 0
         if num_workers > 0:
             worker_init_fn = functools.partial(_worker_init, worker_init_fn, worker_threads)
-        super().__init__(
-            dataset,
-            batch_size,
-            *args,
-            num_workers=num_workers,
-            pin_memory=pin_memory,
-            persistent_workers=persistent_workers,
-            worker_init_fn=worker_init_fn,
-            **kwargs,
-        )
+        with warnings.catch_warnings():
+            _ignore_set_vital()
+            super().__init__(
+                dataset,
+                batch_size,
+                *args,
+                num_workers=num_workers,
+                pin_memory=pin_memory,
+                persistent_workers=persistent_workers,
+                worker_init_fn=worker_init_fn,
+                **kwargs,
+            )
+        if is_pipe and warn_unsharded:
+            warn_if_unsharded(dataset, num_workers, _world_size(), stacklevel=2)
         if is_pipe:
             # StatefulDataLoader wrapped the pipe in torch's serialization wrapper;
             # use the resumable subclass instead (DataLoader forbids plain assignment).
@@ -413,6 +511,20 @@ class DataLoader(StatefulDataLoader):
         else:
             summaries += _skip_summaries(getattr(self, "_iterator", None))
         return SkipReport.from_summaries(summaries)
+
+    def shutdown(self) -> None:
+        """Stop the worker processes now; safe to call more than once.
+
+        Persistent workers otherwise live as long as the loader.  A later
+        ``iter(loader)`` starts new workers, at the start of an epoch (or at a
+        state loaded with ``load_state_dict``).
+        """
+        iterator = self._iterator
+        self._iterator = None
+        self._initial_iter_for_state_dict = False
+        shutdown_workers = getattr(iterator, "_shutdown_workers", None)
+        if shutdown_workers is not None:
+            shutdown_workers()
 
 
 def _skip_summaries(iterator: Any) -> list[dict[str, Any]]:
