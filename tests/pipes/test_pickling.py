@@ -108,7 +108,9 @@ class Data:
     """Files the factories read: a few text files, a CSV, JSON, a tar, a zip, a gzip and a PNG."""
 
     def __init__(self, root: Path, http_url: str) -> None:
+        import bz2
         import gzip
+        import lzma
         import zipfile
 
         self.root = root
@@ -122,6 +124,8 @@ class Data:
         with zipfile.ZipFile(root / "z.zip", "w") as zf:
             zf.writestr("in.txt", "zipped")
         (root / "g.txt.gz").write_bytes(gzip.compress(b"gzipped"))
+        (root / "g.txt.bz2").write_bytes(bz2.compress(b"bzipped"))
+        (root / "g.txt.xz").write_bytes(lzma.compress(b"xzipped"))
         (root / "i.png").write_bytes(png_bytes())
         self.out = root / "out"
         self.out.mkdir()
@@ -144,6 +148,10 @@ def fetch(name: str) -> tuple[str, bytes]:
     return name, name.encode()
 
 
+async def async_add_one(x: int) -> int:
+    return x + 1
+
+
 def nums(n: int = 6) -> IterableWrapper:
     return IterableWrapper(list(range(n)))
 
@@ -162,6 +170,7 @@ FACTORIES: dict[str, Factory] = {
     "BatchAugmenter": lambda d: IterableWrapper([{"image": torch.arange(32.0).reshape(2, 1, 4, 4)}]).augment_batch(
         BatchRandomHorizontalFlip()
     ),
+    "BatchAsyncMapper": lambda d: nums().async_map_batches(async_add_one, batch_size=2),
     "BatchMapper": lambda d: nums().map_batches(sum_batch, batch_size=2),
     "Batcher": lambda d: nums().batch(4),
     "BucketBatcher": lambda d: nums(10).bucketbatch(batch_size=2, batch_num=2, sort_key=sorted),
@@ -171,7 +180,15 @@ FACTORIES: dict[str, Factory] = {
     "Concater": lambda d: nums(3).concat(nums(2)),
     "Cycler": lambda d: nums(3).cycle(2),
     "Decoder": lambda d: IterableWrapper([("d/1.json", b'{"x": [1, 2]}'), ("d/1.cls", b"3\n")]).decode(),
+    "Bz2FileLoader": lambda d: d.opened("g.txt.bz2").load_from_bz2(),
     "Decompressor": lambda d: d.opened("g.txt.gz").decompress(),
+    "Extractor": lambda d: pipes.Extractor(d.opened("g.txt.gz")),
+    "MapInMemoryCacheHolder": lambda d: SequenceWrapper(list(range(4))).in_memory_cache(),
+    "MapUnZipper": lambda d: SequenceWrapper([(i, -i) for i in range(4)]).unzip(sequence_length=2)[1],
+    "ShardSaver": lambda d: IterableWrapper([{"__key__": f"s{i}", "cls": i} for i in range(4)]).write_shards(
+        str(d.out / "shard-%03d.tar"), maxcount=2, mtime=0
+    ),
+    "XzFileLoader": lambda d: d.opened("g.txt.xz").load_from_xz(),
     "Demultiplexer": lambda d: nums().demux(2, parity)[1],
     "Dropper": lambda d: IterableWrapper([(1, 2, 3), (4, 5, 6)]).drop(1),
     "EndOnDiskCacheHolder": lambda d: (
@@ -264,7 +281,16 @@ CHAINS: dict[str, Callable[[Any, Data], Any]] = {
     ),
 }
 
-SPLITTER_CLASSES = {"Demultiplexer", "Forker", "RandomSplitter", "RoundRobinDemultiplexer", "UnZipper"}
+# these constructors return their children (or, for Extractor, a Decompressor, as torchdata's did)
+SPLITTER_CLASSES = {
+    "Demultiplexer",
+    "Forker",
+    "RandomSplitter",
+    "RoundRobinDemultiplexer",
+    "UnZipper",
+    "MapUnZipper",
+    "Extractor",
+}
 
 # The children of splitting pipes share one container: pickled together they must stay linked.
 SPLITTERS: dict[str, Callable[[], tuple[Any, ...]]] = {
