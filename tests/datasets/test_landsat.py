@@ -96,7 +96,7 @@ class TestLandsat8:
             "LC08_L2SP_025031_20210717_20210729_02_T1_SR_B1.TIF",
             "LC08_L2SP_026031_20210701_20210708_02_T1_SR_B1.TIF",
         ]
-        times = sorted(ds.index.bounds[:, 4].tolist())
+        times = sorted(ds.geo_index.bounds[:, 4].tolist())
         assert times[0] == datetime(2021, 7, 1, tzinfo=timezone.utc).timestamp()  # acquisition, not processing
         sample = ds[utm_box(10, 10, 64)]
         image = sample["image"]
@@ -238,7 +238,7 @@ class TestWithCDL:
         both = Landsat8(landsat["l8"], bands=["SR_B4"]) & CDL(landsat["cdl"])
         assert len(both) == 2  # each 2021 scene with the 2021 CDL only
         year = datetime(2021, 1, 1, tzinfo=timezone.utc).timestamp()
-        assert (both.index.bounds[:, 4] >= year).all()
+        assert (both.geo_index.bounds[:, 4] >= year).all()
         spatial = IntersectionDataset(Landsat8(landsat["l8"], bands=["SR_B4"]), CDL(landsat["cdl"]),
                                       spatial_only=True)
         assert len(spatial) == 4

@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import rasterio
 import torch
@@ -24,6 +25,7 @@ from pipekit.datasets import RasterDataset
 from pipekit.errors import ParseError, ReadError
 from pipekit.geo import BoundingBox
 from pipekit.geo import io as geo_io
+from pipekit.geo.bbox import from_slices
 from pipekit.geo.dataset import GeoReferenceError, IntersectionDataset, UnionDataset, date_interval
 
 UTM15 = "EPSG:32615"
@@ -216,7 +218,10 @@ class TestRead:
         assert sample["image"].shape == (3, 64, 128)
         np.testing.assert_array_equal(sample["image"].numpy(), utm_scene["array"][:, 20:84, 10:138])
         assert sample["crs"] == utm_scene["crs"]
-        assert sample["bounds"] == box(10, 20, 128, 64)
+        # TorchGeo 0.8: the query as (slice x, slice y, slice t), times as pandas Timestamps
+        x, y, t = sample["bounds"]
+        assert from_slices(sample["bounds"]) == box(10, 20, 128, 64)
+        assert (x.start, y.stop, t.start) == (X0 + 300, Y0 - 600, pd.Timestamp.min)
         assert sample["transform"] == Affine(30.0, 0.0, X0 + 300, 0.0, -30.0, Y0 - 600)
 
     def test_slices_query(self, utm_scene):
@@ -609,3 +614,102 @@ class TestPlot:
         ds = RasterDataset(utm_scene["root"])
         with pytest.raises(ImportError, match=r"pipekit\[plot\]"):
             ds.plot(ds[box(0, 0, 8, 8)])
+
+
+class TestTorchGeoSlices:
+    """TorchGeo 0.8: bounds, queries and sample bounds are (slice x, slice y, slice t)."""
+
+    def test_bounds_are_slices_with_the_resolution_as_step(self, utm_scene, tmp_path):
+        ds = Dated(_dated_copy(utm_scene, tmp_path))
+        x, y, t = ds.bounds
+        assert isinstance(ds.bounds, tuple) and len(ds.bounds) == 3
+        assert (x.start, x.stop, x.step) == (X0, X0 + 300 * 30, 30.0)
+        assert (y.start, y.stop, y.step) == (Y0 - 300 * 30, Y0, 30.0)
+        assert t == slice(pd.Timestamp(2021, 7, 1), pd.Timestamp(2021, 7, 1, 23, 59, 59, 999999), 1)
+        assert ds.bounds[0].start == X0  # the issue's failing line, once a BoundingBox
+        # the attribute names of the BoundingBox bounds pipekit had, for older code
+        assert (ds.bounds.minx, ds.bounds.maxy) == (X0, Y0) and ds.bounds.bbox == ds._extent()
+        # an undated raster spans all time, as TorchGeo marks it
+        undated = RasterDataset(utm_scene["root"])
+        assert undated.bounds[2] == slice(pd.Timestamp.min, pd.Timestamp.max, 1)
+
+    def test_tutorial_queries(self, utm_scene, tmp_path):
+        ds = Dated(_dated_copy(utm_scene, tmp_path))
+        size, xres, yres = 16, 30, 30
+        xmin, ymin = X0 + 10 * 30, Y0 - 200 * 30
+        xmax, ymax = xmin + size * 30, ymin + size * 30
+        tmin, tmax = pd.Timestamp(2021, 1, 1), pd.Timestamp(2021, 12, 31)
+        expected = ds[BoundingBox(xmin, xmax, ymin, ymax)]["image"]
+        for query in [(slice(xmin, xmax, xres), slice(ymin, ymax, yres)),
+                      (slice(xmin, xmax), slice(ymin, ymax), slice(tmin, tmax))]:
+            sample = ds[query]
+            assert torch.equal(sample["image"], expected)
+        whole = ds[:, :, tmin:tmax:1]
+        assert whole["image"].shape == (3, 300, 300)
+        # sample["bounds"]: the query, its open ends filled in from dataset.bounds
+        x, y, t = ds[xmin:xmax, ymin:ymax]["bounds"]
+        assert (x, y) == (slice(xmin, xmax), slice(ymin, ymax))
+        assert (t.start, t.stop) == (ds.bounds[2].start, ds.bounds[2].stop)
+        with pytest.raises(IndexError):
+            ds[xmin:xmax, ymin:ymax, pd.Timestamp(2022, 1, 1):pd.Timestamp(2022, 2, 1)]
+
+    def test_steps_are_the_resolution(self, utm_scene):
+        ds = RasterDataset(utm_scene["root"])
+        b = box(10, 20, 64, 32)
+        coarse = ds[b.minx:b.maxx:60.0, b.miny:b.maxy:60.0]
+        assert coarse["image"].shape == (3, 16, 32)
+        assert coarse["transform"] == Affine(60.0, 0.0, b.minx, 0.0, -60.0, b.maxy)
+        reference_ds = RasterDataset(utm_scene["root"], res=60)
+        assert torch.equal(coarse["image"], reference_ds[b]["image"])
+        assert ds[b.minx:b.maxx:60.0, b.miny:b.maxy]["image"].shape == (3, 32, 32)  # y keeps the dataset's 30 m
+        assert ds.res == (30.0, 30.0)
+        with pytest.raises(ValueError, match="time step"):
+            ds[b.minx:b.maxx, b.miny:b.maxy, ::2]
+        with pytest.raises(ValueError, match="positive"):
+            ds[b.minx:b.maxx:-30.0, b.miny:b.maxy]
+
+    def test_bounding_box_still_accepted_and_reported_as_slices(self, utm_scene):
+        ds = RasterDataset(utm_scene["root"])
+        b = box(5, 5, 32, 32)
+        sample = ds[b]
+        assert torch.equal(sample["image"], ds[b.minx:b.maxx, b.miny:b.maxy]["image"])
+        x, y, t = sample["bounds"]
+        assert (x, y) == (slice(b.minx, b.maxx), slice(b.miny, b.maxy))
+        assert (t.start, t.stop) == (pd.Timestamp.min, pd.Timestamp.max)
+        assert ds[sample["bounds"]]["bounds"] == sample["bounds"]  # a sample's bounds query it again
+        assert ds[list(sample["bounds"])]["image"].shape == (3, 32, 32)  # as torch's default_convert leaves them
+
+    def test_compositions_report_slices(self, utm_scene, mosaic_pair):
+        image = RasterDataset(utm_scene["root"])
+        mask = Mask(mosaic_pair["root"])
+        both = image & mask
+        x, y, t = both.bounds
+        assert x.step == 30.0 and x.stop <= image.bounds[0].stop
+        q = box(10, 10, 16, 8)
+        sample = both[q.minx:q.maxx, q.miny:q.maxy]
+        assert sample["bounds"][0] == slice(q.minx, q.maxx)
+        union = RasterDataset(mosaic_pair["root"] / "a.tif") | RasterDataset(mosaic_pair["root"] / "b.tif")
+        assert union.bounds[0].stop == X0 + 300 * 30
+
+    def test_collate_fn_and_crs_res_setters(self, utm_scene, mosaic_pair):
+        from pipekit.geo import merge_samples
+
+        a = RasterDataset(mosaic_pair["root"] / "a.tif")
+        b = RasterDataset(mosaic_pair["root"] / "b.tif")
+        q = box(90, 30, 120, 40)
+        # TorchGeo's default for a union: the pixelwise maximum of the operands' samples (b's 200 wins)
+        maximum = UnionDataset(a, b, collate_fn=merge_samples)[q]["image"][0]
+        assert (maximum[:, 10:] == 200).all() and (maximum[:, :10] == 100).all()
+        first_valid = (a | b)[q]["image"][0]
+        assert (first_valid[:10, :110] == 100).all()
+        pairs = IntersectionDataset(RasterDataset(utm_scene["root"]), Mask(mosaic_pair["root"]),
+                                    collate_fn=lambda samples: {"parts": [sorted(s) for s in samples]})
+        assert pairs[box(10, 10, 8, 8)]["parts"] == [["bounds", "crs", "image", "transform"],
+                                                     ["bounds", "crs", "mask", "transform"]]
+        union = a | b
+        union.res = 60
+        assert union.res == (60.0, 60.0) and union.datasets[0].res == (60.0, 60.0)
+        assert union[q]["image"].shape == (1, 20, 60)
+        union.crs = ALBERS
+        assert union.crs == CRS.from_string(ALBERS) and union.datasets[1].crs == CRS.from_string(ALBERS)
+        assert a.crs == CRS.from_string(UTM15)  # the operands themselves are left as they are

@@ -236,6 +236,8 @@ def find_files(
     *,
     with_siblings: bool = False,
     name: str = "find_files",
+    all_siblings: bool = False,
+    origins: dict[str, str] | None = None,
 ) -> list[tuple[str, re.Match[str]]]:
     """The files ``root`` stands for whose names match ``regex``, sorted by path, with their matches.
 
@@ -244,9 +246,13 @@ def find_files(
     fsspec URL or a list of them.  Hidden files and GDAL's side files
     (``.*``, ``*.aux.xml``, ``*.ovr``, ``*.msk``) found by a scan are
     skipped; a file named explicitly is kept, and with ``with_siblings``
-    (products with one file per band) the files beside it are candidates too.
-    ``regex`` is matched against file names (not paths).  ``name`` is the
-    dataset named in log messages and errors.
+    (products with one file per band) the files beside it are candidates too
+    -- beside every file found with ``all_siblings`` (TorchGeo's
+    ``filename_glob`` that names one band: the other bands lie beside its
+    files).  ``regex`` is matched against file names (not paths).  ``name``
+    is the dataset named in log messages and errors.  ``origins``, when
+    given, receives each matched path's origin: ``"scan"`` (found by the
+    glob), ``"file"`` (named) or ``"sibling"``.
 
     Raises:
         FileNotFoundError: a root does not exist, or no file matches (names ``root`` and ``pattern``).
@@ -274,12 +280,13 @@ def find_files(
                 candidates[path] = "file" if explicit else "scan"
     if sidecars:
         logger.info("%s: skipped %d hidden or GDAL side file(s) (.*, *.aux.xml, *.ovr, *.msk)", name, sidecars)
-    if with_siblings:
-        # the other bands of a file named explicitly lie beside it
-        for path in [p for p, origin in candidates.items() if origin == "file"]:
+    if with_siblings or all_siblings:
+        # the other bands of a file named explicitly (or of every file found) lie beside it
+        for path in [p for p, origin in candidates.items() if all_siblings or origin == "file"]:
             directory = _split_name(path)[0]
             for sibling in sorted(lister.siblings(path)):
-                candidates.setdefault(directory + sibling, "sibling")
+                if not _is_sidecar(sibling):
+                    candidates.setdefault(directory + sibling, "sibling")
     matched: list[tuple[str, re.Match[str]]] = []
     ignored: list[str] = []
     for path in sorted(candidates):
@@ -291,6 +298,8 @@ def find_files(
                 ignored.append(path)
             continue
         matched.append((path, match))
+        if origins is not None:
+            origins[path] = candidates[path]
     if ignored:
         logger.info("%s: %d file(s) found by filename_glob %r do not match filename_regex, e.g. %s",
                     name, len(ignored), pattern, ignored[:3])
