@@ -713,3 +713,69 @@ class TestTorchGeoSlices:
         union.crs = ALBERS
         assert union.crs == CRS.from_string(ALBERS) and union.datasets[1].crs == CRS.from_string(ALBERS)
         assert a.crs == CRS.from_string(UTM15)  # the operands themselves are left as they are
+
+
+class TestIndexFrame:
+    """TorchGeo 0.8: dataset.index is a GeoDataFrame (geometry, filepath, IntervalIndex 'datetime', .crs)."""
+
+    @pytest.fixture
+    def two_dates(self, utm_scene, tmp_path, rasters):
+        root = tmp_path / "dates"
+        t = Affine(30.0, 0.0, X0, 0.0, -30.0, Y0)
+        rasters.write_tif(root / "scene_20210701.tif", rasters.pattern(100, 100, 3), UTM15, t)
+        rasters.write_tif(root / "scene_20220701.tif", rasters.pattern(100, 100, 3, seed=2), UTM15,
+                          Affine(30.0, 0.0, X0 + 3000, 0.0, -30.0, Y0))
+        return Dated(root)
+
+    def test_layout(self, two_dates):
+        import geopandas
+
+        frame = two_dates.index
+        assert isinstance(frame, geopandas.GeoDataFrame)
+        assert list(frame.columns) == ["filepath", "geometry"]
+        assert [os.path.basename(p) for p in frame.filepath] == ["scene_20210701.tif", "scene_20220701.tif"]
+        assert isinstance(frame.index, pd.IntervalIndex) and frame.index.name == "datetime"
+        assert frame.index.closed == "both"
+        assert frame.index[0].left == pd.Timestamp(2021, 7, 1)
+        assert frame.index[1].right == pd.Timestamp(2022, 7, 1, 23, 59, 59, 999999)
+        assert frame.crs.to_epsg() == 32615
+        assert frame.geometry.iloc[0].bounds == (X0, Y0 - 3000, X0 + 3000, Y0)
+        assert frame.total_bounds.tolist() == [X0, Y0 - 3000, X0 + 6000, Y0]
+        assert two_dates.index is frame  # built once, kept while the GeoIndex is the same
+        assert len(frame) == len(two_dates) == len(two_dates.geo_index)
+
+    def test_filtered_index_assigned_back_restricts_reads_and_samplers(self, two_dates):
+        from pipekit.geo import GridGeoSampler
+
+        later = two_dates.index[two_dates.index.index.left >= pd.Timestamp(2022, 1, 1)]
+        two_dates.index = later
+        assert len(two_dates) == 1 and two_dates.files[0].endswith("scene_20220701.tif")
+        assert two_dates.bounds[0].start == X0 + 3000
+        with pytest.raises(IndexError):
+            two_dates[box(0, 0, 8, 8)]  # the 2021 scene is no longer part of the dataset
+        assert two_dates[box(100, 0, 8, 8)]["image"].shape == (3, 8, 8)
+        assert len(GridGeoSampler(two_dates, size=50)) == 4
+        two_dates.crs = ALBERS  # rebuilding the index keeps the filter
+        assert len(two_dates) == 1 and two_dates.index.crs.to_epsg() == 5070
+        with pytest.raises(ValueError, match="filepath"):
+            two_dates.index = later.assign(filepath="elsewhere.tif")
+
+    def test_compositions(self, two_dates, utm_scene, mosaic_pair):
+        mask = Mask(mosaic_pair["root"])
+        both = RasterDataset(utm_scene["root"]) & mask
+        frame = both.index
+        assert list(frame.columns) == ["filepath_1", "filepath_2", "geometry"]
+        assert len(frame) == len(both) == 2  # the scene meets a.tif and b.tif
+        assert {os.path.basename(p) for p in frame.filepath_2} == {"a.tif", "b.tif"}
+        assert isinstance(frame.index, pd.IntervalIndex)
+        union = RasterDataset(mosaic_pair["root"] / "a.tif") | RasterDataset(mosaic_pair["root"] / "b.tif")
+        assert list(union.index.columns) == ["filepath", "geometry"] and len(union.index) == 2
+        only_a = union.index.iloc[:1]
+        union.index = only_a
+        assert len(union) == 1 and union.bounds[0].stop == X0 + 200 * 30
+
+    def test_not_pickled_to_workers(self, two_dates):
+        two_dates.index  # noqa: B018  (builds the GeoDataFrame)
+        clone = pickle.loads(pickle.dumps(two_dates))
+        assert "_frame_cache" not in clone.__dict__
+        assert clone.index.equals(two_dates.index)
