@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pickle
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -187,6 +187,46 @@ class TestLandsat8:
         assert len(data) < 20_000
         np.testing.assert_array_equal(pickle.loads(data)[utm_box(0, 0, 8)]["image"].numpy(),
                                       ds[utm_box(0, 0, 8)]["image"].numpy())
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory) -> Path:
+    """A Landsat 8 and a Landsat 7 scene with every band file of the real products."""
+    from pipekit.synthetic.geo import landsat_scene_id, write_landsat_scene
+
+    root = tmp_path_factory.mktemp("c2l2")
+    write_landsat_scene(root, landsat_scene_id("LC08", "026031", date(2023, 7, 15)), (X0, Y0), 96)
+    write_landsat_scene(root, landsat_scene_id("LE07", "026031", date(2023, 7, 23)), (X0, Y0), 96)
+    return root
+
+
+class TestEveryBandFile:
+    """Real Collection 2 scenes carry more band files than all_bands lists: each one can be chosen, as in TorchGeo."""
+
+    def read(self, root: Path, pattern: str) -> np.ndarray:
+        with rasterio.open(next(root.rglob(pattern))) as src:
+            return src.read(1)
+
+    def test_bands_outside_all_bands(self, full):
+        bands = ["SR_B4", "SR_QA_AEROSOL", "QA_RADSAT", "ST_TRAD"]
+        image = Landsat8(full, bands=bands)[utm_box(0, 0, 32)]["image"]
+        assert image.shape == (4, 32, 32) and image.dtype == torch.float32
+        for k, band in enumerate(bands):
+            np.testing.assert_array_equal(image[k].numpy(), self.read(full, f"LC08*_{band}.TIF")[:32, :32])
+        l7 = Landsat7(full, bands=["SR_B3", "SR_CLOUD_QA", "SR_ATMOS_OPACITY"])[utm_box(0, 0, 16)]["image"]
+        np.testing.assert_array_equal(l7[2].numpy(), self.read(full, "LE07*_SR_ATMOS_OPACITY.TIF")[:16, :16])
+
+    def test_bands_of_other_data_types_are_read_whole(self, full):
+        # the first band is int16 (ST_QA), the next uint16 reflectance above 32767 where it is bright
+        image = Landsat8(full, bands=["ST_QA", "SR_B4", "SR_QA_AEROSOL"], dtype="native")[utm_box(0, 0, 32)]["image"]
+        assert image.dtype == torch.int32
+        np.testing.assert_array_equal(image[1].numpy(), self.read(full, "LC08*_SR_B4.TIF")[:32, :32])
+
+    def test_a_band_no_file_holds_is_refused(self, full):
+        with pytest.raises(ValueError, match=r"has no band\(s\) \['SR_B99'\].*'SR_QA_AEROSOL'"):
+            Landsat8(full, bands=["SR_B4", "SR_B99"])
+        with pytest.raises(ValueError, match="has no band"):
+            Landsat8(full, bands=["SR_B8"])  # in neither all_bands nor the files
 
 
 class TestLandsat7:

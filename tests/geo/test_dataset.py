@@ -779,3 +779,119 @@ class TestIndexFrame:
         clone = pickle.loads(pickle.dumps(two_dates))
         assert "_frame_cache" not in clone.__dict__
         assert clone.index.equals(two_dates.index)
+
+
+class TestBandInGlob:
+    """TorchGeo's custom-dataset form: ``filename_glob`` names the first band, the others are found beside it."""
+
+    class S2(RasterDataset):  # the TorchGeo custom raster dataset tutorial's class
+        filename_glob = "T*_B02_10m.tif"
+        filename_regex = r"^.{6}_(?P<date>\d{8}T\d{6})_(?P<band>B0[\d])"
+        date_format = "%Y%m%dT%H%M%S"
+        is_image = True
+        separate_files = True
+        all_bands = ("B02", "B03", "B04", "B08")
+        rgb_bands = ("B04", "B03", "B02")
+
+    @pytest.fixture
+    def tiles(self, tmp_path):
+        from pipekit.synthetic.geo import write_sentinel2_tile
+
+        root = tmp_path / "sentinel"
+        # 20 m copies beside the 10 m files: the band substituted in the scene file's name picks the 10 m ones
+        write_sentinel2_tile(root, "T15TVG", "20220718T170859", (420_000.0, 4_660_000.0), 2560.0,
+                             bands=("B02", "B03", "B04", "B08"), resolutions=(10, 20))
+        write_sentinel2_tile(root, "T15TVG", "20220902T170901", (421_280.0, 4_659_000.0), 2560.0,
+                             bands=("B02", "B03", "B04", "B08"), seed=1)
+        return root
+
+    def test_each_glob_match_is_a_scene_and_the_other_bands_are_found(self, tiles):
+        ds = self.S2(tiles)
+        assert len(ds) == 2
+        assert [Path(f).name for f in ds.files] == ["T15TVG_20220718T170859_B02_10m.tif",
+                                                    "T15TVG_20220902T170901_B02_10m.tif"]
+        assert ds.res == (10.0, 10.0)
+        first = BoundingBox(420_000.0, 420_640.0, 4_659_360.0, 4_660_000.0, *date_interval("20220718", "%Y%m%d"))
+        image = ds[first]["image"]
+        assert image.shape == (4, 64, 64)
+        for k, band in enumerate(ds.bands):
+            with rasterio.open(tiles / f"T15TVG_20220718T170859_{band}_10m.tif") as src:
+                np.testing.assert_array_equal(image[k].numpy(), src.read(1)[:64, :64])
+
+    def test_band_order_and_subset(self, tiles):
+        ds = self.S2(tiles, bands=["B08", "B04"])
+        q = BoundingBox(420_000.0, 420_320.0, 4_659_680.0, 4_660_000.0)
+        with rasterio.open(tiles / "T15TVG_20220718T170859_B08_10m.tif") as src:
+            np.testing.assert_array_equal(ds[q]["image"][0].numpy(), src.read(1)[:32, :32])
+
+    def test_a_missing_band_file_is_reported_or_skipped(self, tiles):
+        (tiles / "T15TVG_20220902T170901_B03_10m.tif").unlink()
+        with pytest.raises(ReadError, match=r"cannot find band file '.*T15TVG_20220902T170901_B03_10m.tif'"):
+            self.S2(tiles)
+        skipping = self.S2(tiles, on_error="skip")
+        assert len(skipping) == 1 and skipping.skip_log.count == 1
+
+    def test_placeholder_glob_still_works(self, tiles):
+        class Placeholder(self.S2):
+            filename_glob = "T*_{}_10m.tif"
+
+        ds = Placeholder(tiles)
+        assert len(ds) == 2 and ds.files == self.S2(tiles).files
+
+
+class TestDtypes:
+    """TorchGeo 0.8: float32 images, int64 masks, following is_image even when set after construction."""
+
+    def test_defaults_follow_is_image(self, utm_scene):
+        ds = RasterDataset(utm_scene["root"])
+        assert ds.dtype == torch.float32 and ds.resampling == Resampling.bilinear
+        ds.is_image = False  # the Earth Surface Water tutorial's "IMPORTANT" line
+        assert ds.dtype == torch.int64 and ds.resampling == Resampling.nearest
+        sample = ds[box(0, 0, 8, 8)]
+        assert "image" not in sample and sample["mask"].dtype == torch.int64
+        assert sample["mask"].shape == (3, 8, 8)  # three bands stay a [C, H, W] mask, as in TorchGeo
+
+    def test_is_image_set_after_construction_inside_an_intersection(self, utm_scene, mosaic_pair):
+        images = RasterDataset(utm_scene["root"])
+        masks = RasterDataset(mosaic_pair["root"])
+        masks.is_image = False
+        sample = (images & masks)[box(10, 10, 16, 8)]
+        assert sample["image"].dtype == torch.float32 and sample["image"].shape == (3, 8, 16)
+        assert sample["mask"].dtype == torch.int64 and sample["mask"].shape == (8, 16)
+
+    def test_mask_reprojected_with_nearest_when_is_image_is_set_later(self, tmp_path, rasters):
+        yy, xx = np.mgrid[0:120, 0:120]
+        checker = np.where((yy // 8 + xx // 8) % 2 == 0, 10, 50).astype(np.uint8)[None]
+        rasters.write_tif(tmp_path / "labels.tif", checker, UTM15, Affine(30.0, 0.0, X0, 0.0, -30.0, Y0))
+        masks = RasterDataset(tmp_path, crs=ALBERS)
+        masks.is_image = False
+        b = masks._extent()
+        q = BoundingBox(b.minx + 900, b.minx + 900 + 64 * masks.res[0], b.maxy - 900 - 64 * masks.res[1], b.maxy - 900)
+        values = set(np.unique(masks[q]["mask"].numpy()).tolist())
+        assert values == {10, 50}  # nearest: no blend of 10 and 50 at the squares' edges
+
+    def test_native_keeps_the_files_type(self, utm_scene, mosaic_pair):
+        ds = RasterDataset(utm_scene["root"], dtype="native")
+        image = ds[box(0, 0, 8, 8)]["image"]
+        assert image.dtype == torch.uint16 and ds.dtype == torch.uint16 and ds.native_dtype
+        np.testing.assert_array_equal(image.numpy(), utm_scene["array"][:, :8, :8])
+        assert ds.resampling == Resampling.bilinear
+        mask = Mask(mosaic_pair["root"], dtype="native")
+        assert mask[box(0, 0, 8, 8)]["mask"].dtype == torch.uint16 and mask.resampling == Resampling.nearest
+        with pytest.raises(TypeError, match="native"):
+            RasterDataset(utm_scene["root"], dtype="uint16")
+
+    def test_explicit_dtype_and_resampling(self, utm_scene):
+        # TorchGeo picks the resampling from the dtype: a float mask (pixelwise regression) is read bilinear
+        regression = Mask(utm_scene["root"], dtype=torch.float32)
+        assert regression.resampling == Resampling.bilinear
+        assert regression[box(0, 0, 8, 8)]["mask"].dtype == torch.float32
+        forced = Mask(utm_scene["root"], dtype=torch.float32, resampling="nearest")
+        assert forced.resampling == Resampling.nearest
+
+        class Float64Product(RasterDataset):  # a TorchGeo-style override of the dtype property
+            @property
+            def dtype(self) -> torch.dtype:
+                return torch.float64
+
+        assert Float64Product(utm_scene["root"])[box(0, 0, 4, 4)]["image"].dtype == torch.float64

@@ -379,7 +379,8 @@ class RasterDataset(GeoDataset):
                     if other != path[: offset + start] + band + path[offset + stop:]:
                         band_overrides[(k, band)] = other
         table = _FileTable([paths[i] for i in rows], [headers[i] for i in rows], times, band_spans, band_overrides)
-        self._check_table(table)
+        band_dtypes = self._band_dtypes(bands_of[rows[0]], paths[rows[0]]) if self.separate_files else []
+        self._check_table(table, band_dtypes)
         return table
 
     def _group_scenes(
@@ -532,7 +533,18 @@ class RasterDataset(GeoDataset):
     def _read_metadata(self, paths: list[str]) -> list[RasterHeader | None]:
         return read_headers(paths, self._inspect)
 
-    def _check_table(self, table: _FileTable) -> None:
+    def _band_dtypes(self, bands: dict[str, str], index_path: str) -> list[str]:
+        """The data types of a scene's other band files (a product's bands differ: uint8 QA, int16 ST, uint16 SR)."""
+        out = []
+        for path in bands.values():
+            if path == index_path:
+                continue
+            header = self._inspect(path)
+            if header is not None:
+                out.append(header.dtype)
+        return out
+
+    def _check_table(self, table: _FileTable, band_dtypes: Sequence[str] = ()) -> None:
         if not self.separate_files:
             if self.all_bands:
                 needed = max(list(self.all_bands).index(b) + 1 for b in self.bands)
@@ -548,7 +560,7 @@ class RasterDataset(GeoDataset):
                 i = int(short[0])
                 raise ReadError("index raster", table.path(i), self.name,
                                 f"it has {int(table.counts[i])} band(s), the dataset reads {what}")
-        natives = [np.dtype(d) for d in table.dtypes]
+        natives = [np.dtype(d) for d in (*table.dtypes, *band_dtypes)]
         native = np.result_type(*natives) if natives else np.dtype(np.float32)
         if self.nodata is not None:
             fill = float(self.nodata)
