@@ -38,6 +38,7 @@ from pipekit.geo import io as geo_io
 from pipekit.geo.read import apply_affine, transform_bounds_fast
 
 __all__ = [
+    "DatasetNotFoundError",
     "GeoReferenceError",
     "RasterHeader",
     "any_band_glob",
@@ -58,6 +59,10 @@ Scene = dict[tuple[Any, ...], tuple[str, "re.Match[str]"]]
 
 class GeoReferenceError(StageError, ValueError):
     """A raster cannot be placed on the map: it has no CRS or no geotransform."""
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """No file of a dataset was found (TorchGeo's name; a ``FileNotFoundError``, which pipekit raised before)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,7 +166,7 @@ class _Lister:
                 return [p for p in globlib.glob(path, recursive=True) if os.path.isfile(p)], False
             if os.path.isfile(path):
                 return [path], True
-            raise FileNotFoundError(f"no such file or directory: {root!r}")
+            raise DatasetNotFoundError(f"no such file or directory: {root!r}")
         fs, path = self._fs(root)
         if _has_magic(path):
             return [fs.unstrip_protocol(p) for p in fs.glob(path) if fs.isfile(p)], False
@@ -176,7 +181,7 @@ class _Lister:
             return found, False
         if fs.isfile(path):
             return [fs.unstrip_protocol(path)], True
-        raise FileNotFoundError(f"no such file or directory: {root!r}")
+        raise DatasetNotFoundError(f"no such file or directory: {root!r}")
 
     def siblings(self, path: str) -> set[str]:
         """Names of the files in ``path``'s directory (listed once per directory)."""
@@ -255,7 +260,8 @@ def find_files(
     glob), ``"file"`` (named) or ``"sibling"``.
 
     Raises:
-        FileNotFoundError: a root does not exist, or no file matches (names ``root`` and ``pattern``).
+        FileNotFoundError: a root does not exist; :class:`DatasetNotFoundError` (a
+            ``FileNotFoundError``) when no file matches (names ``root`` and ``pattern``).
 
     Example:
         >>> import os, re, tempfile
@@ -304,7 +310,7 @@ def find_files(
         logger.info("%s: %d file(s) found by filename_glob %r do not match filename_regex, e.g. %s",
                     name, len(ignored), pattern, ignored[:3])
     if not matched:
-        raise FileNotFoundError(
+        raise DatasetNotFoundError(
             f"{name}: no files matching filename_glob {pattern!r} and filename_regex found in {root!r}"
         )
     return matched

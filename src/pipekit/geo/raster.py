@@ -38,6 +38,7 @@ from pipekit.geo.base import (
 )
 from pipekit.geo.bbox import MAX_TIME, MIN_TIME, BoundingBox
 from pipekit.geo.discovery import (
+    DatasetNotFoundError,
     RasterHeader,
     _FileTable,
     _split_name,
@@ -117,7 +118,8 @@ class RasterDataset(GeoDataset):
         gdal_options: extra GDAL configuration for remote files.
 
     Raises:
-        FileNotFoundError: no file found (names the root and glob).
+        DatasetNotFoundError: no file found (names the root and glob; TorchGeo's
+            exception, a ``FileNotFoundError``).
         ReadError: a file cannot be opened (names it).
         GeoReferenceError: a file has no CRS or geotransform (names it).
 
@@ -361,7 +363,7 @@ class RasterDataset(GeoDataset):
         headers = self._read_metadata(paths) if paths else []
         rows = [i for i, header in enumerate(headers) if header is not None]
         if not rows:
-            raise FileNotFoundError(
+            raise DatasetNotFoundError(
                 f"{self.name}: none of the {found_count} file(s) found in {self.root!r} could be indexed "
                 f"({self.skip_log.count} skipped, see skip_log)"
             )
