@@ -799,9 +799,9 @@ class TestBandInGlob:
 
         root = tmp_path / "sentinel"
         # 20 m copies beside the 10 m files: the band substituted in the scene file's name picks the 10 m ones
-        write_sentinel2_tile(root, "T15TVG", "20220718T170859", (420_000.0, 4_660_000.0), 2560.0,
+        write_sentinel2_tile(root, "T15TVG", "20220718T170859", (420_000.0, 4_660_000.0), 2520.0,
                              bands=("B02", "B03", "B04", "B08"), resolutions=(10, 20))
-        write_sentinel2_tile(root, "T15TVG", "20220902T170901", (421_280.0, 4_659_000.0), 2560.0,
+        write_sentinel2_tile(root, "T15TVG", "20220902T170901", (421_280.0, 4_659_000.0), 2520.0,
                              bands=("B02", "B03", "B04", "B08"), seed=1)
         return root
 

@@ -287,8 +287,12 @@ def write_landsat_scene(
     cover: LandCover | None = None,
     seed: int = 0,
     blocksize: int = 256,
+    flat: bool = False,
 ) -> Path:
     """Write ``root/<scene>/<scene>_<band>.TIF`` for every band file of a Landsat C2L2 scene, and its ``MTL.txt``.
+
+    With ``flat``, the files go straight into ``root``, as a USGS tarball
+    extracts (several scenes then share the folder).
 
     ``scene`` is the product id (``LC08_...``, ``LC09_...``, ``LE07_...``,
     see :func:`landsat_scene_id`), which picks the sensor's band files
@@ -297,7 +301,7 @@ def write_landsat_scene(
     the other bands plausible constants per class.  30 m pixels from
     ``origin`` (the top-left corner, in ``crs``).
 
-    Returns the scene folder.
+    Returns the folder written to.
     """
     sensor = scene[:4]
     if sensor not in LANDSAT_C2L2_FILES:
@@ -307,7 +311,7 @@ def write_landsat_scene(
     unknown = [b for b in chosen if b not in files]
     if unknown:
         raise ValueError(f"{sensor} scenes have no band file(s) {unknown}; they have {list(files)}")
-    folder = Path(root) / scene
+    folder = Path(root) if flat else Path(root) / scene
     folder.mkdir(parents=True, exist_ok=True)
     x0, y0 = origin
     classes = _utm_classes(cover or LandCover(), crs,
@@ -395,7 +399,7 @@ def write_sentinel2_tile(
     tile: str = "T15TVG",
     sensing: str = "20220718T170859",
     origin: tuple[float, float] = (420_000.0, 4_660_000.0),
-    extent: float = 5120.0,
+    extent: float = 5160.0,
     crs: str = _UTM,
     bands: tuple[str, ...] = ("B02", "B03", "B04", "B08"),
     resolutions: tuple[int, ...] | None = None,
@@ -406,27 +410,38 @@ def write_sentinel2_tile(
 
     Each band is written at its native pixel size (10, 20 or 60 m), or at
     every size in ``resolutions`` (L2A ships 20 and 60 m copies of the 10 m
-    bands too), covering ``extent`` metres from ``origin`` (top-left, in
-    ``crs``), ``uint16`` reflectance x 10000 with nodata 0.
+    bands too), covering ``extent`` metres (a multiple of 60) from
+    ``origin`` (top-left, in ``crs``), ``uint16`` reflectance x 10000 with
+    nodata 0.  The land cover is evaluated on the 60 m grid (fields are
+    hundreds of metres across), so full-size tiles (10,980 px) are quick to write.
 
     Returns the files written.
     """
+    if round(extent / 60.0) * 60.0 != extent:
+        raise ValueError(f"extent must be a multiple of 60 m (the coarsest band's pixel), got {extent}")
     cover = cover or LandCover()
     rng = np.random.default_rng(seed)
     x0, y0 = origin
+    coarse_n = round(extent / 60.0)
+    centres = (np.arange(coarse_n) + 0.5) * 60.0
+    coarse = _utm_classes(cover, crs, x0 + centres, y0 - centres)
+    table = np.zeros((7, 256), dtype=np.uint16)
+    for code, sig in _SIGNATURES.items():
+        table[:, code] = np.round(np.asarray(sig) * 10000.0).astype(np.uint16)
     written = []
     for band in bands:
         native, signature = _S2_BANDS[band]
         for res in resolutions or (native,):
-            n = round(extent / res)
-            centres = (np.arange(n) + 0.5) * res
-            classes = _utm_classes(cover, crs, x0 + centres, y0 - centres)
+            factor = 60 // res
+            classes = np.repeat(np.repeat(coarse, factor, axis=0), factor, axis=1)
+            data = table[signature][classes] + rng.integers(1, 9, size=classes.shape, dtype=np.uint16)
+            n = classes.shape[0]
             path = Path(root) / f"{tile}_{sensing}_{band}_{res}m.tif"
             path.parent.mkdir(parents=True, exist_ok=True)
             profile = _profile(n, n, "uint16", crs, from_origin(x0, y0, res, res), 0)
             profile.update(blockxsize=min(256, 16 * (n // 16) or 16), blockysize=min(256, 16 * (n // 16) or 16))
             with rasterio.open(path, "w", **profile) as dst:
-                dst.write(_s2_dn(classes, signature, rng), 1)
+                dst.write(data, 1)
             written.append(path)
     return written
 
