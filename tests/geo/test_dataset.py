@@ -881,6 +881,23 @@ class TestDtypes:
         with pytest.raises(TypeError, match="native"):
             RasterDataset(utm_scene["root"], dtype="uint16")
 
+    def test_native_samples_feed_the_device_path_to_the_same_numbers(self, utm_scene, mosaic_pair):
+        """dtype="native": uint16 through stack_samples and to_device (the GPU path) equals the float32 path."""
+        from pipekit.device import to_device
+        from pipekit.geo import stack_samples
+
+        images = RasterDataset(utm_scene["root"], dtype="native")
+        labels = Mask(mosaic_pair["root"], dtype="native")
+        floats = RasterDataset(utm_scene["root"]) & Mask(mosaic_pair["root"])
+        queries = [box(10, 10, 16, 16), box(40, 20, 16, 16)]
+        native = stack_samples([(images & labels)[q] for q in queries])
+        assert native["image"].dtype == torch.uint16 and native["mask"].dtype == torch.uint16
+        assert native["image"].element_size() * 2 == stack_samples([floats[q] for q in queries])["image"].element_size()
+        out = to_device(native, "cpu", scale=10000.0, mask_dtype=torch.long)
+        reference = stack_samples([floats[q] for q in queries])
+        torch.testing.assert_close(out["image"], reference["image"] / 10000.0)
+        assert torch.equal(out["mask"], reference["mask"])
+
     def test_explicit_dtype_and_resampling(self, utm_scene):
         # TorchGeo picks the resampling from the dtype: a float mask (pixelwise regression) is read bilinear
         regression = Mask(utm_scene["root"], dtype=torch.float32)
