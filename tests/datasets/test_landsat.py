@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pickle
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -96,7 +96,7 @@ class TestLandsat8:
             "LC08_L2SP_025031_20210717_20210729_02_T1_SR_B1.TIF",
             "LC08_L2SP_026031_20210701_20210708_02_T1_SR_B1.TIF",
         ]
-        times = sorted(ds.index.bounds[:, 4].tolist())
+        times = sorted(ds.geo_index.bounds[:, 4].tolist())
         assert times[0] == datetime(2021, 7, 1, tzinfo=timezone.utc).timestamp()  # acquisition, not processing
         sample = ds[utm_box(10, 10, 64)]
         image = sample["image"]
@@ -189,6 +189,46 @@ class TestLandsat8:
                                       ds[utm_box(0, 0, 8)]["image"].numpy())
 
 
+@pytest.fixture(scope="module")
+def full(tmp_path_factory) -> Path:
+    """A Landsat 8 and a Landsat 7 scene with every band file of the real products."""
+    from pipekit.synthetic.geo import landsat_scene_id, write_landsat_scene
+
+    root = tmp_path_factory.mktemp("c2l2")
+    write_landsat_scene(root, landsat_scene_id("LC08", "026031", date(2023, 7, 15)), (X0, Y0), 96)
+    write_landsat_scene(root, landsat_scene_id("LE07", "026031", date(2023, 7, 23)), (X0, Y0), 96)
+    return root
+
+
+class TestEveryBandFile:
+    """Real Collection 2 scenes carry more band files than all_bands lists: each one can be chosen, as in TorchGeo."""
+
+    def read(self, root: Path, pattern: str) -> np.ndarray:
+        with rasterio.open(next(root.rglob(pattern))) as src:
+            return src.read(1)
+
+    def test_bands_outside_all_bands(self, full):
+        bands = ["SR_B4", "SR_QA_AEROSOL", "QA_RADSAT", "ST_TRAD"]
+        image = Landsat8(full, bands=bands)[utm_box(0, 0, 32)]["image"]
+        assert image.shape == (4, 32, 32) and image.dtype == torch.float32
+        for k, band in enumerate(bands):
+            np.testing.assert_array_equal(image[k].numpy(), self.read(full, f"LC08*_{band}.TIF")[:32, :32])
+        l7 = Landsat7(full, bands=["SR_B3", "SR_CLOUD_QA", "SR_ATMOS_OPACITY"])[utm_box(0, 0, 16)]["image"]
+        np.testing.assert_array_equal(l7[2].numpy(), self.read(full, "LE07*_SR_ATMOS_OPACITY.TIF")[:16, :16])
+
+    def test_bands_of_other_data_types_are_read_whole(self, full):
+        # the first band is int16 (ST_QA), the next uint16 reflectance above 32767 where it is bright
+        image = Landsat8(full, bands=["ST_QA", "SR_B4", "SR_QA_AEROSOL"], dtype="native")[utm_box(0, 0, 32)]["image"]
+        assert image.dtype == torch.int32
+        np.testing.assert_array_equal(image[1].numpy(), self.read(full, "LC08*_SR_B4.TIF")[:32, :32])
+
+    def test_a_band_no_file_holds_is_refused(self, full):
+        with pytest.raises(ValueError, match=r"has no band\(s\) \['SR_B99'\].*'SR_QA_AEROSOL'"):
+            Landsat8(full, bands=["SR_B4", "SR_B99"])
+        with pytest.raises(ValueError, match="has no band"):
+            Landsat8(full, bands=["SR_B8"])  # in neither all_bands nor the files
+
+
 class TestLandsat7:
     def test_reflective_default_bands_in_its_own_zone(self, landsat):
         ds = Landsat7(landsat["l7"])
@@ -239,7 +279,7 @@ class TestWithCDL:
         both = Landsat8(landsat["l8"], bands=["SR_B4"]) & CDL(landsat["cdl"])
         assert len(both) == 2  # each 2021 scene with the 2021 CDL only
         year = datetime(2021, 1, 1, tzinfo=timezone.utc).timestamp()
-        assert (both.index.bounds[:, 4] >= year).all()
+        assert (both.geo_index.bounds[:, 4] >= year).all()
         spatial = IntersectionDataset(Landsat8(landsat["l8"], bands=["SR_B4"]), CDL(landsat["cdl"]),
                                       spatial_only=True)
         assert len(spatial) == 4

@@ -47,7 +47,7 @@ class TestNAIP:
     def test_quads_dates_and_bands(self, naip):
         ds = NAIP(naip["root"])
         assert len(ds) == 2 and ds.res == pytest.approx((RES, RES)) and ds.crs.to_epsg() == 26915
-        starts = sorted(ds.index.bounds[:, 4].tolist())
+        starts = sorted(ds.geo_index.bounds[:, 4].tolist())
         assert starts == [datetime(2021, 7, 15, tzinfo=timezone.utc).timestamp(),
                           datetime(2021, 7, 16, tzinfo=timezone.utc).timestamp()]
         image = ds[box(280, 10, 40)]["image"].numpy()

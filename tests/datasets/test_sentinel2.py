@@ -97,6 +97,19 @@ class TestSentinel2:
         np.testing.assert_array_equal(image[0], values(1, 10)[:12, :12])
         assert (image[1] > 12000).all()  # B10 is the 13th band written
 
+    def test_level2a_scene_classification_is_selectable(self, l2a, tmp_path):
+        root = tmp_path / "with_scl"
+        for path in l2a.rglob("*.tif"):
+            target = root / path.relative_to(l2a)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(path.read_bytes())
+        scl = np.full((120, 120), 4, dtype=np.uint16)  # 4: vegetation
+        write(root / "S2B_MSIL2A_20210701T170859.SAFE" / "GRANULE" / "IMG_DATA" / "R20m" / f"{SCENE}_SCL_20m.tif",
+              scl, 20)
+        ds = Sentinel2(root, bands=["B04", "SCL"], resampling="nearest")
+        image = ds[box(0, 0, 16)]["image"]
+        assert image.shape == (2, 16, 16) and (image[1] == 4).all()
+
     def test_missing_band_is_reported(self, l2a):
         with pytest.raises(ReadError, match=r"cannot find band file '.*B10.*' in Sentinel2: band 'B10'"):
             Sentinel2(l2a, bands=["B02", "B10"])

@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import rasterio
 import torch
@@ -24,6 +25,7 @@ from pipekit.datasets import RasterDataset
 from pipekit.errors import ParseError, ReadError
 from pipekit.geo import BoundingBox
 from pipekit.geo import io as geo_io
+from pipekit.geo.bbox import from_slices
 from pipekit.geo.dataset import GeoReferenceError, IntersectionDataset, UnionDataset, date_interval
 
 UTM15 = "EPSG:32615"
@@ -216,7 +218,10 @@ class TestRead:
         assert sample["image"].shape == (3, 64, 128)
         np.testing.assert_array_equal(sample["image"].numpy(), utm_scene["array"][:, 20:84, 10:138])
         assert sample["crs"] == utm_scene["crs"]
-        assert sample["bounds"] == box(10, 20, 128, 64)
+        # TorchGeo 0.8: the query as (slice x, slice y, slice t), times as pandas Timestamps
+        x, y, t = sample["bounds"]
+        assert from_slices(sample["bounds"]) == box(10, 20, 128, 64)
+        assert (x.start, y.stop, t.start) == (X0 + 300, Y0 - 600, pd.Timestamp.min)
         assert sample["transform"] == Affine(30.0, 0.0, X0 + 300, 0.0, -30.0, Y0 - 600)
 
     def test_slices_query(self, utm_scene):
@@ -609,3 +614,301 @@ class TestPlot:
         ds = RasterDataset(utm_scene["root"])
         with pytest.raises(ImportError, match=r"pipekit\[plot\]"):
             ds.plot(ds[box(0, 0, 8, 8)])
+
+
+class TestTorchGeoSlices:
+    """TorchGeo 0.8: bounds, queries and sample bounds are (slice x, slice y, slice t)."""
+
+    def test_bounds_are_slices_with_the_resolution_as_step(self, utm_scene, tmp_path):
+        ds = Dated(_dated_copy(utm_scene, tmp_path))
+        x, y, t = ds.bounds
+        assert isinstance(ds.bounds, tuple) and len(ds.bounds) == 3
+        assert (x.start, x.stop, x.step) == (X0, X0 + 300 * 30, 30.0)
+        assert (y.start, y.stop, y.step) == (Y0 - 300 * 30, Y0, 30.0)
+        assert t == slice(pd.Timestamp(2021, 7, 1), pd.Timestamp(2021, 7, 1, 23, 59, 59, 999999), 1)
+        assert ds.bounds[0].start == X0  # the issue's failing line, once a BoundingBox
+        # the attribute names of the BoundingBox bounds pipekit had, for older code
+        assert (ds.bounds.minx, ds.bounds.maxy) == (X0, Y0) and ds.bounds.bbox == ds._extent()
+        # an undated raster spans all time, as TorchGeo marks it
+        undated = RasterDataset(utm_scene["root"])
+        assert undated.bounds[2] == slice(pd.Timestamp.min, pd.Timestamp.max, 1)
+
+    def test_tutorial_queries(self, utm_scene, tmp_path):
+        ds = Dated(_dated_copy(utm_scene, tmp_path))
+        size, xres, yres = 16, 30, 30
+        xmin, ymin = X0 + 10 * 30, Y0 - 200 * 30
+        xmax, ymax = xmin + size * 30, ymin + size * 30
+        tmin, tmax = pd.Timestamp(2021, 1, 1), pd.Timestamp(2021, 12, 31)
+        expected = ds[BoundingBox(xmin, xmax, ymin, ymax)]["image"]
+        for query in [(slice(xmin, xmax, xres), slice(ymin, ymax, yres)),
+                      (slice(xmin, xmax), slice(ymin, ymax), slice(tmin, tmax))]:
+            sample = ds[query]
+            assert torch.equal(sample["image"], expected)
+        whole = ds[:, :, tmin:tmax:1]
+        assert whole["image"].shape == (3, 300, 300)
+        # sample["bounds"]: the query, its open ends filled in from dataset.bounds
+        x, y, t = ds[xmin:xmax, ymin:ymax]["bounds"]
+        assert (x, y) == (slice(xmin, xmax), slice(ymin, ymax))
+        assert (t.start, t.stop) == (ds.bounds[2].start, ds.bounds[2].stop)
+        with pytest.raises(IndexError):
+            ds[xmin:xmax, ymin:ymax, pd.Timestamp(2022, 1, 1):pd.Timestamp(2022, 2, 1)]
+
+    def test_steps_are_the_resolution(self, utm_scene):
+        ds = RasterDataset(utm_scene["root"])
+        b = box(10, 20, 64, 32)
+        coarse = ds[b.minx:b.maxx:60.0, b.miny:b.maxy:60.0]
+        assert coarse["image"].shape == (3, 16, 32)
+        assert coarse["transform"] == Affine(60.0, 0.0, b.minx, 0.0, -60.0, b.maxy)
+        reference_ds = RasterDataset(utm_scene["root"], res=60)
+        assert torch.equal(coarse["image"], reference_ds[b]["image"])
+        assert ds[b.minx:b.maxx:60.0, b.miny:b.maxy]["image"].shape == (3, 32, 32)  # y keeps the dataset's 30 m
+        assert ds.res == (30.0, 30.0)
+        with pytest.raises(ValueError, match="time step"):
+            ds[b.minx:b.maxx, b.miny:b.maxy, ::2]
+        with pytest.raises(ValueError, match="positive"):
+            ds[b.minx:b.maxx:-30.0, b.miny:b.maxy]
+
+    def test_bounding_box_still_accepted_and_reported_as_slices(self, utm_scene):
+        ds = RasterDataset(utm_scene["root"])
+        b = box(5, 5, 32, 32)
+        sample = ds[b]
+        assert torch.equal(sample["image"], ds[b.minx:b.maxx, b.miny:b.maxy]["image"])
+        x, y, t = sample["bounds"]
+        assert (x, y) == (slice(b.minx, b.maxx), slice(b.miny, b.maxy))
+        assert (t.start, t.stop) == (pd.Timestamp.min, pd.Timestamp.max)
+        assert ds[sample["bounds"]]["bounds"] == sample["bounds"]  # a sample's bounds query it again
+        assert ds[list(sample["bounds"])]["image"].shape == (3, 32, 32)  # as torch's default_convert leaves them
+
+    def test_compositions_report_slices(self, utm_scene, mosaic_pair):
+        image = RasterDataset(utm_scene["root"])
+        mask = Mask(mosaic_pair["root"])
+        both = image & mask
+        x = both.bounds[0]
+        assert x.step == 30.0 and x.stop <= image.bounds[0].stop
+        q = box(10, 10, 16, 8)
+        sample = both[q.minx:q.maxx, q.miny:q.maxy]
+        assert sample["bounds"][0] == slice(q.minx, q.maxx)
+        union = RasterDataset(mosaic_pair["root"] / "a.tif") | RasterDataset(mosaic_pair["root"] / "b.tif")
+        assert union.bounds[0].stop == X0 + 300 * 30
+
+    def test_collate_fn_and_crs_res_setters(self, utm_scene, mosaic_pair):
+        from pipekit.geo import merge_samples
+
+        a = RasterDataset(mosaic_pair["root"] / "a.tif")
+        b = RasterDataset(mosaic_pair["root"] / "b.tif")
+        q = box(90, 30, 120, 40)
+        # TorchGeo's default for a union: the pixelwise maximum of the operands' samples (b's 200 wins)
+        maximum = UnionDataset(a, b, collate_fn=merge_samples)[q]["image"][0]
+        assert (maximum[:, 10:] == 200).all() and (maximum[:, :10] == 100).all()
+        first_valid = (a | b)[q]["image"][0]
+        assert (first_valid[:10, :110] == 100).all()
+        pairs = IntersectionDataset(RasterDataset(utm_scene["root"]), Mask(mosaic_pair["root"]),
+                                    collate_fn=lambda samples: {"parts": [sorted(s) for s in samples]})
+        assert pairs[box(10, 10, 8, 8)]["parts"] == [["bounds", "crs", "image", "transform"],
+                                                     ["bounds", "crs", "mask", "transform"]]
+        union = a | b
+        union.res = 60
+        assert union.res == (60.0, 60.0) and union.datasets[0].res == (60.0, 60.0)
+        assert union[q]["image"].shape == (1, 20, 60)
+        union.crs = ALBERS
+        assert union.crs == CRS.from_string(ALBERS) and union.datasets[1].crs == CRS.from_string(ALBERS)
+        assert a.crs == CRS.from_string(UTM15)  # the operands themselves are left as they are
+
+
+class TestIndexFrame:
+    """TorchGeo 0.8: dataset.index is a GeoDataFrame (geometry, filepath, IntervalIndex 'datetime', .crs)."""
+
+    @pytest.fixture
+    def two_dates(self, utm_scene, tmp_path, rasters):
+        root = tmp_path / "dates"
+        t = Affine(30.0, 0.0, X0, 0.0, -30.0, Y0)
+        rasters.write_tif(root / "scene_20210701.tif", rasters.pattern(100, 100, 3), UTM15, t)
+        rasters.write_tif(root / "scene_20220701.tif", rasters.pattern(100, 100, 3, seed=2), UTM15,
+                          Affine(30.0, 0.0, X0 + 3000, 0.0, -30.0, Y0))
+        return Dated(root)
+
+    def test_layout(self, two_dates):
+        import geopandas
+
+        frame = two_dates.index
+        assert isinstance(frame, geopandas.GeoDataFrame)
+        assert list(frame.columns) == ["filepath", "geometry"]
+        assert [os.path.basename(p) for p in frame.filepath] == ["scene_20210701.tif", "scene_20220701.tif"]
+        assert isinstance(frame.index, pd.IntervalIndex) and frame.index.name == "datetime"
+        assert frame.index.closed == "both"
+        assert frame.index[0].left == pd.Timestamp(2021, 7, 1)
+        assert frame.index[1].right == pd.Timestamp(2022, 7, 1, 23, 59, 59, 999999)
+        assert frame.crs.to_epsg() == 32615
+        assert frame.geometry.iloc[0].bounds == (X0, Y0 - 3000, X0 + 3000, Y0)
+        assert frame.total_bounds.tolist() == [X0, Y0 - 3000, X0 + 6000, Y0]
+        assert two_dates.index is frame  # built once, kept while the GeoIndex is the same
+        assert len(frame) == len(two_dates) == len(two_dates.geo_index)
+
+    def test_filtered_index_assigned_back_restricts_reads_and_samplers(self, two_dates):
+        from pipekit.geo import GridGeoSampler
+
+        later = two_dates.index[two_dates.index.index.left >= pd.Timestamp(2022, 1, 1)]
+        two_dates.index = later
+        assert len(two_dates) == 1 and two_dates.files[0].endswith("scene_20220701.tif")
+        assert two_dates.bounds[0].start == X0 + 3000
+        with pytest.raises(IndexError):
+            two_dates[box(0, 0, 8, 8)]  # the 2021 scene is no longer part of the dataset
+        assert two_dates[box(100, 0, 8, 8)]["image"].shape == (3, 8, 8)
+        assert len(GridGeoSampler(two_dates, size=50)) == 4
+        two_dates.crs = ALBERS  # rebuilding the index keeps the filter
+        assert len(two_dates) == 1 and two_dates.index.crs.to_epsg() == 5070
+        with pytest.raises(ValueError, match="filepath"):
+            two_dates.index = later.assign(filepath="elsewhere.tif")
+
+    def test_compositions(self, two_dates, utm_scene, mosaic_pair):
+        mask = Mask(mosaic_pair["root"])
+        both = RasterDataset(utm_scene["root"]) & mask
+        frame = both.index
+        assert list(frame.columns) == ["filepath_1", "filepath_2", "geometry"]
+        assert len(frame) == len(both) == 2  # the scene meets a.tif and b.tif
+        assert {os.path.basename(p) for p in frame.filepath_2} == {"a.tif", "b.tif"}
+        assert isinstance(frame.index, pd.IntervalIndex)
+        union = RasterDataset(mosaic_pair["root"] / "a.tif") | RasterDataset(mosaic_pair["root"] / "b.tif")
+        assert list(union.index.columns) == ["filepath", "geometry"] and len(union.index) == 2
+        only_a = union.index.iloc[:1]
+        union.index = only_a
+        assert len(union) == 1 and union.bounds[0].stop == X0 + 200 * 30
+
+    def test_not_pickled_to_workers(self, two_dates):
+        assert len(two_dates.index) == 2  # builds the GeoDataFrame
+        clone = pickle.loads(pickle.dumps(two_dates))
+        assert "_frame_cache" not in clone.__dict__
+        assert clone.index.equals(two_dates.index)
+
+
+class TestBandInGlob:
+    """TorchGeo's custom-dataset form: ``filename_glob`` names the first band, the others are found beside it."""
+
+    class S2(RasterDataset):  # the TorchGeo custom raster dataset tutorial's class
+        filename_glob = "T*_B02_10m.tif"
+        filename_regex = r"^.{6}_(?P<date>\d{8}T\d{6})_(?P<band>B0[\d])"
+        date_format = "%Y%m%dT%H%M%S"
+        is_image = True
+        separate_files = True
+        all_bands = ("B02", "B03", "B04", "B08")
+        rgb_bands = ("B04", "B03", "B02")
+
+    @pytest.fixture
+    def tiles(self, tmp_path):
+        from pipekit.synthetic.geo import write_sentinel2_tile
+
+        root = tmp_path / "sentinel"
+        # 20 m copies beside the 10 m files: the band substituted in the scene file's name picks the 10 m ones
+        write_sentinel2_tile(root, "T15TVG", "20220718T170859", (420_000.0, 4_660_000.0), 2520.0,
+                             bands=("B02", "B03", "B04", "B08"), resolutions=(10, 20))
+        write_sentinel2_tile(root, "T15TVG", "20220902T170901", (421_280.0, 4_659_000.0), 2520.0,
+                             bands=("B02", "B03", "B04", "B08"), seed=1)
+        return root
+
+    def test_each_glob_match_is_a_scene_and_the_other_bands_are_found(self, tiles):
+        ds = self.S2(tiles)
+        assert len(ds) == 2
+        assert [Path(f).name for f in ds.files] == ["T15TVG_20220718T170859_B02_10m.tif",
+                                                    "T15TVG_20220902T170901_B02_10m.tif"]
+        assert ds.res == (10.0, 10.0)
+        first = BoundingBox(420_000.0, 420_640.0, 4_659_360.0, 4_660_000.0, *date_interval("20220718", "%Y%m%d"))
+        image = ds[first]["image"]
+        assert image.shape == (4, 64, 64)
+        for k, band in enumerate(ds.bands):
+            with rasterio.open(tiles / f"T15TVG_20220718T170859_{band}_10m.tif") as src:
+                np.testing.assert_array_equal(image[k].numpy(), src.read(1)[:64, :64])
+
+    def test_band_order_and_subset(self, tiles):
+        ds = self.S2(tiles, bands=["B08", "B04"])
+        q = BoundingBox(420_000.0, 420_320.0, 4_659_680.0, 4_660_000.0)
+        with rasterio.open(tiles / "T15TVG_20220718T170859_B08_10m.tif") as src:
+            np.testing.assert_array_equal(ds[q]["image"][0].numpy(), src.read(1)[:32, :32])
+
+    def test_a_missing_band_file_is_reported_or_skipped(self, tiles):
+        (tiles / "T15TVG_20220902T170901_B03_10m.tif").unlink()
+        with pytest.raises(ReadError, match=r"cannot find band file '.*T15TVG_20220902T170901_B03_10m.tif'"):
+            self.S2(tiles)
+        skipping = self.S2(tiles, on_error="skip")
+        assert len(skipping) == 1 and skipping.skip_log.count == 1
+
+    def test_placeholder_glob_still_works(self, tiles):
+        class Placeholder(self.S2):
+            filename_glob = "T*_{}_10m.tif"
+
+        ds = Placeholder(tiles)
+        assert len(ds) == 2 and ds.files == self.S2(tiles).files
+
+
+class TestDtypes:
+    """TorchGeo 0.8: float32 images, int64 masks, following is_image even when set after construction."""
+
+    def test_defaults_follow_is_image(self, utm_scene):
+        ds = RasterDataset(utm_scene["root"])
+        assert ds.dtype == torch.float32 and ds.resampling == Resampling.bilinear
+        ds.is_image = False  # the Earth Surface Water tutorial's "IMPORTANT" line
+        assert ds.dtype == torch.int64 and ds.resampling == Resampling.nearest
+        sample = ds[box(0, 0, 8, 8)]
+        assert "image" not in sample and sample["mask"].dtype == torch.int64
+        assert sample["mask"].shape == (3, 8, 8)  # three bands stay a [C, H, W] mask, as in TorchGeo
+
+    def test_is_image_set_after_construction_inside_an_intersection(self, utm_scene, mosaic_pair):
+        images = RasterDataset(utm_scene["root"])
+        masks = RasterDataset(mosaic_pair["root"])
+        masks.is_image = False
+        sample = (images & masks)[box(10, 10, 16, 8)]
+        assert sample["image"].dtype == torch.float32 and sample["image"].shape == (3, 8, 16)
+        assert sample["mask"].dtype == torch.int64 and sample["mask"].shape == (8, 16)
+
+    def test_mask_reprojected_with_nearest_when_is_image_is_set_later(self, tmp_path, rasters):
+        yy, xx = np.mgrid[0:120, 0:120]
+        checker = np.where((yy // 8 + xx // 8) % 2 == 0, 10, 50).astype(np.uint8)[None]
+        rasters.write_tif(tmp_path / "labels.tif", checker, UTM15, Affine(30.0, 0.0, X0, 0.0, -30.0, Y0))
+        masks = RasterDataset(tmp_path, crs=ALBERS)
+        masks.is_image = False
+        b = masks._extent()
+        q = BoundingBox(b.minx + 900, b.minx + 900 + 64 * masks.res[0], b.maxy - 900 - 64 * masks.res[1], b.maxy - 900)
+        values = set(np.unique(masks[q]["mask"].numpy()).tolist())
+        assert values == {10, 50}  # nearest: no blend of 10 and 50 at the squares' edges
+
+    def test_native_keeps_the_files_type(self, utm_scene, mosaic_pair):
+        ds = RasterDataset(utm_scene["root"], dtype="native")
+        image = ds[box(0, 0, 8, 8)]["image"]
+        assert image.dtype == torch.uint16 and ds.dtype == torch.uint16 and ds.native_dtype
+        np.testing.assert_array_equal(image.numpy(), utm_scene["array"][:, :8, :8])
+        assert ds.resampling == Resampling.bilinear
+        mask = Mask(mosaic_pair["root"], dtype="native")
+        assert mask[box(0, 0, 8, 8)]["mask"].dtype == torch.uint16 and mask.resampling == Resampling.nearest
+        with pytest.raises(TypeError, match="native"):
+            RasterDataset(utm_scene["root"], dtype="uint16")
+
+    def test_native_samples_feed_the_device_path_to_the_same_numbers(self, utm_scene, mosaic_pair):
+        """dtype="native": uint16 through stack_samples and to_device (the GPU path) equals the float32 path."""
+        from pipekit.device import to_device
+        from pipekit.geo import stack_samples
+
+        images = RasterDataset(utm_scene["root"], dtype="native")
+        labels = Mask(mosaic_pair["root"], dtype="native")
+        floats = RasterDataset(utm_scene["root"]) & Mask(mosaic_pair["root"])
+        queries = [box(10, 10, 16, 16), box(40, 20, 16, 16)]
+        native = stack_samples([(images & labels)[q] for q in queries])
+        assert native["image"].dtype == torch.uint16 and native["mask"].dtype == torch.uint16
+        assert native["image"].element_size() * 2 == stack_samples([floats[q] for q in queries])["image"].element_size()
+        out = to_device(native, "cpu", scale=10000.0, mask_dtype=torch.long)
+        reference = stack_samples([floats[q] for q in queries])
+        torch.testing.assert_close(out["image"], reference["image"] / 10000.0)
+        assert torch.equal(out["mask"], reference["mask"])
+
+    def test_explicit_dtype_and_resampling(self, utm_scene):
+        # TorchGeo picks the resampling from the dtype: a float mask (pixelwise regression) is read bilinear
+        regression = Mask(utm_scene["root"], dtype=torch.float32)
+        assert regression.resampling == Resampling.bilinear
+        assert regression[box(0, 0, 8, 8)]["mask"].dtype == torch.float32
+        forced = Mask(utm_scene["root"], dtype=torch.float32, resampling="nearest")
+        assert forced.resampling == Resampling.nearest
+
+        class Float64Product(RasterDataset):  # a TorchGeo-style override of the dtype property
+            @property
+            def dtype(self) -> torch.dtype:
+                return torch.float64
+
+        assert Float64Product(utm_scene["root"])[box(0, 0, 4, 4)]["image"].dtype == torch.float64

@@ -14,7 +14,7 @@ import torch
 
 import pipekit
 from pipekit.errors import ReadError
-from pipekit.geo.bbox import BoundingBox
+from pipekit.geo.bbox import BoundingBox, from_slices
 from pipekit.geo.collate import stack_samples
 from pipekit.geo.index import GeoIndex
 from pipekit.geo.pipes import GeoReader
@@ -47,7 +47,8 @@ class FakeGeoDataset(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.index)
 
-    def __getitem__(self, bbox: BoundingBox) -> dict:
+    def __getitem__(self, query) -> dict:
+        bbox = from_slices(query)
         if not len(self.index.query(bbox)):
             raise IndexError(f"query {bbox} is outside the dataset")
         if self.log is not None:
@@ -79,14 +80,20 @@ def dataset(tmp_path):
 
 
 def bounds_of(items) -> list[BoundingBox]:
+    """The bounds of samples (or batches, or lists of them) as BoundingBoxes."""
     out = []
     for item in items:
         if isinstance(item, dict):
             b = item["bounds"]
-            out.extend(b if isinstance(b, list) else [b])
+            out.extend(from_slices(x) for x in (b if isinstance(b, list) else [b]))
         else:
             out.extend(bounds_of(item))
     return out
+
+
+def boxes_of(queries) -> list[BoundingBox]:
+    """Sampler items (TorchGeo 0.8's slices) as BoundingBoxes."""
+    return [from_slices(q) for q in queries]
 
 
 class TestGeoReader:
@@ -104,7 +111,7 @@ class TestGeoReader:
         out = list(sampler.as_pipe().read_geo(dataset))
         assert len(out) == 3 and all(len(batch) == 4 for batch in out)
         again = RandomBatchGeoSampler(dataset, size=8, batch_size=4, length=12, seed=0)
-        assert bounds_of(out) == [box for batch in again.as_pipe() for box in batch]
+        assert bounds_of(out) == boxes_of(box for batch in again.as_pipe() for box in batch)
         stacked = stack_samples(out[0])
         assert stacked["image"].shape == (4, 2, 8, 8)
 
@@ -175,7 +182,7 @@ def random_chain(dataset, length=60, batch=None):
 class TestDataLoaderChain:
     @pytest.mark.parametrize("num_workers", [0, 2])
     def test_grid_every_box_exactly_once(self, dataset, num_workers):
-        expected = list(GridGeoSampler(dataset, size=16, stride=12))
+        expected = boxes_of(GridGeoSampler(dataset, size=16, stride=12))
         loader = pipekit.DataLoader(grid_chain(dataset), num_workers=num_workers)
         got = bounds_of(loader)
         assert Counter(got) == Counter(expected)
@@ -215,7 +222,7 @@ class TestDataLoaderChain:
         seeds = {seed for seed, _ in got}
         assert len(seeds) == 1
         # the loader takes items from the workers in turn: the output is the sequence itself
-        expected = list(RandomGeoSampler(dataset, size=8, length=50).as_pipe().set_seed(seeds.pop()))
+        expected = boxes_of(RandomGeoSampler(dataset, size=8, length=50).as_pipe().set_seed(seeds.pop()))
         assert [box for _, box in got] == expected
         per_worker = Counter(pid for *_, pid in dataset.reads())
         assert sorted(per_worker.values()) == [25, 25]
@@ -252,7 +259,8 @@ class TestDataLoaderChain:
         resumed = pipekit.DataLoader(grid_chain(dataset), num_workers=num_workers)
         resumed.load_state_dict(state)
         assert bounds_of(resumed) == bounds_of(rest)
-        assert Counter(bounds_of(head) + bounds_of(rest)) == Counter(GridGeoSampler(dataset, size=16, stride=12))
+        expected = boxes_of(GridGeoSampler(dataset, size=16, stride=12))
+        assert Counter(bounds_of(head) + bounds_of(rest)) == Counter(expected)
 
 
 def write_tile(path: Path, west: float, north: float, rows: int, cols: int, res: float) -> None:
@@ -291,7 +299,7 @@ class TestWithRasterDataset:
         raise AssertionError(f"{box} is in no tile")
 
     def check(self, sample, res: float, size: int) -> tuple[int, int, int]:
-        box = sample["bounds"]
+        box = from_slices(sample["bounds"])
         k, r0, c0 = self.expected(box, res)
         image = sample["image"]
         assert image.shape == (2, size, size)

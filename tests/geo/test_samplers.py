@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import DataLoader as TorchDataLoader
 
 import pipekit
-from pipekit.geo.bbox import BoundingBox
+from pipekit.geo.bbox import BoundingBox, from_slices
 from pipekit.geo.collate import stack_samples
 from pipekit.geo.index import GeoIndex
 from pipekit.geo.samplers import (
@@ -48,7 +48,8 @@ class FakeGeoDataset(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.index)
 
-    def __getitem__(self, bbox: BoundingBox) -> dict:
+    def __getitem__(self, query) -> dict:
+        bbox = from_slices(query)
         if not len(self.index.query(bbox)):
             raise IndexError(f"query {bbox} is outside the dataset")
         xres, yres = self.res
@@ -57,6 +58,11 @@ class FakeGeoDataset(torch.utils.data.Dataset):
         ys = bbox.maxy - (torch.arange(h, dtype=torch.float64) + 0.5) * yres
         image = torch.stack([xs.expand(h, w), ys[:, None].expand(h, w)])
         return {"image": image, "bounds": bbox, "crs": self.crs}
+
+
+def boxes_of(items) -> list:
+    """Sampler items (TorchGeo 0.8's slices, or lists of them from batch samplers) as BoundingBoxes."""
+    return [boxes_of(item) if isinstance(item, list) else from_slices(item) for item in items]
 
 
 def fp(minx, maxx, miny, maxy, mint=-math.inf, maxt=math.inf):
@@ -96,9 +102,9 @@ def two_tiles():
 
 class TestRandomGeoSampler:
     def test_seeded_runs_repeat_and_seeds_differ(self, two_tiles):
-        a = list(RandomGeoSampler(two_tiles, size=10, length=50, seed=1))
-        b = list(RandomGeoSampler(two_tiles, size=10, length=50, seed=1))
-        c = list(RandomGeoSampler(two_tiles, size=10, length=50, seed=2))
+        a = boxes_of(RandomGeoSampler(two_tiles, size=10, length=50, seed=1))
+        b = boxes_of(RandomGeoSampler(two_tiles, size=10, length=50, seed=1))
+        c = boxes_of(RandomGeoSampler(two_tiles, size=10, length=50, seed=2))
         assert a == b
         assert a != c
 
@@ -118,14 +124,14 @@ class TestRandomGeoSampler:
         assert list(sampler) != first
 
     def test_area_weighted_choice(self, two_tiles):
-        boxes = list(RandomGeoSampler(two_tiles, size=10, length=20000, seed=3))
+        boxes = boxes_of(RandomGeoSampler(two_tiles, size=10, length=20000, seed=3))
         in_big = sum(box.minx >= 1000 for box in boxes)
         assert abs(in_big / len(boxes) - 0.75) < 0.02  # areas 1:3
 
     def test_area_weighted_choice_within_roi(self, two_tiles):
         # the roi keeps 50 x 100 of the small tile and 100 x 100 of the big one: 1:2
         roi = BoundingBox(50, 1100, 0, 100)
-        boxes = list(RandomGeoSampler(two_tiles, size=10, length=20000, roi=roi, seed=4))
+        boxes = boxes_of(RandomGeoSampler(two_tiles, size=10, length=20000, roi=roi, seed=4))
         in_big = sum(box.minx >= 1000 for box in boxes)
         assert abs(in_big / len(boxes) - 2 / 3) < 0.02
         assert all(box.minx >= 50 and box.maxx <= 1100 for box in boxes)
@@ -133,7 +139,7 @@ class TestRandomGeoSampler:
     def test_every_position_reachable_and_none_outside(self):
         # 12 x 12 pixels and a 10 x 10 patch: offsets 0, 1, 2 on each axis, all equally likely
         ds = FakeGeoDataset([fp(100, 112, 200, 212)])
-        boxes = list(RandomGeoSampler(ds, size=10, length=3000, seed=0))
+        boxes = boxes_of(RandomGeoSampler(ds, size=10, length=3000, seed=0))
         offsets = [(int(b.minx - 100), int(212 - b.maxy)) for b in boxes]
         counts = {o: offsets.count(o) for o in set(offsets)}
         assert set(counts) == {(i, j) for i in range(3) for j in range(3)}
@@ -155,7 +161,7 @@ class TestRandomGeoSampler:
         footprint = fp(x0, x0 + 1000 * xres, y0, y0 + 700 * yres)
         ds = FakeGeoDataset([footprint], res=res)
         sampler = RandomGeoSampler(ds, size=(256, 128), length=300, seed=0)
-        for box in sampler:
+        for box in boxes_of(sampler):
             assert_on_grid_and_inside(box, footprint, res, (256, 128))
             sample = ds[box]
             assert sample["image"].shape == (2, 256, 128)
@@ -164,11 +170,11 @@ class TestRandomGeoSampler:
         res = (0.1, 0.1)
         footprint = fp(5.0, 5.0 + 64 * 0.1, 7.0, 7.0 + 64 * 0.1)
         ds = FakeGeoDataset([footprint], res=res)
-        boxes = list(RandomGeoSampler(ds, size=64, length=10, seed=0))
+        boxes = boxes_of(RandomGeoSampler(ds, size=64, length=10, seed=0))
         assert {(b.minx, b.maxy) for b in boxes} == {(5.0, footprint[3])}
 
     def test_time_interval_is_the_footprints(self, two_tiles):
-        for box in RandomGeoSampler(two_tiles, size=10, length=100, seed=0):
+        for box in boxes_of(RandomGeoSampler(two_tiles, size=10, length=100, seed=0)):
             assert (box.mint, box.maxt) == ((0, DAY) if box.minx < 1000 else (DAY, 2 * DAY))
 
     def test_default_length_tiles_the_footprints(self):
@@ -176,7 +182,7 @@ class TestRandomGeoSampler:
         # ceil((100 - 30) / 30) + 1 = 4 -> 16; (ceil(30/30) + 1) * 1 = 2 x 1 -> 2
         assert len(RandomGeoSampler(ds, size=30)) == 16 + 2
         assert len(RandomGeoSampler(ds, size=30, length=7)) == 7
-        assert len(list(RandomGeoSampler(ds, size=30, length=7, seed=0))) == 7
+        assert len(boxes_of(RandomGeoSampler(ds, size=30, length=7, seed=0))) == 7
         assert tile_to_chips(BoundingBox(0, 100, 0, 100), (30, 30)) == (4, 4)
 
     def test_footprints_smaller_than_patch_skipped(self):
@@ -184,7 +190,7 @@ class TestRandomGeoSampler:
         sampler = RandomGeoSampler(ds, size=10, length=500, seed=0)
         assert sampler.hits.tolist() == [1]
         assert sampler.skipped.tolist() == [0, 2]
-        assert all(b.minx >= 10 and b.maxx <= 110 for b in sampler)
+        assert all(b.minx >= 10 and b.maxx <= 110 for b in boxes_of(sampler))
 
     def test_no_footprint_large_enough(self):
         ds = FakeGeoDataset([fp(0, 5, 0, 5), fp(10, 14, 0, 50)])
@@ -199,7 +205,7 @@ class TestRandomGeoSampler:
         roi = BoundingBox(1234.5, 1789.9, 5111.1, 5888.8)
         sampler = RandomGeoSampler(ds, size=8, length=500, roi=roi, seed=0)
         assert sampler.footprints[0, :4].tolist() == [1240, 1780, 5120, 5880]
-        for box in sampler:
+        for box in boxes_of(sampler):
             assert_on_grid_and_inside(box, footprint, res, (8, 8))
             assert roi.contains(box.with_time(roi.mint, roi.maxt))
 
@@ -217,11 +223,11 @@ class TestRandomGeoSampler:
         toi = (datetime(1970, 1, 1, 12, tzinfo=timezone.utc), None)
         sampler = RandomGeoSampler(two_tiles, size=10, length=100, toi=toi, seed=0)
         assert sampler.hits.tolist() == [0, 1]
-        times = {(b.mint, b.maxt) for b in sampler}
+        times = {(b.mint, b.maxt) for b in boxes_of(sampler)}
         assert times <= {(DAY / 2, DAY), (DAY, 2 * DAY)}
         only_second = RandomGeoSampler(two_tiles, size=10, length=100, toi=slice(DAY + 1, None), seed=0)
         assert only_second.hits.tolist() == [1]
-        assert all(b.minx >= 1000 and b.mint == DAY + 1 for b in only_second)
+        assert all(b.minx >= 1000 and b.mint == DAY + 1 for b in boxes_of(only_second))
         with pytest.raises(ValueError, match="toi"):
             RandomGeoSampler(two_tiles, size=10, toi=(3 * DAY, 4 * DAY))
         with pytest.raises(ValueError, match="starts after"):
@@ -235,7 +241,7 @@ class TestRandomGeoSampler:
         ds = FakeGeoDataset([fp(0, 100, 0, 100)], res=(0.5, 0.5))
         sampler = RandomGeoSampler(ds, size=(10, 20), length=100, units="crs", seed=0)
         assert sampler.size == (10.0, 20.0)
-        for box in sampler:
+        for box in boxes_of(sampler):
             assert (box.height, box.width) == (10.0, 20.0)
             assert close_to_int(box.minx / 0.5) and close_to_int((100 - box.maxy) / 0.5)
         assert RandomGeoSampler(ds, size=10, units=Units.CRS).size == (10.0, 10.0)
@@ -317,7 +323,7 @@ class TestGridGeoSampler:
         res = ds.res
         covers = [np.zeros((rows, cols), dtype=bool) for rows, cols in footprints_px]
         foots = ds.index.bounds
-        boxes = list(sampler)
+        boxes = boxes_of(sampler)
         assert len(boxes) == len(sampler)
         for box in boxes:
             k = owner(box, foots)
@@ -365,13 +371,13 @@ class TestGridGeoSampler:
 
     def test_order_and_edges(self):
         ds = FakeGeoDataset([fp(0, 25, 0, 15), fp(100, 110, 0, 10)])
-        boxes = [(b.minx, b.maxy) for b in GridGeoSampler(ds, size=10)]
+        boxes = [(b.minx, b.maxy) for b in boxes_of(GridGeoSampler(ds, size=10))]
         assert boxes == [(0, 15), (10, 15), (15, 15), (0, 10), (10, 10), (15, 10), (100, 10)]
-        assert [(b.minx, b.maxy) for b in GridGeoSampler(ds, size=10)] == boxes
+        assert [(b.minx, b.maxy) for b in boxes_of(GridGeoSampler(ds, size=10))] == boxes
 
     def test_stride_larger_than_size_ends_at_the_edge(self):
         ds = FakeGeoDataset([fp(0, 50, 0, 10)])
-        xs = [b.minx for b in GridGeoSampler(ds, size=10, stride=30)]
+        xs = [b.minx for b in boxes_of(GridGeoSampler(ds, size=10, stride=30))]
         assert xs == [0, 30, 40]
 
     def test_small_footprints_skipped_with_warning(self):
@@ -384,7 +390,7 @@ class TestGridGeoSampler:
     def test_roi_covers_every_whole_pixel_inside(self):
         ds = FakeGeoDataset([fp(0, 100, 0, 100)], res=(1.0, 1.0))
         roi = BoundingBox(10.5, 60.2, 20.0, 77.7)
-        boxes = list(GridGeoSampler(ds, size=8, roi=roi))
+        boxes = boxes_of(GridGeoSampler(ds, size=8, roi=roi))
         cover = np.zeros((100, 100), dtype=bool)
         for b in boxes:
             assert roi.contains(b.with_time(roi.mint, roi.maxt))
@@ -395,7 +401,7 @@ class TestGridGeoSampler:
 
     def test_toi_and_time_intervals(self):
         ds = FakeGeoDataset([fp(0, 10, 0, 10, 0, DAY), fp(20, 30, 0, 10, 2 * DAY, 3 * DAY)])
-        boxes = list(GridGeoSampler(ds, size=5, toi=(DAY / 2, 2.5 * DAY)))
+        boxes = boxes_of(GridGeoSampler(ds, size=5, toi=(DAY / 2, 2.5 * DAY)))
         assert {(b.minx < 15, b.mint, b.maxt) for b in boxes} == {(True, DAY / 2, DAY), (False, 2 * DAY, 2.5 * DAY)}
 
     def test_units_crs_and_bad_stride(self):
@@ -416,7 +422,7 @@ class TestGridGeoSampler:
         ds = FakeGeoDataset(footprints, res=(30.0, 30.0))
         start = time.perf_counter()
         sampler = GridGeoSampler(ds, size=64)
-        boxes = list(sampler)
+        boxes = boxes_of(sampler)
         assert time.perf_counter() - start < 5.0
         expected = sum(math.ceil(r / 64) * math.ceil(c / 64) for r, c in dims.tolist())
         assert len(boxes) == len(sampler) == expected
@@ -426,7 +432,7 @@ class TestGridGeoSampler:
 class TestRandomBatchGeoSampler:
     def test_each_batch_from_one_footprint(self, two_tiles):
         sampler = RandomBatchGeoSampler(two_tiles, size=10, batch_size=8, length=800, seed=0)
-        batches = list(sampler)
+        batches = boxes_of(sampler)
         assert len(batches) == len(sampler) == 100
         foots = two_tiles.index.bounds
         owners = []
@@ -445,8 +451,8 @@ class TestRandomBatchGeoSampler:
         assert len(RandomBatchGeoSampler(two_tiles, size=10, batch_size=3, length=10)) == 3
         default = RandomBatchGeoSampler(two_tiles, size=10, batch_size=4)
         assert len(default) == (100 + 300) // 4
-        a = list(RandomBatchGeoSampler(two_tiles, size=10, batch_size=4, seed=3))
-        b = list(RandomBatchGeoSampler(two_tiles, size=10, batch_size=4, seed=3))
+        a = boxes_of(RandomBatchGeoSampler(two_tiles, size=10, batch_size=4, seed=3))
+        b = boxes_of(RandomBatchGeoSampler(two_tiles, size=10, batch_size=4, seed=3))
         assert a == b
 
     @pytest.mark.parametrize("batch_size", [0, -1, 2.0, True])
@@ -470,21 +476,21 @@ class TestPreChippedGeoSampler:
         return FakeGeoDataset([fp(i * 10, i * 10 + 8, 0, 8, i * DAY, (i + 1) * DAY) for i in range(30)])
 
     def test_one_box_per_footprint_in_order(self, chips):
-        boxes = list(PreChippedGeoSampler(chips))
+        boxes = boxes_of(PreChippedGeoSampler(chips))
         assert boxes == list(chips.index)
         assert len(PreChippedGeoSampler(chips)) == 30
 
     def test_shuffle_is_a_permutation_per_epoch(self, chips):
         sampler = PreChippedGeoSampler(chips, shuffle=True, seed=0)
-        first, second = list(sampler), list(sampler)
+        first, second = boxes_of(sampler), boxes_of(sampler)
         assert sorted(first, key=lambda b: b.minx) == list(chips.index)
         assert first != second and first != list(chips.index)
         again = PreChippedGeoSampler(chips, shuffle=True, generator=torch.Generator().manual_seed(0))
-        assert list(again) == first
+        assert boxes_of(again) == first
 
     def test_roi_and_toi(self, chips):
         sampler = PreChippedGeoSampler(chips, roi=BoundingBox(14, 52, 0, 8), toi=(3 * DAY, None))
-        boxes = list(sampler)
+        boxes = boxes_of(sampler)
         assert sampler.hits.tolist() == [3, 4, 5]
         assert [(b.minx, b.maxx) for b in boxes] == [(30, 38), (40, 48), (50, 52)]
         assert boxes[0].mint == 3 * DAY
@@ -535,8 +541,8 @@ class TestGeoSamplerPipe:
 
     def test_sampler_seed_used_without_set_seed(self):
         ds = FakeGeoDataset([fp(0, 100, 0, 100)])
-        first = list(RandomGeoSampler(ds, size=10, length=20, seed=4).as_pipe())
-        assert first == list(RandomGeoSampler(ds, size=10, length=20, seed=4).as_pipe())
+        first = boxes_of(RandomGeoSampler(ds, size=10, length=20, seed=4).as_pipe())
+        assert first == boxes_of(RandomGeoSampler(ds, size=10, length=20, seed=4).as_pipe())
 
     def test_pickle_before_iteration_and_len(self):
         for sampler in self.make_samplers().values():
@@ -571,3 +577,99 @@ class TestGeoSamplerPipe:
         resumed.load_state_dict(state)
         assert list(resumed) == rest
         assert list(other) == next_epoch
+
+
+class TestTorchGeoQueries:
+    """TorchGeo 0.8: sampler items are (slice x, slice y, slice t), times as pandas Timestamps."""
+
+    def test_items_are_three_slices_with_timestamps(self, two_tiles):
+        import pandas as pd
+
+        for sampler in (RandomGeoSampler(two_tiles, size=10, length=5, seed=0), GridGeoSampler(two_tiles, size=50),
+                        PreChippedGeoSampler(two_tiles)):
+            for item in sampler:
+                x, y, t = item
+                assert isinstance(item, tuple) and all(isinstance(s, slice) for s in item)
+                assert x.step is None and y.step is None and t.step is None
+                assert isinstance(t.start, pd.Timestamp) and isinstance(t.stop, pd.Timestamp)
+                box = from_slices(item)
+                assert (box.mint, box.maxt) in {(0, DAY), (DAY, 2 * DAY)}
+        batch = next(iter(RandomBatchGeoSampler(two_tiles, size=10, batch_size=3, length=3, seed=0)))
+        assert isinstance(batch, list) and len(batch) == 3 and all(len(item) == 3 for item in batch)
+        open_ended = next(iter(GridGeoSampler(FakeGeoDataset([fp(0, 10, 0, 10)]), size=10)))
+        assert open_ended[2] == slice(pd.Timestamp.min, pd.Timestamp.max)
+
+    def test_shapely_roi_and_pandas_toi(self, two_tiles):
+        import pandas as pd
+        import shapely
+
+        # a triangle over the small tile: footprints are clipped to it, then to whole pixels
+        triangle = shapely.Polygon([(0, 0), (60, 0), (0, 60)])
+        sampler = GridGeoSampler(two_tiles, size=10, roi=triangle)
+        assert sampler.hits.tolist() == [0]
+        assert sampler.footprints[0, :4].tolist() == [0, 60, 0, 60]
+        rectangle = shapely.box(50, 0, 1100, 100)
+        assert RandomGeoSampler(two_tiles, size=10, roi=rectangle).footprints[:, :4].tolist() == [
+            [50, 100, 0, 100], [1000, 1100, 0, 100]]
+        toi = pd.Interval(pd.Timestamp(1970, 1, 2, 12), pd.Timestamp(1970, 1, 5))
+        sampler = RandomGeoSampler(two_tiles, size=10, length=10, toi=toi, seed=0)
+        assert sampler.hits.tolist() == [1]
+        assert {from_slices(q).mint for q in sampler} == {1.5 * DAY}
+        with pytest.raises(ValueError, match="does not intersect"):
+            GridGeoSampler(two_tiles, size=10, roi=shapely.box(400, 0, 500, 100))
+
+    def test_torchgeo_units_and_tile_to_chips_tuple(self, two_tiles):
+        import enum
+
+        class TorchGeoUnits(enum.Enum):  # TorchGeo's Units: auto() values, same names
+            PIXELS = enum.auto()
+            CRS = enum.auto()
+
+        assert RandomGeoSampler(two_tiles, size=10, units=TorchGeoUnits.CRS).units is Units.CRS
+        # TorchGeo 0.8's bounds argument: (xmin, ymin, xmax, ymax)
+        assert tile_to_chips((0, 0, 100, 50), (10, 10)) == (5, 10)
+        assert tile_to_chips((slice(0, 100), slice(0, 50)), (10, 10), (8, 8)) == (6, 13)
+
+    def test_get_random_bounding_box_draws_as_torchgeo(self):
+        from pipekit.samplers import get_random_bounding_box
+
+        generator = torch.Generator().manual_seed(3)
+        x, y = get_random_bounding_box((100, 200, 400, 300), (20, 30), (2.0, 4.0), generator)
+        # TorchGeo's arithmetic, with the same two draws
+        replay = torch.Generator().manual_seed(3)
+        ux, uy = torch.rand(1, generator=replay).item(), torch.rand(1, generator=replay).item()
+        xmin = 100 + int(ux * (400 - 100 - 30) / 2.0) * 2.0
+        ymin = 200 + int(uy * (300 - 200 - 20) / 4.0) * 4.0
+        assert (x, y) == (slice(xmin, xmin + 30), slice(ymin, ymin + 20))
+        assert get_random_bounding_box((0, 0, 10, 10), 10, 1)[0] == slice(0.0, 10.0)
+
+    def test_a_geodataframe_index_is_read(self, two_tiles):
+        """A TorchGeo-style dataset (its index a GeoDataFrame) can be sampled by pipekit's samplers."""
+        from types import SimpleNamespace
+
+        from pipekit.geo.frame import frame_from_index
+
+        frame = frame_from_index(two_tiles.index, "EPSG:32631", {"filepath": ["a.tif", "b.tif"]})
+        sampler = GridGeoSampler(SimpleNamespace(index=frame, res=(1.0, 1.0)), size=50)
+        assert boxes_of(sampler) == boxes_of(GridGeoSampler(two_tiles, size=50))
+
+    def test_checkpoint_of_a_shuffled_sampler_pipe_loads_weights_only(self, two_tiles, tmp_path):
+        """A shuffle buffer after the sampler holds queries: torch.load(weights_only=True) must accept them."""
+        def make():
+            pipe = RandomGeoSampler(two_tiles, size=10, length=60).as_pipe().shuffle(buffer_size=8)
+            return pipekit.DataLoader(pipe.batch(3), num_workers=0)
+
+        torch.manual_seed(0)
+        loader = make()
+        it = iter(loader)
+        head = [next(it) for _ in range(4)]
+        torch.save(loader.state_dict(), tmp_path / "ckpt.pt")
+        rest = list(it)
+        state = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+        resumed = make()
+        resumed.load_state_dict(state)
+        assert boxes_of(q for batch in resumed for q in batch) == boxes_of(q for batch in rest for q in batch)
+        assert len(head) * 3 + sum(map(len, rest)) == 60
+        # BoundingBox queries (pipekit's own) load too
+        torch.save({"buffer": [BoundingBox(0, 1, 0, 1, 0, DAY)]}, tmp_path / "boxes.pt")
+        assert torch.load(tmp_path / "boxes.pt", weights_only=True)["buffer"][0] == BoundingBox(0, 1, 0, 1, 0, DAY)

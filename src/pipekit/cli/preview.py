@@ -22,6 +22,7 @@ from pipekit.cli._common import (
     positive_int,
 )
 from pipekit.cli.products import GENERIC, PRODUCTS, Product, detect_product, product_names
+from pipekit.geo.bbox import from_slices
 
 __all__ = ["add_parser", "run", "render_preview"]
 
@@ -147,7 +148,7 @@ def _index_spec(index: str | None, layer: _Layer | None) -> tuple[str, dict[str,
 
 def _patch_size(ds: Any, size: int) -> int:
     """``size``, or the side of the largest square patch the largest footprint holds."""
-    b = ds.index.bounds
+    b = ds.geo_index.bounds
     xres, yres = ds.res
     fits = np.minimum(np.floor((b[:, 1] - b[:, 0]) / xres + 1e-6), np.floor((b[:, 3] - b[:, 2]) / yres + 1e-6))
     largest = int(fits.max()) if len(fits) else 0
@@ -285,7 +286,8 @@ def render_preview(
 
     title_bits = [ds.name.strip("()"), f"{side}x{side} px at {ds.res[0]:g} {_units(ds.crs)}",
                   f"{ds.crs.to_string() if ds.crs.to_epsg() is None else f'EPSG:{ds.crs.to_epsg()}'}"]
-    when = _date(sample["bounds"].mint)
+    bounds = from_slices(sample["bounds"])  # TorchGeo 0.8's (slice x, slice y, slice t)
+    when = _date(bounds.mint)
     if when:
         title_bits.append(when)
     _draw(panels, out, " | ".join(title_bits))
@@ -297,7 +299,7 @@ def render_preview(
         {"rgb": lambda p: p[2], "index": lambda p: p[1], "mask": lambda p: f"{mask_layer.name} mask"}[kind](payload)
         for kind, payload in panels
     )
-    b = sample["bounds"]
+    b = bounds
     digits = 6 if ds.crs.is_geographic else 0
     corners = ", ".join(f"{v:.{digits}f}" for v in (b.minx, b.miny, b.maxx, b.maxy))
     line = f"wrote {out}: {drawn}; {side}x{side} px of {ds.name} at ({corners}) in {title_bits[2]}" + (

@@ -1,9 +1,21 @@
-"""Geospatial raster products built on :class:`RasterDataset`.
+"""Datasets: TorchGeo 0.8's ``torchgeo.datasets`` names for geospatial rasters, and pipekit's recipes.
 
-``datasets.RasterDataset`` reads any collection of georeferenced rasters;
-the products (Landsat 7/8/9, CDL, Sentinel-2, NAIP) describe their file
-naming, bands and colours.  Compose them with ``&`` (intersection) and ``|``
-(union) across CRSs.
+Code written for TorchGeo ports by changing its imports
+(``from torchgeo.datasets import ...`` -> ``from pipekit.datasets import ...``):
+
+* the geo dataset classes: :class:`GeoDataset`, :class:`RasterDataset`
+  (any collection of georeferenced rasters), :class:`IntersectionDataset`
+  (``a & b``) and :class:`UnionDataset` (``a | b``), composed across CRSs;
+* the products: :class:`Landsat` (7, 8, 9: Collection 2 Level-2 band
+  files), :class:`CDL`, :class:`Sentinel2`, :class:`NAIP`, which describe
+  their file naming, bands and colours;
+* :class:`BoundingBox`, :data:`GeoSlice`, the collate functions
+  (:func:`stack_samples`, :func:`concat_samples`, :func:`merge_samples`,
+  :func:`unbind_samples`), :class:`DatasetNotFoundError` and :mod:`~pipekit.datasets.utils`.
+
+Samples, ``dataset.bounds``, ``dataset.index`` and sampler items are
+TorchGeo 0.8's (see the README's "Coming from TorchGeo" section for the
+import map and the differences).
 
 Recipes, ready pipelines for the common cases (each a pipe for
 :class:`pipekit.DataLoader`, ``train=True/False`` choosing shuffling and
@@ -15,6 +27,7 @@ augmentation, every stage replaceable by keyword):
   indices -> augmentation -> batches, for semantic segmentation of rasters.
 """
 
+from pipekit.datasets import utils
 from pipekit.datasets.cdl import CDL, CDL_CLASSES
 from pipekit.datasets.geosegmentation import GeoSegmentation
 from pipekit.datasets.imagefolder import ImageFolder
@@ -22,7 +35,10 @@ from pipekit.datasets.landsat import Landsat, Landsat7, Landsat8, Landsat9
 from pipekit.datasets.naip import NAIP
 from pipekit.datasets.sentinel2 import Sentinel2
 from pipekit.datasets.tar_shards import TarShards, WebDataset
+from pipekit.geo.bbox import BoundingBox, GeoSlice
+from pipekit.geo.collate import concat_samples, merge_samples, stack_samples, unbind_samples
 from pipekit.geo.dataset import GeoDataset, IntersectionDataset, RasterDataset, UnionDataset
+from pipekit.geo.discovery import DatasetNotFoundError
 
 __all__ = [
     "GeoDataset",
@@ -37,6 +53,14 @@ __all__ = [
     "CDL_CLASSES",
     "Sentinel2",
     "NAIP",
+    "BoundingBox",
+    "GeoSlice",
+    "DatasetNotFoundError",
+    "stack_samples",
+    "concat_samples",
+    "merge_samples",
+    "unbind_samples",
+    "utils",
     "ImageFolder",
     "TarShards",
     "WebDataset",

@@ -33,7 +33,8 @@ class Sentinel2(RasterDataset):
 
     ``all_bands`` lists the 13 MSI bands (B01..B12 and B8A, in wavelength
     order); ``default_bands`` leaves out B10 (cirrus), which Level-2A does
-    not ship.  ``res`` defaults to 10 m.
+    not ship.  Level-2A's other single-band files can be chosen too:
+    ``SCL`` (scene classification), ``AOT`` and ``WVP``.  ``res`` defaults to 10 m.
 
     Example:
         >>> from pipekit.datasets import Sentinel2
@@ -45,7 +46,7 @@ class Sentinel2(RasterDataset):
     filename_regex = r"""
         ^T(?P<tile>\d{2}[A-Z]{3})
         _(?P<date>\d{8}T\d{6})
-        _(?P<band>B[0-9][0-9A])
+        _(?P<band>B[0-9][0-9A]|SCL|AOT|WVP)
         (?:_(?P<resolution>\d{2}m))?
         \.(?:jp2|JP2|tif|TIF|tiff|TIFF)$
     """

@@ -1,15 +1,18 @@
 """The base class of geo datasets, :class:`GeoDataset`, and the helpers every geo dataset shares.
 
-A geo dataset is a map-style torch ``Dataset`` indexed by a
-:class:`~pipekit.geo.BoundingBox` (or TorchGeo 0.8's slices
-``dataset[x0:x1, y0:y1, t0:t1]``) in its CRS.  ``dataset[bbox]`` returns a
-sample dict::
+A geo dataset is a map-style torch ``Dataset`` indexed, as in TorchGeo 0.8,
+by slices ``dataset[x0:x1, y0:y1, t0:t1]`` in its CRS (or by a
+:class:`~pipekit.geo.BoundingBox`).  ``dataset[query]`` returns a sample dict::
 
     {"image": float32 [C, H, W]  (or "mask": int64 [H, W] for a one-band mask),
-     "crs": CRS, "bounds": the query BoundingBox, "transform": Affine of the patch}
+     "crs": CRS, "bounds": (slice x, slice y, slice t) of the query, "transform": Affine of the patch}
 
-read onto the grid with origin ``(bbox.minx, bbox.maxy)`` and pixel size
-``dataset.res`` (see :mod:`pipekit.geo.read`).  Besides :class:`GeoDataset`
+read onto the grid with origin ``(minx, maxy)`` and pixel size ``dataset.res``
+(or the query's x and y steps; see :mod:`pipekit.geo.read`).
+``dataset.bounds`` is TorchGeo 0.8's ``(slice x, slice y, slice t)`` too, and
+``dataset.index`` TorchGeo 0.8's ``GeoDataFrame`` (:mod:`pipekit.geo.frame`), a
+view of ``dataset.geo_index``, the :class:`~pipekit.geo.index.GeoIndex` that
+answers the queries.  Besides :class:`GeoDataset`
 this module holds the CRS and resolution arguments' checks (``_to_crs``,
 ``_to_res``, ``_default_res``) and the dtype helpers that turn the arrays
 read into sample tensors.
@@ -28,11 +31,13 @@ from rasterio.crs import CRS
 from rasterio.warp import calculate_default_transform
 from torch.utils.data import Dataset
 
-from pipekit.geo.bbox import BoundingBox, from_slices
+from pipekit.geo.bbox import BoundingBox, Bounds, is_complete, parse_query
 from pipekit.geo.index import GeoIndex
 from pipekit.geo.read import Grid
 
 if TYPE_CHECKING:
+    from geopandas import GeoDataFrame
+
     from pipekit.geo.composition import IntersectionDataset, UnionDataset
 
 __all__ = ["GeoDataset", "Sample", "Arrays"]
@@ -88,7 +93,10 @@ def _numpy_dtype(dtype: torch.dtype) -> np.dtype | None:
     return result
 
 
-def _to_tensor(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+def _to_tensor(array: np.ndarray, dtype: torch.dtype | None) -> torch.Tensor:
+    """``array`` as a tensor of ``dtype`` (``None``: its own dtype, for ``dtype="native"``)."""
+    if dtype is None:
+        return torch.from_numpy(np.ascontiguousarray(array))
     target = _numpy_dtype(dtype)
     if target is not None:
         if array.dtype != target:
@@ -114,21 +122,27 @@ def _fill_dtype(native: np.dtype, fill: float) -> np.dtype:
 
 
 class GeoDataset(Dataset):
-    """Base class of geo datasets: a map-style torch ``Dataset`` indexed by bounding boxes.
+    """Base class of geo datasets: a map-style torch ``Dataset`` indexed by slices (or bounding boxes).
 
-    Subclasses set ``_crs``, ``_res``, ``index`` and implement ``_read``.
+    Subclasses set ``_crs``, ``_res``, ``geo_index`` and implement ``_read``.
 
     Attributes:
         crs: the dataset's CRS (queries and samples are in it).
         res: ``(xres, yres)`` pixel size of samples, in CRS units.
-        index: a :class:`~pipekit.geo.index.GeoIndex` of footprints (and times).
-        bounds: the :class:`BoundingBox` of everything.
+        index: TorchGeo 0.8's ``GeoDataFrame`` of footprints (``geometry``,
+            ``filepath``, an ``IntervalIndex`` of times named ``"datetime"``,
+            ``.crs``), built on first use from :attr:`geo_index`; assign a
+            filtered copy to restrict the dataset (and its samplers) to its rows.
+        geo_index: the :class:`~pipekit.geo.index.GeoIndex` of footprints and
+            times that answers queries (what samplers read).
+        bounds: TorchGeo 0.8's ``(slice(minx, maxx, xres), slice(miny, maxy,
+            yres), slice(mint, maxt, 1))`` of everything (a :class:`~pipekit.geo.bbox.Bounds`).
         transforms: a callable applied to each sample dict.
     """
 
     _crs: CRS
     _res: tuple[float, float]
-    index: GeoIndex
+    geo_index: GeoIndex
     transforms: Callable[[Sample], Sample] | None = None
 
     # -- attributes -------------------------------------------------------------------------
@@ -136,58 +150,121 @@ class GeoDataset(Dataset):
     def crs(self) -> CRS:
         return self._crs
 
+    @crs.setter
+    def crs(self, value: Any) -> None:
+        self._retarget_in_place(_to_crs(value), None)
+
     @property
     def res(self) -> tuple[float, float]:
         return self._res
 
+    @res.setter
+    def res(self, value: Any) -> None:
+        self._retarget_in_place(None, _to_res(value))
+
+    def _retarget_in_place(self, crs: CRS | None, res: tuple[float, float] | None) -> None:
+        """TorchGeo's ``crs``/``res`` setters: this dataset (and its operands) in another CRS or resolution."""
+        crs = self._crs if crs is None else crs
+        res = self._res if res is None else res
+        if crs == self._crs and res == self._res:
+            return
+        clone = self._retargeted(crs, res)
+        self.__dict__.update(clone.__dict__)
+
+    def _extent(self) -> BoundingBox:
+        """The :class:`BoundingBox` of everything (cached for the current ``geo_index``)."""
+        cached = self.__dict__.get("_extent_cache")
+        if cached is None or cached[0] is not self.geo_index:
+            cached = self.__dict__["_extent_cache"] = (self.geo_index, self.geo_index.total_bounds)
+        return cached[1]
+
     @property
-    def bounds(self) -> BoundingBox:
-        return self.index.total_bounds
+    def bounds(self) -> Bounds:
+        return Bounds.from_bbox(self._extent(), self._res)
+
+    @property
+    def index(self) -> GeoDataFrame:
+        cached = self.__dict__.get("_frame_cache")
+        if cached is None or cached[0] is not self.geo_index:
+            cached = self.__dict__["_frame_cache"] = (self.geo_index, self._frame())
+        return cached[1]
+
+    @index.setter
+    def index(self, value: Any) -> None:
+        if isinstance(value, GeoIndex):
+            self.geo_index = value
+            return
+        frame = value
+        self._set_frame(frame)
+        self.__dict__["_frame_cache"] = (self.geo_index, frame)
+
+    def _frame(self) -> GeoDataFrame:
+        """This dataset's ``GeoDataFrame`` (subclasses add their columns)."""
+        from pipekit.geo.frame import frame_from_index
+
+        return frame_from_index(self.geo_index, self._crs)
+
+    def _set_frame(self, frame: Any) -> None:
+        """Restrict this dataset to the rows of ``frame`` (a filtered ``dataset.index``)."""
+        from pipekit.geo.frame import index_from_frame
+
+        self.geo_index = index_from_frame(frame, self._crs)
 
     @property
     def name(self) -> str:
         return type(self).__name__
 
     def __len__(self) -> int:
-        return len(self.index)
+        return len(self.geo_index)
 
     # -- queries ----------------------------------------------------------------------------
-    def grid(self, bbox: BoundingBox) -> Grid:
-        """The pixel grid ``bbox`` is read onto."""
+    def grid(self, bbox: BoundingBox, res: tuple[float, float] | None = None) -> Grid:
+        """The pixel grid ``bbox`` is read onto (at ``res``, default the dataset's)."""
         key = self.__dict__.get("_crs_key")
         if key is None:
             key = self.__dict__["_crs_key"] = self._crs.to_wkt()
-        return Grid.from_bbox(bbox, self._res, self._crs, key)
+        return Grid.from_bbox(bbox, self._res if res is None else res, self._crs, key)
 
-    def _query(self, key: Any) -> BoundingBox:
-        if isinstance(key, BoundingBox):
-            return key
-        if isinstance(key, (slice, tuple)):
-            return from_slices(key, self.bounds)
-        raise TypeError(
-            f"{self.name} is indexed by a BoundingBox or by slices dataset[x0:x1, y0:y1, t0:t1], "
-            f"got {type(key).__name__}"
-        )
+    def _query(self, key: Any) -> tuple[BoundingBox, tuple[float, float] | None, tuple[slice, slice, slice]]:
+        """``(box, resolution or None, the slices samples report)`` of a query."""
+        try:
+            bbox, (xstep, ystep), bounds = parse_query(key, None if is_complete(key) else self._extent())
+        except TypeError as exc:
+            raise TypeError(f"{self.name}: {exc}") from None
+        res = None
+        if xstep is not None or ystep is not None:
+            res = (xstep if xstep is not None else self._res[0], ystep if ystep is not None else self._res[1])
+            if res == self._res:
+                res = None
+        return bbox, res, bounds
 
     def _missing(self, bbox: BoundingBox) -> IndexError:
-        return IndexError(f"query {bbox} is not within the index of {self.name} (bounds {self.bounds!r})")
+        try:
+            extent = repr(self._extent())
+        except ValueError:
+            extent = "(empty)"
+        return IndexError(f"query {bbox} is not within the index of {self.name} (bounds {extent})")
 
     def __getitem__(self, key: Any) -> Sample:
-        """The sample of a :class:`BoundingBox` (or slices); ``IndexError`` when nothing covers it."""
-        bbox = self._query(key)
-        grid = self.grid(bbox)
-        sample = self._getitem(bbox, grid)
+        """The sample of a query (TorchGeo 0.8's slices, or a BoundingBox); ``IndexError`` when nothing covers it.
+
+        ``sample["bounds"]`` is the query as ``(slice x, slice y, slice t)``,
+        with the ends it left open filled in from :attr:`bounds`.
+        """
+        bbox, res, bounds = self._query(key)
+        grid = self.grid(bbox, res)
+        sample = self._getitem(bbox, grid, bounds)
         if self.transforms is not None:
             sample = self.transforms(sample)
         return sample
 
-    def _getitem(self, bbox: BoundingBox, grid: Grid) -> Sample:
+    def _getitem(self, bbox: BoundingBox, grid: Grid, bounds: Any) -> Sample:
         arrays = self._read(bbox, grid, track_valid=False)
         if arrays is None:
             raise self._missing(bbox)
-        return self._finish(bbox, grid, arrays)
+        return self._finish(bbox, grid, arrays, bounds)
 
-    def _finish(self, bbox: BoundingBox, grid: Grid, arrays: Arrays) -> Sample:
+    def _finish(self, bbox: BoundingBox, grid: Grid, arrays: Arrays, bounds: Any) -> Sample:
         sample: Sample = {}
         dtypes = self._dtypes()
         for key, (array, _) in arrays.items():
@@ -196,7 +273,7 @@ class GeoDataset(Dataset):
                 tensor = tensor[0]
             sample[key] = tensor
         sample["crs"] = self._crs
-        sample["bounds"] = bbox
+        sample["bounds"] = bounds
         sample["transform"] = grid.transform
         return sample
 
@@ -212,7 +289,8 @@ class GeoDataset(Dataset):
         """Sample keys and their channel counts, e.g. ``{"image": 3}``."""
         raise NotImplementedError
 
-    def _dtypes(self) -> dict[str, torch.dtype]:
+    def _dtypes(self) -> dict[str, torch.dtype | None]:
+        """The torch dtype of each sample key (``None``: the dtype read, see ``dtype="native"``)."""
         raise NotImplementedError
 
     def _retargeted(self, crs: CRS, res: tuple[float, float]) -> GeoDataset:
@@ -247,7 +325,7 @@ class GeoDataset(Dataset):
         target_crs = self._crs if crs is None else _to_crs(crs)
         target_res = self._res if res is None else _to_res(res)
         if crs is not None and res is None and target_crs != self._crs:
-            target_res = _default_res(self._crs, target_crs, self._res, self.bounds)
+            target_res = _default_res(self._crs, target_crs, self._res, self._extent())
         return self._retargeted(target_crs, target_res)
 
     # -- display --------------------------------------------------------------------------------
@@ -262,9 +340,15 @@ class GeoDataset(Dataset):
 
         return plot_sample(sample, show_titles=show_titles, suptitle=suptitle, **self._plot_spec())
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for key in ("_crs_key", "_frame_cache", "_extent_cache"):
+            state.pop(key, None)  # rebuilt on demand (the GeoDataFrame is not sent to workers)
+        return state
+
     def __repr__(self) -> str:
         try:
-            bounds = repr(self.bounds)
+            bounds = repr(self._extent())
         except ValueError:
             bounds = "(empty)"
         return (

@@ -3,15 +3,18 @@
 Both operands are brought into one CRS and resolution (:func:`_align`: the
 left one's unless given; the other is reprojected on read).  An
 intersection reads both on the same grid and concatenates their channels;
-a union mosaics them first-valid.
+a union mosaics them first-valid.  As in TorchGeo 0.8, ``collate_fn=``
+replaces how the operands' samples are combined, and ``dataset.index`` is a
+``GeoDataFrame`` (an intersection's with ``filepath_1``/``filepath_2``
+columns, a union's the rows of both).
 """
 
 from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -19,8 +22,14 @@ from rasterio.crs import CRS
 
 from pipekit.geo.base import Arrays, GeoDataset, Sample, _crs_name, _default_res, _to_crs, _to_res
 from pipekit.geo.bbox import BoundingBox
+from pipekit.geo.collate import concat_samples
 from pipekit.geo.index import GeoIndex
 from pipekit.geo.read import Grid
+
+if TYPE_CHECKING:
+    from geopandas import GeoDataFrame
+
+Collate = Callable[[Sequence[Sample]], Sample]
 
 __all__ = ["IntersectionDataset", "UnionDataset"]
 
@@ -40,7 +49,7 @@ def _align(
     elif target_crs == dataset1.crs:
         target_res = dataset1.res
     else:
-        target_res = _default_res(dataset1.crs, target_crs, dataset1.res, dataset1.bounds)
+        target_res = _default_res(dataset1.crs, target_crs, dataset1.res, dataset1._extent())
     moved = []
     out = []
     for d in (dataset1, dataset2):
@@ -65,16 +74,24 @@ class IntersectionDataset(GeoDataset):
     both datasets on the same grid; ``"image"`` channels are concatenated
     (``a``'s first), as are masks.  The left operand's CRS and resolution
     are used unless ``crs``/``res`` are given; the other is reprojected on
-    the fly.
+    the fly (the operands themselves are left as they are, unlike TorchGeo,
+    which changes the right one's CRS and resolution in place).
+
+    Time-correct: the index pairs footprints that meet in space *and* time,
+    each with the time both share, and a query reads each operand only within
+    the query's time -- so a 2022 Landsat 7 scene never lands in a 2023 CDL
+    patch (TorchGeo 0.8 mixes it in where the footprints overlap).
 
     Args:
         dataset1: the left operand.
         dataset2: the right operand.
         spatial_only: match footprints regardless of time (each dataset is
             then queried over all its times).
+        collate_fn: how the two operands' samples are combined (TorchGeo's
+            argument; default: channels concatenated, as ``concat_samples``).
+        transforms: applied to the merged sample.
         crs: the CRS of both (default: ``dataset1``'s).
         res: the resolution of both (default: ``dataset1``'s).
-        transforms: applied to the merged sample.
 
     Raises:
         ValueError: the datasets do not intersect (names both).
@@ -85,18 +102,23 @@ class IntersectionDataset(GeoDataset):
         dataset1: GeoDataset,
         dataset2: GeoDataset,
         spatial_only: bool = False,
+        collate_fn: Collate | None = None,
+        transforms: Callable[[Sample], Sample] | None = None,
+        *,
         crs: Any = None,
         res: Any = None,
-        transforms: Callable[[Sample], Sample] | None = None,
     ) -> None:
         if transforms is not None and not callable(transforms):
             raise TypeError(f"transforms must be callable, got {type(transforms).__name__}")
+        if collate_fn is not None and not callable(collate_fn):
+            raise TypeError(f"collate_fn must be callable, got {type(collate_fn).__name__}")
         self.spatial_only = bool(spatial_only)
         self.transforms = transforms
+        self.collate_fn = None if collate_fn is concat_samples else collate_fn
         d1, d2, self._crs, self._res = _align("IntersectionDataset", dataset1, dataset2, crs, res)
         self.datasets = [d1, d2]
         self._names = (dataset1.name, dataset2.name)
-        self.index = self._build_index()
+        self.geo_index = self._build_index()
 
     @property
     def name(self) -> str:
@@ -104,8 +126,8 @@ class IntersectionDataset(GeoDataset):
 
     def _build_index(self) -> GeoIndex:
         d1, d2 = self.datasets
-        i, j = d1.index.intersect_pairs(d2.index, spatial_only=self.spatial_only)
-        a, b = d1.index.bounds[i], d2.index.bounds[j]
+        i, j = d1.geo_index.intersect_pairs(d2.geo_index, spatial_only=self.spatial_only)
+        a, b = d1.geo_index.bounds[i], d2.geo_index.bounds[j]
         boxes = np.empty((len(i), 6), dtype=np.float64)
         boxes[:, 0::2] = np.maximum(a[:, 0::2], b[:, 0::2])
         boxes[:, 1::2] = np.minimum(a[:, 1::2], b[:, 1::2])
@@ -113,25 +135,49 @@ class IntersectionDataset(GeoDataset):
             boxes[:, 4] = np.minimum(a[:, 4], b[:, 4])
             boxes[:, 5] = np.maximum(a[:, 5], b[:, 5])
         area = (boxes[:, 1] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 2])
-        boxes = boxes[area > 0]
+        keep = area > 0
+        boxes = boxes[keep]
         if len(boxes) == 0:
             where = "in space" if self.spatial_only else "in space and time"
             raise ValueError(
                 f"{self._names[0]} & {self._names[1]}: the datasets do not intersect {where} "
-                f"({self._names[0]} covers {d1.bounds!r}, {self._names[1]} covers {d2.bounds!r}, "
+                f"({self._names[0]} covers {d1._extent()!r}, {self._names[1]} covers {d2._extent()!r}, "
                 f"in {_crs_name(self._crs)})"
             )
+        self._pairs: tuple[np.ndarray, np.ndarray] | None = (i[keep], j[keep])
         return GeoIndex(boxes)
+
+    def _frame(self) -> GeoDataFrame:
+        """TorchGeo's ``gpd.overlay`` of both indexes: each operand's columns (``_1``/``_2`` where both have one)."""
+        from pipekit.geo.frame import frame_from_index
+
+        pairs = getattr(self, "_pairs", None)
+        if pairs is None:
+            return frame_from_index(self.geo_index, self._crs)
+        frames = [d.index for d in self.datasets]
+        names = [[c for c in f.columns if c != f.geometry.name] for f in frames]
+        columns: dict[str, Any] = {}
+        for k, (frame, rows) in enumerate(zip(frames, pairs)):
+            for name in names[k]:
+                key = f"{name}_{k + 1}" if name in names[1 - k] else name
+                columns[key] = frame[name].to_numpy()[rows]
+        return frame_from_index(self.geo_index, self._crs, columns)
+
+    def _set_frame(self, frame: Any) -> None:
+        super()._set_frame(frame)
+        self._pairs = None
 
     def _child_query(self, bbox: BoundingBox) -> BoundingBox:
         return bbox.with_time() if self.spatial_only else bbox
 
-    def _getitem(self, bbox: BoundingBox, grid: Grid) -> Sample:
-        if len(self.index.query(bbox)) == 0:
+    def _getitem(self, bbox: BoundingBox, grid: Grid, bounds: Any) -> Sample:
+        if len(self.geo_index.query(bbox)) == 0:
             raise self._missing(bbox)
         query = self._child_query(bbox)
-        samples = [d._getitem(query, grid) for d in self.datasets]
+        samples = [d._getitem(query, grid, bounds) for d in self.datasets]
         samples = [d.transforms(s) if d.transforms is not None else s for d, s in zip(self.datasets, samples)]
+        if self.collate_fn is not None:
+            return self.collate_fn(samples)
         merged: Sample = {}
         for sample in samples:
             for key, value in sample.items():
@@ -142,12 +188,14 @@ class IntersectionDataset(GeoDataset):
                 else:
                     merged[key] = value
         merged["crs"] = self._crs
-        merged["bounds"] = bbox
+        merged["bounds"] = bounds
         merged["transform"] = grid.transform
         return merged
 
     def _read(self, bbox: BoundingBox, grid: Grid, track_valid: bool) -> Arrays | None:
-        if len(self.index.query(bbox)) == 0:
+        if self.collate_fn is not None:
+            raise ValueError(f"{self.name} has a collate_fn, so it cannot be mosaicked inside a union")
+        if len(self.geo_index.query(bbox)) == 0:
             return None
         query = self._child_query(bbox)
         parts = [d._read(query, grid, track_valid) for d in self.datasets]
@@ -193,7 +241,7 @@ class IntersectionDataset(GeoDataset):
         clone.__dict__.pop("_crs_key", None)
         clone.datasets = [d._retargeted(crs, res) for d in self.datasets]
         clone._crs, clone._res = crs, res
-        clone.index = clone._build_index()
+        clone.geo_index = clone._build_index()
         return clone
 
     def _plot_spec(self) -> dict[str, Any]:
@@ -232,37 +280,47 @@ class UnionDataset(GeoDataset):
     Args:
         dataset1: the left operand (wins where both have valid pixels).
         dataset2: the right operand.
+        collate_fn: TorchGeo's argument: combine the samples of the operands
+            that cover a query with it (e.g. ``merge_samples``, TorchGeo's
+            default, the pixelwise maximum) instead of pipekit's first-valid
+            mosaic.
+        transforms: applied to the mosaicked sample.
         crs: the CRS of both (default: ``dataset1``'s).
         res: the resolution of both (default: ``dataset1``'s).
-        transforms: applied to the mosaicked sample.
 
     Raises:
-        ValueError: the operands' sample keys or band counts differ, or an
-            operand has its own ``transforms`` (pixels are mosaicked before
-            any transform runs: give ``transforms=`` to the union instead).
+        ValueError: without ``collate_fn``, the operands' sample keys or band
+            counts differ, or an operand has its own ``transforms`` (pixels
+            are mosaicked before any transform runs: give ``transforms=`` to
+            the union instead).
     """
 
     def __init__(
         self,
         dataset1: GeoDataset,
         dataset2: GeoDataset,
+        collate_fn: Collate | None = None,
+        transforms: Callable[[Sample], Sample] | None = None,
+        *,
         crs: Any = None,
         res: Any = None,
-        transforms: Callable[[Sample], Sample] | None = None,
     ) -> None:
         if transforms is not None and not callable(transforms):
             raise TypeError(f"transforms must be callable, got {type(transforms).__name__}")
+        if collate_fn is not None and not callable(collate_fn):
+            raise TypeError(f"collate_fn must be callable, got {type(collate_fn).__name__}")
+        self.collate_fn = collate_fn
         for d in (dataset1, dataset2):
             if not isinstance(d, GeoDataset):
                 raise TypeError(f"UnionDataset combines GeoDatasets, got {type(d).__name__}")
         l1, l2 = dataset1._layers(), dataset2._layers()
-        if l1 != l2:
+        if l1 != l2 and collate_fn is None:
             raise ValueError(
                 f"{dataset1.name} | {dataset2.name}: cannot mosaic samples of different layouts "
                 f"({l1} vs {l2}); choose bands= so that both read the same number of bands"
             )
         for d in (dataset1, dataset2):
-            if d._has_transforms():
+            if d._has_transforms() and collate_fn is None:
                 raise ValueError(
                     f"{dataset1.name} | {dataset2.name}: {d.name} has its own transforms, but a union mosaics "
                     "raw pixels before any transform runs; pass transforms= to the union instead"
@@ -271,13 +329,38 @@ class UnionDataset(GeoDataset):
         d1, d2, self._crs, self._res = _align("UnionDataset", dataset1, dataset2, crs, res)
         self.datasets = [d1, d2]
         self._names = (dataset1.name, dataset2.name)
-        self.index = d1.index.concat(d2.index)
+        self.geo_index = d1.geo_index.concat(d2.geo_index)
 
     @property
     def name(self) -> str:
         return f"({self._names[0]} | {self._names[1]})" if hasattr(self, "_names") else "UnionDataset"
 
+    def _frame(self) -> GeoDataFrame:
+        """TorchGeo's ``pd.concat`` of both indexes (when nobody filtered the union's own rows)."""
+        import pandas as pd
+
+        d1, d2 = self.datasets
+        if len(self.geo_index) != len(d1.geo_index) + len(d2.geo_index):
+            return super()._frame()
+        return pd.concat([d1.index, d2.index])
+
+    def _getitem(self, bbox: BoundingBox, grid: Grid, bounds: Any) -> Sample:
+        if self.collate_fn is None:
+            return super()._getitem(bbox, grid, bounds)
+        samples = []
+        for d in self.datasets:
+            try:
+                sample = d._getitem(bbox, grid, bounds)
+            except IndexError:
+                continue
+            samples.append(d.transforms(sample) if d.transforms is not None else sample)
+        if not samples:
+            raise self._missing(bbox)
+        return self.collate_fn(samples)
+
     def _read(self, bbox: BoundingBox, grid: Grid, track_valid: bool) -> Arrays | None:
+        if self.collate_fn is not None:
+            raise ValueError(f"{self.name} has a collate_fn, so it cannot be mosaicked inside another union")
         parts = [d._read(bbox, grid, True) for d in self.datasets]
         parts = [p for p in parts if p is not None]
         if not parts:
@@ -308,7 +391,7 @@ class UnionDataset(GeoDataset):
         clone.__dict__.pop("_crs_key", None)
         clone.datasets = [d._retargeted(crs, res) for d in self.datasets]
         clone._crs, clone._res = crs, res
-        clone.index = clone.datasets[0].index.concat(clone.datasets[1].index)
+        clone.geo_index = clone.datasets[0].geo_index.concat(clone.datasets[1].geo_index)
         return clone
 
     def _plot_spec(self) -> dict[str, Any]:

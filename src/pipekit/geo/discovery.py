@@ -38,6 +38,7 @@ from pipekit.geo import io as geo_io
 from pipekit.geo.read import apply_affine, transform_bounds_fast
 
 __all__ = [
+    "DatasetNotFoundError",
     "GeoReferenceError",
     "RasterHeader",
     "any_band_glob",
@@ -58,6 +59,10 @@ Scene = dict[tuple[Any, ...], tuple[str, "re.Match[str]"]]
 
 class GeoReferenceError(StageError, ValueError):
     """A raster cannot be placed on the map: it has no CRS or no geotransform."""
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """No file of a dataset was found (TorchGeo's name; a ``FileNotFoundError``, which pipekit raised before)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,7 +166,7 @@ class _Lister:
                 return [p for p in globlib.glob(path, recursive=True) if os.path.isfile(p)], False
             if os.path.isfile(path):
                 return [path], True
-            raise FileNotFoundError(f"no such file or directory: {root!r}")
+            raise DatasetNotFoundError(f"no such file or directory: {root!r}")
         fs, path = self._fs(root)
         if _has_magic(path):
             return [fs.unstrip_protocol(p) for p in fs.glob(path) if fs.isfile(p)], False
@@ -176,7 +181,7 @@ class _Lister:
             return found, False
         if fs.isfile(path):
             return [fs.unstrip_protocol(path)], True
-        raise FileNotFoundError(f"no such file or directory: {root!r}")
+        raise DatasetNotFoundError(f"no such file or directory: {root!r}")
 
     def siblings(self, path: str) -> set[str]:
         """Names of the files in ``path``'s directory (listed once per directory)."""
@@ -236,6 +241,8 @@ def find_files(
     *,
     with_siblings: bool = False,
     name: str = "find_files",
+    all_siblings: bool = False,
+    origins: dict[str, str] | None = None,
 ) -> list[tuple[str, re.Match[str]]]:
     """The files ``root`` stands for whose names match ``regex``, sorted by path, with their matches.
 
@@ -244,12 +251,17 @@ def find_files(
     fsspec URL or a list of them.  Hidden files and GDAL's side files
     (``.*``, ``*.aux.xml``, ``*.ovr``, ``*.msk``) found by a scan are
     skipped; a file named explicitly is kept, and with ``with_siblings``
-    (products with one file per band) the files beside it are candidates too.
-    ``regex`` is matched against file names (not paths).  ``name`` is the
-    dataset named in log messages and errors.
+    (products with one file per band) the files beside it are candidates too
+    -- beside every file found with ``all_siblings`` (TorchGeo's
+    ``filename_glob`` that names one band: the other bands lie beside its
+    files).  ``regex`` is matched against file names (not paths).  ``name``
+    is the dataset named in log messages and errors.  ``origins``, when
+    given, receives each matched path's origin: ``"scan"`` (found by the
+    glob), ``"file"`` (named) or ``"sibling"``.
 
     Raises:
-        FileNotFoundError: a root does not exist, or no file matches (names ``root`` and ``pattern``).
+        FileNotFoundError: a root does not exist; :class:`DatasetNotFoundError` (a
+            ``FileNotFoundError``) when no file matches (names ``root`` and ``pattern``).
 
     Example:
         >>> import os, re, tempfile
@@ -274,12 +286,13 @@ def find_files(
                 candidates[path] = "file" if explicit else "scan"
     if sidecars:
         logger.info("%s: skipped %d hidden or GDAL side file(s) (.*, *.aux.xml, *.ovr, *.msk)", name, sidecars)
-    if with_siblings:
-        # the other bands of a file named explicitly lie beside it
-        for path in [p for p, origin in candidates.items() if origin == "file"]:
+    if with_siblings or all_siblings:
+        # the other bands of a file named explicitly (or of every file found) lie beside it
+        for path in [p for p, origin in candidates.items() if all_siblings or origin == "file"]:
             directory = _split_name(path)[0]
             for sibling in sorted(lister.siblings(path)):
-                candidates.setdefault(directory + sibling, "sibling")
+                if not _is_sidecar(sibling):
+                    candidates.setdefault(directory + sibling, "sibling")
     matched: list[tuple[str, re.Match[str]]] = []
     ignored: list[str] = []
     for path in sorted(candidates):
@@ -291,11 +304,13 @@ def find_files(
                 ignored.append(path)
             continue
         matched.append((path, match))
+        if origins is not None:
+            origins[path] = candidates[path]
     if ignored:
         logger.info("%s: %d file(s) found by filename_glob %r do not match filename_regex, e.g. %s",
                     name, len(ignored), pattern, ignored[:3])
     if not matched:
-        raise FileNotFoundError(
+        raise DatasetNotFoundError(
             f"{name}: no files matching filename_glob {pattern!r} and filename_regex found in {root!r}"
         )
     return matched

@@ -18,16 +18,18 @@ class GeoReader(IterDataPipe):
 
     The source is usually a geo sampler's pipe
     (:meth:`~pipekit.geo.samplers.GeoSampler.as_pipe`), possibly after
-    ``sharding_filter``; an item that is a list of boxes (from a batch
-    sampler) becomes the list of their samples.  Stateless: the position
+    ``sharding_filter``: TorchGeo 0.8's ``(slice x, slice y, slice t)``
+    queries, or :class:`~pipekit.geo.BoundingBox` objects; an item that is a
+    list of queries (from a batch sampler) becomes the list of their samples.  Stateless: the position
     lives in the source.  A failing query raises
     :class:`~pipekit.errors.ReadError` naming the box (and chaining the
     dataset's own exception), or, with ``on_error="skip"``, is recorded in
     :attr:`skip_log` and skipped.
 
     Args:
-        source_datapipe: a pipe of :class:`~pipekit.geo.BoundingBox` (or
-            lists of them, or anything the dataset accepts as a key).
+        source_datapipe: a pipe of queries (slices or
+            :class:`~pipekit.geo.BoundingBox`, or lists of them, or anything
+            the dataset accepts as a key).
         dataset: the geo dataset to read from (anything indexable by the
             source's items).
         on_error: ``"raise"`` (default) or ``"skip"``.
@@ -39,8 +41,9 @@ class GeoReader(IterDataPipe):
         >>> from pipekit.geo.samplers import GridGeoSampler
         >>> class Areas:  # a stand-in dataset: the sample is the query's area
         ...     index, res = GeoIndex([[0, 20, 0, 10]]), (1.0, 1.0)
-        ...     def __getitem__(self, bbox):
-        ...         return {"area": bbox.area}
+        ...     def __getitem__(self, query):
+        ...         x, y, t = query
+        ...         return {"area": (x.stop - x.start) * (y.stop - y.start)}
         >>> ds = Areas()
         >>> list(GridGeoSampler(ds, size=10).as_pipe().read_geo(ds))
         [{'area': 100.0}, {'area': 100.0}]
@@ -69,7 +72,7 @@ class GeoReader(IterDataPipe):
     def __iter__(self) -> Iterator[Any]:
         for item in self.source_datapipe:
             try:
-                if isinstance(item, list):
+                if isinstance(item, list) and not all(isinstance(k, slice) for k in item):  # a batch sampler's list
                     out: Any = [self._read(key) for key in item]
                 else:
                     out = self._read(item)

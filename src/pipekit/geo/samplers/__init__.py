@@ -1,7 +1,7 @@
 """Samplers that pick the query boxes of a geo dataset (TorchGeo's sampler semantics).
 
-A geo dataset is indexed by :class:`~pipekit.geo.BoundingBox`, not by
-integers, so a sampler decides *where* the patches come from:
+A geo dataset is indexed by boxes in space and time (TorchGeo 0.8's slices),
+not by integers, so a sampler decides *where* the patches come from:
 
 * :class:`RandomGeoSampler`: random patches, footprints chosen in proportion
   to their area (training);
@@ -16,9 +16,13 @@ Each is a ``torch.utils.data.Sampler`` (pass it as ``sampler=`` or
 ``batch_sampler=`` of a DataLoader, with the dataset itself) and offers
 :meth:`GeoSampler.as_pipe`, a resumable pipe of its boxes for pipe-native
 pipelines (``sampler.as_pipe().sharding_filter().read_geo(dataset)``).
+As in TorchGeo 0.8, a box is yielded as ``(slice(xmin, xmax), slice(ymin,
+ymax), slice(tmin, tmax))`` with ``pandas.Timestamp`` times; the same
+samplers are importable from :mod:`pipekit.samplers`, TorchGeo's module name.
 
-Only ``dataset.index`` (a :class:`~pipekit.geo.index.GeoIndex` of the
-footprints) and ``dataset.res`` (``(xres, yres)`` or one number) are read;
+Only ``dataset.geo_index`` (the :class:`~pipekit.geo.index.GeoIndex` of the
+footprints; a ``GeoIndex`` or TorchGeo ``GeoDataFrame`` ``.index`` is read
+otherwise) and ``dataset.res`` (``(xres, yres)`` or one number) are read;
 the dataset itself is not kept, so samplers pickle cheaply.
 
 Patches and the pixel grid
@@ -53,7 +57,7 @@ from __future__ import annotations
 from pipekit.geo.samplers.base import _CHUNK as _CHUNK
 from pipekit.geo.samplers.base import _SEED_MASK as _SEED_MASK
 from pipekit.geo.samplers.base import _TOL as _TOL
-from pipekit.geo.samplers.base import BatchGeoSampler, GeoSampler, Units, tile_to_chips
+from pipekit.geo.samplers.base import BatchGeoSampler, GeoSampler, Units, get_random_bounding_box, tile_to_chips
 from pipekit.geo.samplers.base import _boxes as _boxes
 from pipekit.geo.samplers.base import _generator as _generator
 from pipekit.geo.samplers.base import _pair as _pair
@@ -63,6 +67,7 @@ from pipekit.geo.samplers.base import _rows_cols as _rows_cols
 from pipekit.geo.samplers.base import _SamplerIterator as _SamplerIterator
 from pipekit.geo.samplers.base import _toi as _toi
 from pipekit.geo.samplers.base import _units as _units
+from pipekit.geo.samplers.base import dataset_index as dataset_index
 from pipekit.geo.samplers.grid import GridGeoSampler
 from pipekit.geo.samplers.pipe import GeoSamplerPipe
 from pipekit.geo.samplers.prechipped import PreChippedGeoSampler
@@ -78,4 +83,5 @@ __all__ = [
     "PreChippedGeoSampler",
     "GeoSamplerPipe",
     "tile_to_chips",
+    "get_random_bounding_box",
 ]

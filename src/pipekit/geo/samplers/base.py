@@ -20,14 +20,14 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from pipekit.geo.bbox import BoundingBox, to_timestamp
+from pipekit.geo.bbox import BoundingBox, parse_query, slices_from_rows, to_timestamp
 from pipekit.geo.index import GeoIndex
 from pipekit.pipes.state import draw_seed
 
 if TYPE_CHECKING:
     from pipekit.geo.samplers.pipe import GeoSamplerPipe
 
-__all__ = ["Units", "GeoSampler", "BatchGeoSampler", "tile_to_chips"]
+__all__ = ["Units", "GeoSampler", "BatchGeoSampler", "tile_to_chips", "get_random_bounding_box"]
 
 # Tolerance, in pixels (or strides), for float noise in sizes and positions.
 _TOL = 1e-6
@@ -48,6 +48,8 @@ class Units(str, Enum):
 def _units(units: Any) -> Units:
     if isinstance(units, Units):
         return units
+    if isinstance(units, Enum) and units.name in ("PIXELS", "CRS"):  # TorchGeo's own Units
+        return Units[units.name]
     if isinstance(units, str):
         try:
             return Units(units.lower())
@@ -92,12 +94,32 @@ def _resolution(dataset: Any) -> tuple[float, float]:
     return xres, yres
 
 
-def _roi(roi: Any) -> BoundingBox | None:
+def _roi(roi: Any) -> tuple[BoundingBox | None, Any]:
+    """``(the roi's box, the roi's shapely geometry where it is not that box)``."""
     if roi is None or isinstance(roi, BoundingBox):
-        return roi
+        return roi, None
+    if isinstance(roi, tuple) and roi and all(isinstance(s, slice) for s in roi):
+        return parse_query(roi, None)[0] if len(roi) == 3 else _slices_roi(roi), None
     if isinstance(roi, (tuple, list)) and len(roi) in (4, 6):
-        return BoundingBox(*roi)
-    raise TypeError(f"roi must be a BoundingBox (or (minx, maxx, miny, maxy[, mint, maxt])), got {roi!r}")
+        return BoundingBox(*roi), None
+    if hasattr(roi, "geom_type") and hasattr(roi, "bounds"):  # a shapely geometry (TorchGeo 0.8's roi)
+        import shapely
+
+        if roi.is_empty:
+            raise ValueError("roi is an empty geometry")
+        minx, miny, maxx, maxy = roi.bounds
+        box = BoundingBox(minx, maxx, miny, maxy)
+        exact = shapely.box(minx, miny, maxx, maxy).equals(roi)
+        return box, None if exact else roi
+    raise TypeError(
+        "roi must be a shapely Polygon (TorchGeo 0.8), slices (x, y[, t]), a BoundingBox or "
+        f"(minx, maxx, miny, maxy[, mint, maxt]), got {roi!r}"
+    )
+
+
+def _slices_roi(roi: tuple[slice, ...]) -> BoundingBox:
+    x, y = roi
+    return BoundingBox(x.start, x.stop, y.start, y.stop)
 
 
 def _toi(toi: Any) -> tuple[float, float] | None:
@@ -141,37 +163,106 @@ def _rows_cols(extent: np.ndarray, size: float, stride: float) -> np.ndarray:
     return np.maximum(n, 1).astype(np.int64)
 
 
+def _extent_of(bounds: Any) -> tuple[float, float, float, float]:
+    """``(xmin, ymin, xmax, ymax)`` of TorchGeo 0.8's tuple, slices or a :class:`BoundingBox`."""
+    if isinstance(bounds, BoundingBox):
+        return bounds.minx, bounds.miny, bounds.maxx, bounds.maxy
+    if isinstance(bounds, tuple) and len(bounds) >= 2 and all(isinstance(s, slice) for s in bounds):
+        return float(bounds[0].start), float(bounds[1].start), float(bounds[0].stop), float(bounds[1].stop)
+    try:
+        xmin, ymin, xmax, ymax = (float(v) for v in bounds)
+    except (TypeError, ValueError):
+        raise TypeError(f"bounds must be (xmin, ymin, xmax, ymax), slices or a BoundingBox, got {bounds!r}") from None
+    return xmin, ymin, xmax, ymax
+
+
 def tile_to_chips(
-    bounds: BoundingBox, size: tuple[float, float], stride: tuple[float, float] | None = None
+    bounds: Any, size: tuple[float, float], stride: tuple[float, float] | None = None
 ) -> tuple[int, int]:
     """Rows and columns of ``size`` patches, ``stride`` apart, that cover ``bounds`` (TorchGeo's helper).
 
     ``ceil((extent - size) / stride) + 1`` along each axis (tolerant of float
-    noise), with the last row/column ending at the edge.
+    noise).  ``bounds`` is TorchGeo 0.8's ``(xmin, ymin, xmax, ymax)``, or
+    slices ``(x, y[, t])``, or a :class:`~pipekit.geo.BoundingBox`.
 
     Example:
-        >>> from pipekit.geo import BoundingBox
-        >>> from pipekit.geo.samplers import tile_to_chips
-        >>> tile_to_chips(BoundingBox(0, 100, 0, 50), (10, 10))
+        >>> from pipekit.samplers import tile_to_chips
+        >>> tile_to_chips((0, 0, 100, 50), (10, 10))
         (5, 10)
-        >>> tile_to_chips(BoundingBox(0, 100, 0, 50), (10, 10), (8, 8))
+        >>> tile_to_chips((0, 0, 100, 50), (10, 10), (8, 8))
         (6, 13)
     """
     if stride is None:
         stride = size
     if stride[0] <= 0 or stride[1] <= 0:
         raise ValueError(f"stride must be positive, got {stride!r}")
-    rows = _rows_cols(np.array([bounds.height]), size[0], stride[0])[0]
-    cols = _rows_cols(np.array([bounds.width]), size[1], stride[1])[0]
+    xmin, ymin, xmax, ymax = _extent_of(bounds)
+    rows = _rows_cols(np.array([ymax - ymin]), size[0], stride[0])[0]
+    cols = _rows_cols(np.array([xmax - xmin]), size[1], stride[1])[0]
     return int(rows), int(cols)
 
 
-def _boxes(b: np.ndarray) -> list[BoundingBox]:
-    """BoundingBoxes from the rows of an ``[n, 6]`` array."""
-    return [BoundingBox(*row) for row in b.tolist()]
+def get_random_bounding_box(
+    bounds: Any,
+    size: tuple[float, float] | float,
+    res: tuple[float, float] | float,
+    generator: torch.Generator | None = None,
+) -> tuple[slice, slice]:
+    """A random ``size`` box within ``bounds``, a whole number of pixels from its corner (TorchGeo 0.8's helper).
+
+    The same draws as TorchGeo's: one ``torch.rand`` for x, then one for y,
+    from ``generator``; the offset is ``int(u * (extent - size) / res)``
+    pixels from ``(xmin, ymin)`` (so, as in TorchGeo, the last possible
+    offset is never drawn; pipekit's samplers draw every one).  ``size`` and
+    ``res`` are in CRS units, ``(height, width)`` and ``(xres, yres)``.
+
+    Returns:
+        ``(slice(xmin, xmax), slice(ymin, ymax))``.
+
+    Example:
+        >>> import torch
+        >>> x, y = get_random_bounding_box((0, 0, 100, 100), 10, 1, torch.Generator().manual_seed(0))
+        >>> x.stop - x.start, y.stop - y.start
+        (10.0, 10.0)
+    """
+    xmin, ymin, xmax, ymax = _extent_of(bounds)
+    height, width = (size, size) if isinstance(size, numbers.Real) else size
+    xres, yres = (res, res) if isinstance(res, numbers.Real) else res
+    span_x = (xmax - xmin - width) / xres
+    span_y = (ymax - ymin - height) / yres
+    xmin += int(torch.rand(1, generator=generator).item() * span_x) * xres
+    ymin += int(torch.rand(1, generator=generator).item() * span_y) * yres
+    return slice(float(xmin), float(xmin + width)), slice(float(ymin), float(ymin + height))
 
 
-class GeoSampler(Sampler[BoundingBox]):
+def _boxes(b: np.ndarray) -> list[tuple[slice, slice, slice]]:
+    """TorchGeo 0.8's ``(slice x, slice y, slice t)`` queries from the rows of an ``[n, 6]`` array."""
+    return slices_from_rows(b)
+
+
+def dataset_index(dataset: Any) -> GeoIndex:
+    """The :class:`GeoIndex` a sampler draws from: ``dataset.geo_index``, or ``dataset.index`` when it is one.
+
+    A TorchGeo-style ``GeoDataFrame`` index (a TorchGeo dataset, or a
+    stand-in) is converted.
+    """
+    index = getattr(dataset, "geo_index", None)
+    if isinstance(index, GeoIndex):
+        return index
+    index = getattr(dataset, "index", None)
+    if isinstance(index, GeoIndex):
+        return index
+    from pipekit.geo.frame import index_from_frame, is_frame
+
+    if is_frame(index):
+        return index_from_frame(index)
+    raise TypeError(
+        f"a geo sampler needs a geo dataset (with a GeoIndex .geo_index or a GeoDataFrame .index), "
+        f"got {type(dataset).__name__}"
+    )
+
+
+class GeoSampler(Sampler[tuple[slice, slice, slice]]):
     """Base class of the samplers: footprints within the roi/toi, epochs, resumable iterators.
 
     Subclasses implement ``__len__`` and ``_chunk(seed, c)`` (the boxes at
@@ -194,13 +285,9 @@ class GeoSampler(Sampler[BoundingBox]):
     random: bool = False
 
     def __init__(self, dataset: Any, roi: Any = None, toi: Any = None) -> None:
-        index = getattr(dataset, "index", None)
-        if not isinstance(index, GeoIndex):
-            raise TypeError(
-                f"a geo sampler needs a geo dataset (with a GeoIndex .index), got {type(dataset).__name__}"
-            )
+        index = dataset_index(dataset)
         self.res = _resolution(dataset)
-        roi_box = _roi(roi)
+        roi_box, roi_shape = _roi(roi)
         self.toi = _toi(toi)
         if len(index) == 0:
             raise ValueError(f"cannot sample from an empty dataset ({type(dataset).__name__} has no footprints)")
@@ -237,6 +324,10 @@ class GeoSampler(Sampler[BoundingBox]):
                 f"the toi only touches the time intervals of the dataset's footprints at their ends: "
                 f"toi {toi!r}, roi {roi_box!r}"
             )
+        if roi_shape is not None:
+            b = self._clip_to_shape(orig, b, roi_shape)
+            keep = ~np.isnan(b).any(axis=1)
+            hits, orig, b = hits[keep], orig[keep], b[keep]
         if roi_box is not None:
             b = self._snap_inwards(orig, b)
             keep = (b[:, 0] <= b[:, 1]) & (b[:, 2] <= b[:, 3])
@@ -251,6 +342,21 @@ class GeoSampler(Sampler[BoundingBox]):
                 )
         self.hits = hits
         self.footprints = b
+
+    @staticmethod
+    def _clip_to_shape(orig: np.ndarray, b: np.ndarray, shape: Any) -> np.ndarray:
+        """The bounds of each footprint's part inside a non-rectangular roi (NaN rows where there is none)."""
+        import shapely
+
+        parts = shapely.intersection(shapely.box(orig[:, 0], orig[:, 2], orig[:, 1], orig[:, 3]), shape)
+        bounds = shapely.bounds(parts)  # xmin, ymin, xmax, ymax; NaN for empty parts
+        out = b.copy()
+        out[:, 0] = np.maximum(b[:, 0], bounds[:, 0])
+        out[:, 1] = np.minimum(b[:, 1], bounds[:, 2])
+        out[:, 2] = np.maximum(b[:, 2], bounds[:, 1])
+        out[:, 3] = np.minimum(b[:, 3], bounds[:, 3])
+        out[np.isnan(bounds).any(axis=1)] = np.nan
+        return out
 
     def _snap_inwards(self, orig: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Move the clipped sides of footprints inwards onto their own pixel grid (origin minx, maxy)."""

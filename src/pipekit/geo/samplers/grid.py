@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 
-from pipekit.geo.bbox import BoundingBox
 from pipekit.geo.samplers.base import _CHUNK, GeoSampler, Units, _boxes, _pair, _rows_cols, _units
 
 __all__ = ["GridGeoSampler"]
@@ -18,9 +17,10 @@ class GridGeoSampler(GeoSampler):
 
     Within each footprint (clipped to ``roi``/``toi``), rows run from the top
     (``maxy``) down and columns from the left, ``stride`` apart; the last row
-    and column are moved back to end exactly at the footprint's edge (as
-    TorchGeo does), so every pixel is covered and no patch leaves its
-    footprint.  Footprints smaller than a patch are skipped with a warning
+    and column are moved back to end exactly at the footprint's edge, so
+    every pixel is covered and no patch leaves its footprint (TorchGeo 0.8
+    starts at the bottom row and lets the last row and column run past the
+    edge, reading fill values there).  Footprints smaller than a patch are skipped with a warning
     (their indices are in :attr:`skipped`).  The order is deterministic:
     footprints in index order, then rows, then columns.
 
@@ -29,7 +29,7 @@ class GridGeoSampler(GeoSampler):
         size: patch size, a number or ``(height, width)``, in ``units``.
         stride: distance between patches (default ``size``: no overlap).
             A stride larger than the size leaves gaps.
-        roi: region of interest (a :class:`BoundingBox`).
+        roi: region of interest (see :class:`~pipekit.geo.samplers.RandomGeoSampler`).
         toi: time of interest (see :class:`RandomGeoSampler`).
         units: ``"pixels"`` (default) or ``"crs"``.
 
@@ -41,7 +41,7 @@ class GridGeoSampler(GeoSampler):
         >>> sampler = GridGeoSampler(ds, size=20)
         >>> len(sampler)
         6
-        >>> [(b.minx, b.maxx, b.miny, b.maxy) for b in sampler]  # doctest: +NORMALIZE_WHITESPACE
+        >>> [(x.start, x.stop, y.start, y.stop) for x, y, t in sampler]  # doctest: +NORMALIZE_WHITESPACE
         [(0.0, 20.0, 10.0, 30.0), (20.0, 40.0, 10.0, 30.0), (30.0, 50.0, 10.0, 30.0),
          (0.0, 20.0, 0.0, 20.0), (20.0, 40.0, 0.0, 20.0), (30.0, 50.0, 0.0, 20.0)]
     """
@@ -101,7 +101,7 @@ class GridGeoSampler(GeoSampler):
         out[:, 4], out[:, 5] = fb[:, 4], fb[:, 5]
         return out
 
-    def _chunk(self, seed: int | None, c: int) -> list[BoundingBox]:
+    def _chunk(self, seed: int | None, c: int) -> list[tuple[slice, slice, slice]]:
         pos = np.arange(c * _CHUNK, min((c + 1) * _CHUNK, self.length), dtype=np.int64)
         return _boxes(self._boxes_at(pos))
 

@@ -12,7 +12,7 @@ __all__ = ["GeoSamplerPipe"]
 
 
 class GeoSamplerPipe(PermutationSource):
-    """A geo sampler's boxes as a resumable source pipe of :class:`~pipekit.geo.BoundingBox` objects.
+    """A geo sampler's boxes as a resumable source pipe of TorchGeo 0.8's ``(slice x, slice y, slice t)`` queries.
 
     For pipe-native pipelines:
     ``sampler.as_pipe().sharding_filter().read_geo(dataset)``.  Random
@@ -36,7 +36,7 @@ class GeoSamplerPipe(PermutationSource):
         >>> from pipekit.geo.samplers import GridGeoSampler, RandomGeoSampler
         >>> ds = SimpleNamespace(index=GeoIndex([[0, 40, 0, 20]]), res=(1.0, 1.0))
         >>> pipe = GridGeoSampler(ds, size=10).as_pipe()
-        >>> [b.minx for b in pipe]
+        >>> [x.start for x, y, t in pipe]
         [0.0, 10.0, 20.0, 30.0, 0.0, 10.0, 20.0, 30.0]
         >>> pipe = RandomGeoSampler(ds, size=10, length=4).as_pipe()
         >>> first = list(pipe.set_seed(7))

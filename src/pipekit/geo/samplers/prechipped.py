@@ -7,7 +7,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from pipekit.geo.bbox import BoundingBox
 from pipekit.geo.samplers.base import _CHUNK, _SEED_MASK, GeoSampler, _boxes, _generator
 
 __all__ = ["PreChippedGeoSampler"]
@@ -21,7 +20,7 @@ class PreChippedGeoSampler(GeoSampler):
 
     Args:
         dataset: a geo dataset (reads ``dataset.index`` and ``dataset.res``).
-        roi: region of interest (a :class:`BoundingBox`).
+        roi: region of interest (see :class:`~pipekit.geo.samplers.RandomGeoSampler`).
         toi: time of interest (see :class:`RandomGeoSampler`).
         shuffle: a new order every epoch.
         generator: a ``torch.Generator`` for the shuffle (default: torch's
@@ -33,9 +32,9 @@ class PreChippedGeoSampler(GeoSampler):
         >>> from pipekit.geo.index import GeoIndex
         >>> from pipekit.geo.samplers import PreChippedGeoSampler
         >>> ds = SimpleNamespace(index=GeoIndex([[0, 1, 0, 1], [1, 2, 0, 1], [2, 3, 0, 1]]), res=(0.1, 0.1))
-        >>> [b.minx for b in PreChippedGeoSampler(ds)]
+        >>> [x.start for x, y, t in PreChippedGeoSampler(ds)]
         [0.0, 1.0, 2.0]
-        >>> sorted(b.minx for b in PreChippedGeoSampler(ds, shuffle=True, seed=0))
+        >>> sorted(x.start for x, y, t in PreChippedGeoSampler(ds, shuffle=True, seed=0))
         [0.0, 1.0, 2.0]
     """
 
@@ -57,7 +56,7 @@ class PreChippedGeoSampler(GeoSampler):
         self.generator = _generator(generator, seed)
         self._perm: tuple[int, np.ndarray] | None = None
 
-    def _chunk(self, seed: int | None, c: int) -> list[BoundingBox]:
+    def _chunk(self, seed: int | None, c: int) -> list[tuple[slice, slice, slice]]:
         pos = np.arange(c * _CHUNK, min((c + 1) * _CHUNK, len(self)), dtype=np.int64)
         if self.shuffle:
             if seed is None:

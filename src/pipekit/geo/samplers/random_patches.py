@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from pipekit.geo.bbox import BoundingBox
 from pipekit.geo.samplers.base import (
     _CHUNK,
     _TOL,
@@ -33,6 +32,9 @@ __all__ = ["RandomGeoSampler", "RandomBatchGeoSampler"]
 class RandomGeoSampler(GeoSampler):
     """Random patches: a footprint chosen with probability proportional to its area, then a position in it.
 
+    Yields TorchGeo 0.8's queries ``(slice(xmin, xmax), slice(ymin, ymax),
+    slice(tmin, tmax))``, times as ``pandas.Timestamp``.
+
     Footprints are clipped to ``roi``/``toi``; those smaller than a patch are
     skipped (their indices are in :attr:`skipped`).  The patch's position is a
     whole number of pixels from the footprint's top-left corner and the patch
@@ -44,10 +46,12 @@ class RandomGeoSampler(GeoSampler):
         size: patch size, a number or ``(height, width)``, in ``units``.
         length: patches per epoch (default: as many as would tile the
             footprints, like TorchGeo).
-        roi: region of interest (a :class:`BoundingBox`; its time interval
-            filters too).  Default: the dataset's bounds.
-        toi: time of interest: ``(start, stop)`` (datetimes or seconds,
-            ``None`` for open), a slice, or a ``pandas.Interval``.
+        roi: region of interest: a shapely ``Polygon`` (TorchGeo 0.8; each
+            footprint is clipped to it), slices ``(x, y)``, or a
+            :class:`~pipekit.geo.BoundingBox` (its time interval filters too).
+            Default: the dataset's bounds.
+        toi: time of interest: a ``pandas.Interval`` (TorchGeo 0.8),
+            ``(start, stop)`` (datetimes or seconds, ``None`` for open) or a slice.
         units: ``"pixels"`` (default, converted with ``dataset.res``) or ``"crs"``.
         generator: a ``torch.Generator`` to draw each epoch's seed from
             (default: torch's global RNG, so ``torch.manual_seed`` fixes it).
@@ -62,9 +66,9 @@ class RandomGeoSampler(GeoSampler):
         >>> len(sampler)
         3
         >>> boxes = list(sampler)
-        >>> [(b.width, b.height) for b in boxes]
+        >>> [(x.stop - x.start, y.stop - y.start) for x, y, t in boxes]
         [(160.0, 160.0), (160.0, 160.0), (160.0, 160.0)]
-        >>> all(b.minx % 10 == 0 and b.maxy % 10 == 0 and 0 <= b.minx and b.maxx <= 640 for b in boxes)
+        >>> all(x.start % 10 == 0 and y.stop % 10 == 0 and 0 <= x.start and x.stop <= 640 for x, y, t in boxes)
         True
         >>> len(RandomGeoSampler(ds, size=16))  # default length: 2 x 4 patches tile the footprint
         8
@@ -140,7 +144,7 @@ class RandomGeoSampler(GeoSampler):
         out[:, 5] = b[k, 5]
         return out
 
-    def _chunk(self, seed: int | None, c: int) -> list[BoundingBox]:
+    def _chunk(self, seed: int | None, c: int) -> list[tuple[slice, slice, slice]]:
         n = min(_CHUNK, self.length - c * _CHUNK)
         u = self._chunk_rng(seed, c).random((3, n))
         return _boxes(self._place(self._pick(u[0]), u[1], u[2]))
@@ -174,7 +178,7 @@ class RandomBatchGeoSampler(BatchGeoSampler):
         >>> batches = list(sampler)
         >>> len(batches), [len(b) for b in batches]
         (3, [4, 4, 4])
-        >>> all(len({box.minx >= 500 for box in batch}) == 1 for batch in batches)
+        >>> all(len({x.start >= 500 for x, y, t in batch}) == 1 for batch in batches)
         True
     """
 
@@ -209,7 +213,7 @@ class RandomBatchGeoSampler(BatchGeoSampler):
     def generator(self, value: torch.Generator | None) -> None:
         self._single.generator = value
 
-    def _chunk(self, seed: int | None, c: int) -> list[list[BoundingBox]]:
+    def _chunk(self, seed: int | None, c: int) -> list[list[tuple[slice, slice, slice]]]:
         n = min(_CHUNK, len(self) - c * _CHUNK)
         rng = self._chunk_rng(seed, c)
         single = self._single

@@ -1,0 +1,73 @@
+"""TorchGeo 0.8's ``torchgeo.datasets.utils``, the names of it that geo data loading code uses.
+
+>>> from pipekit.datasets.utils import BoundingBox, GeoSlice, stack_samples, unbind_samples
+
+* :data:`GeoSlice` (the query type), :class:`~pipekit.geo.BoundingBox`
+  (pipekit's, still accepted as a query: TorchGeo 0.8 deprecates its own);
+* the collate functions :func:`stack_samples`, :func:`concat_samples`,
+  :func:`merge_samples`, :func:`unbind_samples` (:mod:`pipekit.geo.collate`);
+* :func:`disambiguate_timestamp` (the time interval a date in a file name
+  stands for) and :func:`array_to_tensor`;
+* torchvision's download helpers, which TorchGeo re-exports from here
+  (``download_url``, ``download_and_extract_archive``, ``extract_archive``,
+  ``check_integrity``; loaded on first use, outside ``__all__``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from pipekit.geo.bbox import BoundingBox, GeoSlice, to_time
+from pipekit.geo.collate import concat_samples, merge_samples, stack_samples, unbind_samples
+from pipekit.geo.discovery import DatasetNotFoundError, date_interval
+
+__all__ = [
+    "BoundingBox",
+    "DatasetNotFoundError",
+    "GeoSlice",
+    "array_to_tensor",
+    "concat_samples",
+    "disambiguate_timestamp",
+    "merge_samples",
+    "stack_samples",
+    "unbind_samples",
+]
+
+
+def disambiguate_timestamp(date_str: str, format: str) -> tuple[pd.Timestamp, pd.Timestamp]:
+    """The ``(start, end)`` Timestamps a partial date stands for: ``"2023"`` with ``"%Y"`` is the whole year.
+
+    As TorchGeo's: the end is one microsecond before the next period.
+
+    Example:
+        >>> disambiguate_timestamp("2023", "%Y")
+        (Timestamp('2023-01-01 00:00:00'), Timestamp('2023-12-31 23:59:59.999999'))
+    """
+    start, end = date_interval(date_str, format)
+    return to_time(start), to_time(end)
+
+
+def array_to_tensor(array: np.ndarray) -> torch.Tensor:
+    """A copy of ``array`` as a tensor, ``uint16`` as int32 and ``uint32`` as int64 (TorchGeo's helper).
+
+    Example:
+        >>> array_to_tensor(np.array([65535], dtype=np.uint16))
+        tensor([65535], dtype=torch.int32)
+    """
+    if array.dtype == np.uint16:
+        array = array.astype(np.int32)
+    elif array.dtype == np.uint32:
+        array = array.astype(np.int64)
+    return torch.tensor(array)
+
+
+def __getattr__(name: str) -> Any:  # torchvision's download helpers, imported on first use (torchvision is slow)
+    if name in ("check_integrity", "download_and_extract_archive", "download_url", "extract_archive"):
+        import torchvision.datasets.utils as tv_utils
+
+        return getattr(tv_utils, name)
+    raise AttributeError(f"module 'pipekit.datasets.utils' has no attribute {name!r}")
