@@ -38,7 +38,7 @@ What is measured (issue 3, "Speed" and "From S3"):
    footprints) written once into the cache; the time to build ``RasterDataset``
    over 1,000 and 10,000 of them (pipekit vs TorchGeo's ``RasterDataset(paths=...)``),
    the pickled size, and the cost of one query of a ~2x2-file box
-   (``dataset.index.query(bbox)`` vs TorchGeo's own ``IntervalIndex.overlaps`` +
+   (``dataset.geo_index.query(bbox)`` vs TorchGeo's own ``IntervalIndex.overlaps`` +
    ``GeoDataFrame.cx`` selection), both checked to find the same files.
 
 4. **From S3**: the corpus's files (six bands of both scenes and the CDL)
@@ -601,9 +601,9 @@ def index_section(args: argparse.Namespace, torchgeo: bool) -> None:
         if len(ds) != size:
             raise RuntimeError(f"pipekit indexed {len(ds)} files of {paths}, expected {size}")
         boxes = [BoundingBox(*q) for q in queries]
-        ds.index.query(boxes[0])  # builds the tree
+        ds.geo_index.query(boxes[0])  # builds the tree
         start = time.perf_counter()
-        hits = [len(ds.index.query(b)) for b in boxes]
+        hits = [len(ds.geo_index.query(b)) for b in boxes]
         query = (time.perf_counter() - start) / len(boxes)
         row = {"size": size, "pk_build": build, "pk_query": query, "pk_hits": float(np.mean(hits)),
                "pk_pickle": len(pickle.dumps(ds)), "open": open_each(paths)}
