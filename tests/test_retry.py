@@ -165,3 +165,19 @@ def test_env_and_argument(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_default_survives_a_30_second_restart() -> None:
     policy = RetryPolicy()
     assert policy.max_seconds >= 60 and policy.attempts >= 6
+
+
+def test_gdal_errors_and_options() -> None:
+    import rasterio.errors
+
+    from pipekit.geo.io import _gdal_retry_options, is_transient_gdal
+
+    refused = rasterio.errors.RasterioIOError("CURL error: Couldn't connect to server")
+    assert is_transient_gdal(refused)
+    assert is_transient_gdal(rasterio.errors.RasterioIOError("HTTP response code: 503"))
+    assert not is_transient_gdal(rasterio.errors.RasterioIOError("HTTP response code: 404"))
+    assert not is_transient_gdal(rasterio.errors.RasterioIOError("'x.tif' not recognized as a supported file format"))
+    options = _gdal_retry_options(RetryPolicy(attempts=10, base_delay=0.5))
+    assert options["GDAL_HTTP_MAX_RETRY"] == "3" and options["GDAL_HTTP_RETRY_DELAY"] == "0.5"
+    assert "404" not in options["GDAL_HTTP_RETRY_CODES"] and "503" in options["GDAL_HTTP_RETRY_CODES"]
+    assert _gdal_retry_options(RetryPolicy(attempts=1))["GDAL_HTTP_MAX_RETRY"] == "0"

@@ -179,3 +179,67 @@ def test_missing_object_is_not_retried(restartable_s3_server, bucket, caplog):
     assert time.monotonic() - start < 5
     assert info.value.url == url and "FileNotFoundError" in str(info.value)
     assert not [r for r in caplog.records if r.name == "pipekit.retry"]
+
+
+def test_two_workers_on_s3_leave_no_asyncio_errors(s3_server, shards, capfd, caplog):
+    """Workers forked after the parent used S3 must not touch the parent's aiohttp sessions and loop."""
+    name = s3_server.create_bucket()
+    fs = s3_server.fs()
+    for s in range(SHARDS):
+        fs.put(str(shards / f"shard-{s:06d}.tar"), f"{name}/train/shard-{s:06d}.tar")
+    ds = datasets.TarShards(f"s3://{name}/train/", batch_size=2, storage_options=s3_server.storage_options)
+    for epoch in range(2):
+        keys = [k for b in pipekit.DataLoader(ds, num_workers=2, persistent_workers=False) for k in b["__key__"]]
+        assert len(keys) == SHARDS * PER_SHARD == len(set(keys)), epoch
+    out, err = capfd.readouterr()
+    text = out + err + caplog.text
+    assert "Task exception was never retrieved" not in text
+    assert "attached to a different loop" not in text
+
+
+COG = Path(__file__).parent / "data" / "cogeo.tif"
+
+
+def _cog_dataset(server: Any) -> tuple[Any, Any, Any]:
+    from pipekit.datasets import RasterDataset
+    from pipekit.geo import BoundingBox
+
+    name = server.create_bucket()
+    server.fs().put(str(COG), f"{name}/cogs/cogeo.tif")
+    local = RasterDataset(COG)
+    ds = RasterDataset(f"s3://{name}/cogs", storage_options=server.storage_options)
+    b = local.bounds
+    query = BoundingBox(b.minx + 10, b.minx + 10 + 64 * local.res[0], b.maxy - 10 - 64 * local.res[1], b.maxy - 10)
+    return ds, local, query
+
+
+def test_cog_opened_through_an_outage(restartable_s3_server, monkeypatch):
+    """A COG on S3 (GDAL /vsis3/) opened while the server restarts: retried, the right pixels."""
+    import numpy as np
+
+    server = restartable_s3_server
+    if not server.alive():
+        server.start_again()
+    monkeypatch.setenv("PIPEKIT_RETRY_SECONDS", "60")
+    ds, local, query = _cog_dataset(server)
+    with _restarts() as restarts:
+        restarts.append(_restart_later(server, OUTAGE))
+        got = ds[query]["image"].numpy()
+    np.testing.assert_array_equal(got, local[query]["image"].numpy())
+
+
+def test_cog_permanent_outage_names_the_s3_url(restartable_s3_server, monkeypatch):
+    """A window read that fails for good names the s3:// URL (not GDAL's /vsis3/ path) and the stage."""
+    server = restartable_s3_server
+    if not server.alive():
+        server.start_again()
+    ds, _, query = _cog_dataset(server)
+    monkeypatch.setenv("PIPEKIT_RETRY_ATTEMPTS", "2")
+    server.kill()
+    try:
+        # a window read through a handle opened before the outage: GDAL's retries, then the s3:// URL named
+        with pytest.raises(ReadError) as info:
+            ds[query]
+        assert (info.value.url, info.value.stage) == (ds.files[0], "RasterDataset")
+    finally:
+        server.start_again()

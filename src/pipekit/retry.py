@@ -195,16 +195,19 @@ class RetryPolicy:
         return random.uniform(0.0, min(self.max_delay, self.base_delay * 2.0**retry))
 
     def call(self, fn: Callable[[], T], *, action: str, url: str, stage: str,
-             recover: Callable[[], None] | None = None) -> T:
+             recover: Callable[[], None] | None = None,
+             transient: Callable[[BaseException], bool] | None = None) -> T:
         """``fn()``, tried again after each transient failure while the budget lasts.
 
         ``recover`` (if given) runs before each retry (reopen a file, seek);
-        its own transient failures count as failed tries.  A failure that is
-        not transient propagates unchanged.  When the budget runs out, raises
+        its own transient failures count as failed tries.  ``transient``
+        replaces :func:`is_transient` as the test of a failure (GDAL's errors
+        need their own).  A failure that is not transient propagates unchanged.  When the budget runs out, raises
         :class:`~pipekit.errors.ReadError` ``cannot <action> '<url>' in
         <stage>: <last error> (gave up after N attempts in S s)`` from the
         last error.
         """
+        transient = transient or is_transient
         start = time.monotonic()
         tries = 0
         while True:
@@ -214,7 +217,7 @@ class RetryPolicy:
                     recover()
                 return fn()
             except Exception as exc:
-                if not is_transient(exc):
+                if not transient(exc):
                     raise
                 elapsed = time.monotonic() - start
                 wait = self.delay(tries - 1)
