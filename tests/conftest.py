@@ -43,6 +43,24 @@ def s3_server() -> Iterator[S3Server]:
         server.stop(timeout=3.0)  # data is throwaway; weed takes ~15 s to stop cleanly
 
 
+@pytest.fixture(scope="module")
+def restartable_s3_server() -> Iterator[S3Server]:
+    """A SeaweedFS S3 server of the test module's own, for tests that stop and restart it.
+
+    ``server.restart(outage)`` kills it, keeps it down ``outage`` seconds and
+    starts it again on the same port and data folder (objects survive);
+    ``server.kill()`` and ``server.start_again()`` do the two halves.
+    """
+    try:
+        server = start_s3_server()
+    except WeedNotFoundError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop(timeout=3.0)
+
+
 @pytest.fixture
 def s3_bucket(s3_server: S3Server) -> str:
     """A fresh, empty bucket on :func:`s3_server`."""

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -112,6 +113,7 @@ class S3Server:
     log_path: Path
     process: subprocess.Popen = field(repr=False)
     leftovers: list[Path] = field(default_factory=list, repr=False)
+    command: list[str] = field(default_factory=list, repr=False)
 
     @property
     def storage_options(self) -> dict[str, Any]:
@@ -156,6 +158,30 @@ class S3Server:
 
     def alive(self) -> bool:
         return self.process.poll() is None
+
+    def kill(self) -> None:
+        """Kill the server abruptly (an outage): its port refuses connections; its data stays."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def start_again(self, timeout: float = 60.0) -> None:
+        """Start the killed server again on the same ports and data folder, and wait until it works."""
+        if self.alive():
+            raise RuntimeError("the server is still running")
+        for path in self.leftovers:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        self.process = _spawn(self.command, self.data_dir, self.log_path)
+        _wait_ready(self, timeout)
+
+    def restart(self, outage: float, timeout: float = 60.0) -> float:
+        """Kill the server, keep it down ``outage`` seconds, start it again; return how long it was down."""
+        start = time.monotonic()
+        self.kill()
+        time.sleep(max(0.0, outage - (time.monotonic() - start)))
+        self.start_again(timeout)
+        return time.monotonic() - start
 
     def stop(self, timeout: float = 10.0) -> None:
         """Terminate the server, kill it if it is still running after ``timeout`` s, remove its data."""
@@ -209,6 +235,22 @@ def _wait_ready(server: S3Server, timeout: float) -> None:
     raise RuntimeError(f"SeaweedFS S3 could not store an object in {timeout:.0f} s ({last!r}):\n{server.log_tail()}")
 
 
+def _spawn(cmd: list[str], data_dir: Path, log_path: Path) -> subprocess.Popen:
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=data_dir,
+            env={**os.environ, "TMPDIR": str(data_dir)},  # its other unix sockets go there too
+            # Linux's parent-death signal fires when the *thread* that forked the server ends, so
+            # only a server started from the main thread asks for it (restart() may run on another)
+            preexec_fn=_die_with_parent if on_main_thread and sys.platform.startswith("linux") else None,
+        )
+
+
 def start_s3_server(timeout: float = 60.0) -> S3Server:
     """Start SeaweedFS with an S3 gateway on free loopback ports and wait until it works.
 
@@ -248,6 +290,7 @@ def start_s3_server(timeout: float = 60.0) -> S3Server:
         f"-master.port.grpc={master_grpc}",
         "-master.telemetry=false",
         "-master.volumeSizeLimitMB=16",
+        "-master.electionTimeout=1s",  # a restarted master (restart()) leads again in ~1 s, not ~15 s
         f"-volume.port={volume}",
         f"-volume.port.grpc={volume_grpc}",
         "-volume.max=1000",
@@ -264,16 +307,7 @@ def start_s3_server(timeout: float = 60.0) -> S3Server:
         f"-s3.localSocket={data_dir / 's3.sock'}",
     ]
     log_path = data_dir / "weed.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=data_dir,
-            env={**os.environ, "TMPDIR": str(data_dir)},  # its other unix sockets go there too
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-        )
+    process = _spawn(cmd, data_dir, log_path)
     server = S3Server(
         endpoint_url=f"http://127.0.0.1:{s3}",
         key=ACCESS_KEY,
@@ -287,6 +321,7 @@ def start_s3_server(timeout: float = 60.0) -> S3Server:
             Path(f"/tmp/seaweedfs-{kind}-grpc-{port}.sock")
             for kind, port in [("master", master_grpc), ("volume", volume_grpc), ("filer", filer_grpc), ("s3", s3_grpc)]
         ],
+        command=cmd,
     )
     try:
         _wait_ready(server, timeout)

@@ -41,6 +41,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import threading
 import weakref
 from collections import OrderedDict
@@ -55,6 +56,7 @@ from rasterio.env import set_gdal_config
 
 from pipekit import malloc
 from pipekit.errors import ReadError
+from pipekit.retry import RetryPolicy, default_policy, is_transient
 
 __all__ = [
     "GDAL_OPTIONS",
@@ -91,10 +93,44 @@ REMOTE_GDAL_OPTIONS: dict[str, Any] = {
     "VSI_CACHE_SIZE": 8 * 2**20,  # bytes, per open file
     "GDAL_HTTP_MULTIRANGE": "YES",
     "GDAL_HTTP_MERGE_CONSECUTIVE_RANGES": "YES",
-    "GDAL_HTTP_MAX_RETRY": "3",
-    "GDAL_HTTP_RETRY_DELAY": "0.5",
     "CPL_VSIL_CURL_USE_HEAD": "NO",
+    # GDAL's own HTTP retries (GDAL_HTTP_MAX_RETRY, GDAL_HTTP_RETRY_DELAY, GDAL_HTTP_RETRY_CODES)
+    # come from pipekit's retry budget: see _gdal_retry_options()
 }
+
+# HTTP answers GDAL retries by itself: throttling and server errors (never 403/404)
+_GDAL_RETRY_CODES = "429,500,502,503,504"
+
+
+def _gdal_retry_options(policy: RetryPolicy) -> dict[str, str]:
+    """GDAL's HTTP retry options for ``policy``: its attempts, its first delay (GDAL doubles it each time)."""
+    return {
+        "GDAL_HTTP_MAX_RETRY": str(max(0, min(policy.attempts - 1, 3))),  # pipekit retries around it
+        "GDAL_HTTP_RETRY_DELAY": f"{max(policy.base_delay, 0.1):g}",
+        "GDAL_HTTP_RETRY_CODES": _GDAL_RETRY_CODES,
+    }
+
+
+# GDAL's messages for a connection that failed or broke, or a server error / throttling answer
+_GDAL_TRANSIENT = re.compile(
+    r"(?i)couldn't connect|could not connect|connection refused|connection reset|timed out|timeout|"
+    r"recv failure|send failure|empty reply|server returned nothing|"
+    r"HTTP response code: (?:0|429|5\d\d)\b|curl error"
+)
+
+
+def is_transient_gdal(exc: BaseException) -> bool:
+    """Whether a GDAL/rasterio error, or an error it was raised from, is a transient network failure."""
+    if is_transient(exc):
+        return True
+    current: BaseException | None = exc
+    seen: set[int] = set()
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, rasterio.errors.RasterioError) and _GDAL_TRANSIENT.search(str(current)):
+            return True
+        current = current.__cause__ if current.__cause__ is not None else current.__context__
+    return False
 
 # fsspec file objects handed to rasterio's opener: each read fetches what GDAL
 # asks for (a header, a tile) plus a small read-ahead for the header's many
@@ -416,7 +452,7 @@ class RasterOpener:
         if is_local(url):
             return _Resolved("local", local_path(url), {}, {})
         protocol, rest = split_protocol(url)
-        remote = {**REMOTE_GDAL_OPTIONS, **self.gdal_options}
+        remote = {**REMOTE_GDAL_OPTIONS, **_gdal_retry_options(default_policy()), **self.gdal_options}
         if self.vsi is not False and "::" not in url:
             if protocol in ("s3", "s3a"):
                 options = _s3_gdal_options(self.storage_options)
@@ -460,12 +496,20 @@ class RasterOpener:
         """
         _configure_process()
         resolved = self.resolve(url)
-        try:
+
+        def open_once() -> rasterio.io.DatasetReader:
             with self.env(resolved):
                 if resolved.kind == "fsspec":
                     opener, path = self.fsspec_opener(url)
                     return rasterio.open(path, opener=opener)
                 return rasterio.open(resolved.path)
+
+        try:
+            if resolved.kind == "local":
+                return open_once()
+            return _retrying(open_once, "open raster", url, stage)
+        except ReadError:
+            raise
         except Exception as exc:
             reason = f"{type(exc).__name__}: {exc}"
             if resolved.kind == "fsspec":
@@ -476,6 +520,15 @@ class RasterOpener:
             elif resolved.kind == "local" and not os.path.exists(resolved.path):
                 reason = "no such file"
             raise ReadError("open raster", url, stage, reason) from exc
+
+
+def _retrying(fn: Callable[[], T], action: str, url: str, stage: str) -> T:
+    """``fn()`` under the default retry policy, GDAL's network errors counted as transient.
+
+    GDAL retries HTTP requests itself (:func:`_gdal_retry_options`); this outer
+    loop covers what it does not (a refused connection while a server restarts).
+    """
+    return default_policy().call(fn, action=action, url=url, stage=stage, transient=is_transient_gdal)
 
 
 class _Resolved:

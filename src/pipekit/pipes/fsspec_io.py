@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import io
 import os
 import posixpath
 import uuid
@@ -32,8 +33,9 @@ from pipekit.pipes._stream_items import note_opened
 from pipekit.pipes.base import IterDataPipe, StreamWrapper, functional_datapipe
 from pipekit.pipes.builtin import IterableWrapper
 from pipekit.pipes.state import ResumablePipe
+from pipekit.retry import RetryPolicy, resolve_retry
 
-__all__ = ["FSSpecFileLister", "FSSpecFileOpener", "FSSpecSaver", "Saver", "StreamWrapper"]
+__all__ = ["FSSpecFileLister", "FSSpecFileOpener", "FSSpecSaver", "RetryingFile", "Saver", "StreamWrapper"]
 
 # Object stores write an object only when the file is closed (a single PUT or a
 # completed multipart upload), so a reader never sees a partial object.
@@ -101,6 +103,10 @@ class FSSpecFileLister(ResumablePipe):
         on_error: ``"raise"`` (default) raises :class:`~pipekit.errors.ReadError`
             for a missing or unreadable root; ``"skip"`` records it in
             ``self.skip_log`` and goes on.
+        retry: how a listing that fails transiently (a server restart,
+            throttling) is retried: a :class:`~pipekit.retry.RetryPolicy`,
+            an int (attempts), ``False`` (never) or ``None`` (the default
+            policy, see :mod:`pipekit.retry`).  A missing root is not retried.
         storage_options: fsspec storage options (merged with ``kwargs``).
         kwargs: more storage options (credentials, ``client_kwargs``...).
 
@@ -134,9 +140,11 @@ class FSSpecFileLister(ResumablePipe):
         *,
         recursive: bool = False,
         on_error: str = "raise",
+        retry: RetryPolicy | int | bool | None = None,
         storage_options: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        self.retry = resolve_retry(retry)
         if isinstance(root, str):
             root = [root]
         if isinstance(root, IterDataPipe):
@@ -169,6 +177,11 @@ class FSSpecFileLister(ResumablePipe):
     def _list(self, root: str) -> list[str]:
         if not isinstance(root, str):
             raise TypeError(f"list_files_by_fsspec: a root must be a str, got {type(root).__name__}: {root!r}")
+        if _local_path(root) is not None:
+            return self._list_once(root)
+        return self.retry.call(lambda: self._list_once(root), action="list", url=root, stage="list_files_by_fsspec")
+
+    def _list_once(self, root: str) -> list[str]:
         try:
             fs, path = fsspec.core.url_to_fs(root, **self.kwargs_for_connection)
             try:
@@ -238,6 +251,113 @@ class FSSpecFileLister(ResumablePipe):
 _BUILTIN_OPEN_KWARGS = {"encoding", "errors", "newline"}
 
 
+class RetryingFile(io.RawIOBase):
+    """A binary file object that survives transient failures of the remote file under it.
+
+    Reads go to ``open_fn()``'s file; when one fails transiently (see
+    :func:`pipekit.retry.is_transient`), the file is opened again with
+    ``open_fn`` and sought to the byte offset this object had reached, and
+    the read is tried again, under ``policy``'s budget.  So a reader streaming
+    through it (``load_from_tar``) neither loses nor repeats a byte across a
+    server restart.  When the budget runs out,
+    :class:`~pipekit.errors.ReadError` names ``url``, ``stage`` and the
+    attempts.  Attributes it does not define (``size``, ``path``...) come
+    from the current underlying file.
+
+    Example:
+        >>> import fsspec
+        >>> from pipekit.retry import RetryPolicy
+        >>> fsspec.filesystem("memory").pipe("/retrying_doc/a.bin", b"0123456789")
+        >>> opened = []
+        >>> class Flaky(io.BytesIO):  # its first read fails as if the connection were reset
+        ...     def read(self, size=-1):
+        ...         if len(opened) == 1:
+        ...             raise ConnectionResetError(104, "Connection reset by peer")
+        ...         return super().read(size)
+        >>> def open_fn():
+        ...     opened.append(1)
+        ...     return Flaky(fsspec.filesystem("memory").cat("/retrying_doc/a.bin"))
+        >>> f = RetryingFile(open_fn, "memory://retrying_doc/a.bin", "doc", RetryPolicy(base_delay=0.001))
+        >>> f.read(4), f.read(), len(opened)
+        (b'0123', b'456789', 2)
+    """
+
+    def __init__(self, open_fn: Callable[[], Any], url: str, stage: str, policy: RetryPolicy,
+                 file: Any = None) -> None:
+        super().__init__()
+        self._open_fn = open_fn
+        self._url = url
+        self._stage = stage
+        self._policy = policy
+        self._pos = 0
+        self._file = file if file is not None else policy.call(open_fn, action="open", url=url, stage=stage)
+        self.name = url
+
+    def _recover(self) -> None:
+        old, self._file = self._file, None
+        with contextlib.suppress(Exception):  # the broken file's own close may fail the same way
+            old.close()
+        file = self._open_fn()
+        if self._pos:
+            file.seek(self._pos)
+        self._file = file
+
+    def _call(self, fn: Callable[[], Any], action: str = "read") -> Any:
+        return self._policy.call(fn, action=action, url=self._url, stage=self._stage, recover=self._recover)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        if self._file is None:
+            self._recover_or_raise()
+        data = self._call(lambda: self._file.read(-1 if size is None else size))
+        self._pos += len(data)
+        return data
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        data = self.read(len(view))
+        view[: len(data)] = data
+        return len(data)
+
+    def _recover_or_raise(self) -> None:
+        if self.closed:
+            raise ValueError("I/O operation on closed file")
+        # the budget ran out while reopening earlier: reopen before going on
+        self._policy.call(self._recover, action="open", url=self._url, stage=self._stage)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        if self._file is None:
+            self._recover_or_raise()
+        self._pos = self._call(lambda: self._file.seek(offset, whence), action="seek")
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def close(self) -> None:
+        if not self.closed:
+            file, self._file = self._file, None
+            if file is not None:
+                file.close()
+        super().close()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        file = self.__dict__.get("_file")
+        if file is None:
+            raise AttributeError(name)
+        return getattr(file, name)
+
+
 def _local_path(url: str) -> str | None:
     """The filesystem path of a plain local path or ``file://`` URL, else ``None``."""
     if url.startswith("file://"):
@@ -273,6 +393,13 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
             ``block_size``...).
         on_error: ``"raise"`` (default) raises :class:`~pipekit.errors.ReadError`
             naming the URL; ``"skip"`` records the URL in ``self.skip_log``.
+        retry: how remote files survive transient failures (a server
+            restart, throttling, a dropped connection): a
+            :class:`~pipekit.retry.RetryPolicy`, an int (attempts), ``False``
+            (never) or ``None`` (the default policy, see :mod:`pipekit.retry`).
+            Remote binary streams are :class:`RetryingFile`\\ s: a failed
+            read reopens the file and continues at the byte it had reached.
+            Local files are opened directly.  A missing file is not retried.
         storage_options: fsspec storage options (merged with ``kwargs``).
         kwargs: more storage options (credentials, ``client_kwargs``...).
 
@@ -298,9 +425,11 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
         *,
         kwargs_for_open: dict[str, Any] | None = None,
         on_error: str = "raise",
+        retry: RetryPolicy | int | bool | None = None,
         storage_options: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        self.retry = resolve_retry(retry)
         if not isinstance(mode, str) or not mode.startswith("r") or set(mode) - set("rbt") or len(mode) > 2:
             raise ValueError(f'mode must be a read mode ("r", "rb" or "rt"), got {mode!r}')
         if kwargs_for_open is not None and not isinstance(kwargs_for_open, dict):
@@ -324,10 +453,28 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
                 file = open(local, self.mode, **self.kwargs_for_open)  # noqa: SIM115 - closed downstream
             else:
                 fs, path = fsspec.core.url_to_fs(url, **self.kwargs_for_connection)
-                file = fs.open(path, self.mode, **self.kwargs_for_open)
+                if (_is_local(fs) or "memory" in _protocols(fs) or self.retry.attempts == 1
+                        or "compression" in self.kwargs_for_open):
+                    file = fs.open(path, self.mode, **self.kwargs_for_open)
+                else:
+                    file = self._open_retrying(fs, path, url)
+        except ReadError:
+            raise
         except Exception as exc:
             raise ReadError("open", url, "open_files_by_fsspec", _reason(exc)) from exc
         return StreamWrapper(file, name=url)
+
+    def _open_retrying(self, fs: Any, path: str, url: str) -> Any:
+        text_kwargs = {k: v for k, v in self.kwargs_for_open.items() if k in _BUILTIN_OPEN_KWARGS}
+        binary_kwargs = {k: v for k, v in self.kwargs_for_open.items() if k not in _BUILTIN_OPEN_KWARGS}
+
+        def open_fn() -> Any:
+            return fs.open(path, "rb", **binary_kwargs)
+
+        raw = RetryingFile(open_fn, url, "open_files_by_fsspec", self.retry)
+        if "b" in self.mode:
+            return raw
+        return io.TextIOWrapper(io.BufferedReader(raw), **text_kwargs)
 
     def __iter__(self) -> Iterator[tuple[str, StreamWrapper]]:
         yield from open_each(self.source_datapipe, self.reopen, self.on_error, self.skip_log)
