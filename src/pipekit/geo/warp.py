@@ -42,6 +42,7 @@ __all__ = [
     "source_affine",
     "affine_coordinates",
     "nearest_affine",
+    "block_centres",
     "source_coordinates",
     "warp_window",
     "supports",
@@ -197,6 +198,11 @@ def _pixel_centres(n: int) -> np.ndarray:
     if c is None:
         c = _centres[n] = np.arange(n, dtype=np.float64) + 0.5
     return c
+
+
+def block_centres(n: int) -> np.ndarray:
+    """Pixel-centre coordinates ``0.5, 1.5, ..., n - 0.5`` (shared, read-only)."""
+    return _pixel_centres(n)
 
 
 def source_affine(

@@ -20,7 +20,13 @@ query grid's pixel lattice, and assembles a patch from them:
   a file (a handle), so a file closed and opened again is warped afresh.
 
 Only nearest-neighbour reads go through it: a nearest pixel depends on its
-own centre only, so a patch assembled from blocks is the patch warped whole.
+own centre only, so a patch assembled from blocks is the patch warped whole
+-- provided every pixel is computed by the same arithmetic whichever grid it
+is warped with.  :mod:`pipekit.geo.read` ensures that: the query's origin is
+put on its lattice (:func:`lattice`, to a millionth of a pixel) and each
+pixel's source pixel comes from the affine map fitted over its lattice block
+(one map per block and source, never per patch), so a read gives the same
+pixels with the cache on or off, whatever was read before.
 """
 
 from __future__ import annotations
@@ -38,6 +44,9 @@ __all__ = [
     "DEFAULT_BUDGET",
     "ENV_VAR",
     "read_blocks",
+    "Lattice",
+    "lattice",
+    "lattice_transform",
     "set_warp_cache_budget",
     "warp_cache_budget",
     "clear_warp_cache",
@@ -63,8 +72,8 @@ def _budget_from_env() -> int:
 
 DEFAULT_BUDGET = _budget_from_env()
 
-# Sub-pixel phase resolution: lattices whose origins differ by less than this many pixels are the same.
-_PHASE_STEPS = 1000
+# Sub-pixel phase resolution (steps per pixel): queries whose origins differ by float noise are on one lattice.
+_PHASE_STEPS = 1 << 20
 _MAX_PHASES = 256
 
 Block = tuple[np.ndarray, "np.ndarray | None"]
@@ -156,6 +165,36 @@ def _lattice(offset: float) -> tuple[int, int]:
     return steps // _PHASE_STEPS, steps % _PHASE_STEPS
 
 
+#: ``(xres, yres, phase_x, phase_y)``: a north-up pixel lattice of a CRS (phases in steps of a pixel).
+Lattice = tuple[float, float, int, int]
+
+
+def lattice(transform: Affine) -> tuple[Lattice, int, int] | None:
+    """``(lattice, col0, row0)`` of a north-up grid's transform: its lattice and the lattice index of its origin.
+
+    Queries whose origins differ by float noise (less than a millionth of a
+    pixel) are on the same lattice; ``None`` for a rotated grid or one with
+    a non-positive pixel size.  Every pixel read through the lattice is
+    computed from its lattice indices (see :func:`lattice_transform`), so
+    it does not depend on which query, block or rectangle it was read with.
+    """
+    if transform.b != 0.0 or transform.d != 0.0:
+        return None
+    xres, yres = transform.a, -transform.e
+    if not (xres > 0 and yres > 0):
+        return None
+    col0, phase_x = _lattice(transform.c / xres)
+    row0, phase_y = _lattice(-transform.f / yres)
+    return (xres, yres, phase_x, phase_y), col0, row0
+
+
+def lattice_transform(lat: Lattice, col: int, row: int) -> Affine:
+    """The transform of the grid whose origin is the lattice's pixel ``(col, row)`` (exactly, every time)."""
+    xres, yres, phase_x, phase_y = lat
+    fx, fy = phase_x / _PHASE_STEPS, phase_y / _PHASE_STEPS
+    return Affine(xres, 0.0, (col + fx) * xres, 0.0, -yres, -(row + fy) * yres)
+
+
 def read_blocks(
     source: Hashable, transform: Affine, shape: tuple[int, int], warp: WarpFn
 ) -> Block | None:
@@ -176,19 +215,18 @@ def read_blocks(
         patch directly.
     """
     cache = _cache()
-    if cache.budget == 0 or transform.b != 0.0 or transform.d != 0.0:
+    if cache.budget == 0:
         return None
-    xres, yres = transform.a, -transform.e
-    if not (xres > 0 and yres > 0):
+    found_lattice = lattice(transform)
+    if found_lattice is None:
         return None
-    col0, phase_x = _lattice(transform.c / xres)
-    row0, phase_y = _lattice(-transform.f / yres)
-    lattice = (source, xres, yres, phase_x, phase_y)
-    seen = cache.phases.get(lattice, 0)
+    lat, col0, row0 = found_lattice
+    lattice_key = (source, *lat)
+    seen = cache.phases.get(lattice_key, 0)
     if seen == 0:
         if len(cache.phases) >= _MAX_PHASES:
             cache.phases.clear()
-        cache.phases[lattice] = 1
+        cache.phases[lattice_key] = 1
         return None
     h, w = shape
     bx0, bx1 = col0 // BLOCK, (col0 + w - 1) // BLOCK
@@ -198,7 +236,7 @@ def read_blocks(
     missing: list[tuple[int, int]] = []
     for by in range(by0, by1 + 1):
         for bx in range(bx0, bx1 + 1):
-            key = (lattice, bx, by)
+            key = (lattice_key, bx, by)
             block = blocks.get(key)
             if block is None:
                 missing.append((bx, by))
@@ -212,8 +250,7 @@ def read_blocks(
         mx1 = max(b[0] for b in missing)
         my0 = min(b[1] for b in missing)
         my1 = max(b[1] for b in missing)
-        fx, fy = phase_x / _PHASE_STEPS, phase_y / _PHASE_STEPS
-        rect = Affine(xres, 0.0, (mx0 * BLOCK + fx) * xres, 0.0, -yres, -(my0 * BLOCK + fy) * yres)
+        rect = lattice_transform(lat, mx0 * BLOCK, my0 * BLOCK)
         warped = warp(rect, ((my1 - my0 + 1) * BLOCK, (mx1 - mx0 + 1) * BLOCK))
         if warped is None:
             return None
@@ -227,7 +264,7 @@ def read_blocks(
                 block_inside = None if part.all() else part.copy()
             block = (data[:, ys, xs].copy(), block_inside)
             found[(bx, by)] = block
-            cache.put((lattice, bx, by), block)
+            cache.put((lattice_key, bx, by), block)
     first = next(iter(found.values()))[0]
     out = np.empty((first.shape[0], h, w), dtype=first.dtype)
     covered: np.ndarray | None = None
