@@ -38,7 +38,7 @@ from pipekit.geo.discovery import (
     read_headers,
 )
 from pipekit.geo.index import GeoIndex
-from pipekit.geo.read import Grid, SourceReadError, read_stack_into, resampling_from
+from pipekit.geo.read import Grid, SkippedReadError, SourceReadError, read_stack_into, resampling_from
 
 __all__ = ["RasterDataset"]
 
@@ -82,8 +82,12 @@ class RasterDataset(GeoDataset):
         nodata: override the files' nodata value (also the fill value).
         dtype: torch dtype of samples (default float32 for images, int64 for masks).
         resampling: override ``resampling`` (name or rasterio ``Resampling``).
-        on_error: ``"raise"`` (default) or ``"skip"``: unreadable files are
-            then logged and counted in ``self.skip_log`` instead.
+        on_error: ``"raise"`` (default) or ``"skip"``: files that cannot be
+            indexed are then logged, counted in ``self.skip_log`` and left
+            out; a read that fails is counted there too, and the query has
+            no sample: ``dataset[query]`` raises
+            :class:`~pipekit.geo.read.SkippedReadError` (a ``ReadError``) and
+            ``read_geo`` drops the query -- never a zero-filled patch.
         vsi: how remote files are opened (see :class:`pipekit.geo.io.RasterOpener`).
         gdal_options: extra GDAL configuration for remote files.
 
@@ -513,7 +517,10 @@ class RasterDataset(GeoDataset):
                                   else f"{type(exc).__name__}: {exc}")
             if self.on_error == "raise":
                 raise error from exc
+            # on_error="skip": counted, and the query has no sample (never a zero-filled patch)
             self.skip_log.record(error)
+            raise SkippedReadError(error.action, error.url, error.stage,
+                                   f"{error.reason} (skipped: on_error='skip')") from exc
         finally:
             for h in opened:
                 h.close()
