@@ -331,3 +331,44 @@ class TestWithRasterDataset:
         for batch in batches:
             for image, box in zip(batch["image"], batch["bounds"], strict=True):
                 self.check({"image": image, "bounds": box}, res, 32)
+
+
+class TestSkippedReads:
+    """RasterDataset(on_error="skip") on the real corrupt GeoTIFF: a failed read never becomes a sample."""
+
+    @pytest.fixture
+    def corrupt(self, cc0):
+        from pipekit.geo.dataset import RasterDataset
+
+        return RasterDataset(cc0("corrupt.tif"), on_error="skip")
+
+    def bad(self, ds, box: BoundingBox) -> bool:
+        """Whether the box reaches into the file's lower-right tile, the one that cannot be decoded."""
+        b = ds.bounds
+        midx, midy = (b.minx + b.maxx) / 2, (b.miny + b.maxy) / 2
+        return box.maxx > midx and box.miny < midy
+
+    @pytest.mark.parametrize("reader_on_error", ["raise", "skip"])
+    def test_failed_reads_are_dropped_and_counted(self, corrupt, reader_on_error):
+        boxes = list(GridGeoSampler(corrupt, size=256))
+        assert len(boxes) == 16
+        pipe = IterableWrapper(boxes).read_geo(corrupt, on_error=reader_on_error)
+        samples = list(pipe)
+        expected = [box for box in boxes if not self.bad(corrupt, box)]
+        assert len(expected) == 12
+        assert [s["bounds"] for s in samples] == expected  # the 4 boxes on the corrupt tile have no sample
+        assert pipe.skip_log.count == 4 and corrupt.skip_log.count == 4
+        assert all(s.url.startswith("BoundingBox(") for s in pipe.skip_log.skipped)
+        assert all(s.url.endswith("corrupt.tif") and "TIFFFillTile" in s.reason for s in corrupt.skip_log.skipped)
+        assert all(bool(s["image"].any()) for s in samples)
+
+    def test_direct_indexing_raises_after_counting(self, corrupt):
+        from pipekit.geo.read import SkippedReadError
+
+        b = corrupt.bounds
+        with pytest.raises(SkippedReadError) as info:
+            corrupt[BoundingBox(b.maxx - 100, b.maxx, b.miny, b.miny + 100)]
+        assert isinstance(info.value, ReadError) and "skipped" in str(info.value)
+        assert corrupt.skip_log.count == 1
+        good = corrupt[BoundingBox(b.minx, b.minx + 100, b.maxy - 100, b.maxy)]
+        assert good["image"].shape[0] == 3 and corrupt.skip_log.count == 1

@@ -196,3 +196,29 @@ class TestMosaicValidity:
         with pytest.raises(ValueError, match="prefilled=False"):
             read_into(handle, [1], grid_at(0, 0, 2, 2), out, np.zeros(out.shape, bool), Resampling.nearest, 0, 0,
                       prefilled=False)
+
+
+class TestReadErrors:
+    """A failed read says why: GDAL's own messages, not only rasterio's "See previous exception"."""
+
+    def test_gdal_reason_is_in_the_read_error(self, cc0):
+        from pipekit.datasets import RasterDataset
+        from pipekit.errors import ReadError
+
+        ds = RasterDataset(cc0("corrupt.tif"))
+        b = ds.bounds
+        with pytest.raises(ReadError) as info:
+            ds[BoundingBox(b.maxx - 100, b.maxx, b.miny, b.miny + 100)]
+        text = str(info.value)
+        assert "corrupt.tif" in text and "Read failed" in text
+        # GDAL's chain behind rasterio's RasterioIOError: the block that failed and libtiff's reason
+        assert "(GDAL: " in text and "IReadBlock failed" in text and "TIFFFillTile" in text
+
+    def test_source_read_error_carries_the_chain(self, cc0):
+        path = cc0("corrupt.tif") / "corrupt.tif"
+        handle = geo_io.open_handle(geo_io.RasterOpener(), str(path))
+        try:
+            with pytest.raises(geo_read.SourceReadError, match=r"RasterioIOError: .*\(GDAL: .*TIFFFillTile"):
+                geo_read._read_window(handle, [1], rasterio.windows.Window(0, 0, handle.width, handle.height))
+        finally:
+            handle.close()

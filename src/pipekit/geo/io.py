@@ -70,6 +70,7 @@ __all__ = [
     "close_cached_handles",
     "cached_handle_count",
     "split_protocol",
+    "error_reason",
 ]
 
 logger = logging.getLogger("pipekit.geo")
@@ -171,6 +172,45 @@ _S3FS_ONLY_KEYS = {
     "version_aware",
     "fixed_upload_size",
 }
+
+
+def error_reason(exc: BaseException) -> str:
+    """``"Type: message"`` of ``exc``, followed by GDAL's own reasons from its exception chain.
+
+    rasterio raises e.g. ``RasterioIOError("Read failed. See previous
+    exception for details.")`` and chains GDAL's errors (``CPLE_*``, each
+    the cause of the one before) behind it: their messages, outermost first
+    and without repeats, are appended as ``(GDAL: ... <- ...)``, so the
+    reason says what actually failed (a truncated tile, a bad JPEG stream).
+
+    Example:
+        >>> class CPLE_AppDefinedError(Exception):  # rasterio's class: (error class, errno, message)
+        ...     pass
+        >>> try:
+        ...     try:
+        ...         raise CPLE_AppDefinedError(3, 1, "TIFFFillTile:Read error at tile 3")
+        ...     except CPLE_AppDefinedError as gdal:
+        ...         raise OSError("Read failed. See previous exception for details.") from gdal
+        ... except OSError as exc:
+        ...     print(error_reason(exc))
+        OSError: Read failed. See previous exception for details. (GDAL: TIFFFillTile:Read error at tile 3)
+    """
+    reason = f"{type(exc).__name__}: {exc}"
+    seen = [str(exc)]
+    gdal: list[str] = []
+    cause = exc.__cause__ or exc.__context__
+    for _ in range(32):  # chains are short; a cycle must not loop forever
+        if cause is None:
+            break
+        if type(cause).__name__.startswith("CPLE_"):  # rasterio's wrappers of GDAL's CPLErr
+            message = str(cause.args[2] if len(cause.args) >= 3 else cause).strip()
+            if message and not any(message in known for known in seen):
+                gdal.append(message)
+                seen.append(message)
+        cause = cause.__cause__ or cause.__context__
+    if gdal:
+        reason += f" (GDAL: {' <- '.join(gdal)})"
+    return reason
 
 
 def split_protocol(url: str) -> tuple[str | None, str]:
@@ -511,7 +551,7 @@ class RasterOpener:
         except ReadError:
             raise
         except Exception as exc:
-            reason = f"{type(exc).__name__}: {exc}"
+            reason = error_reason(exc)
             if resolved.kind == "fsspec":
                 with contextlib.suppress(Exception):
                     opener, path = self.fsspec_opener(url)

@@ -7,6 +7,7 @@ from typing import Any
 
 from pipekit.errors import ReadError, SkipLog, StageError, check_on_error
 from pipekit.geo.bbox import BoundingBox
+from pipekit.geo.read import SkippedReadError
 from pipekit.pipes.base import IterDataPipe, functional_datapipe
 
 __all__ = ["GeoReader"]
@@ -24,7 +25,11 @@ class GeoReader(IterDataPipe):
     lives in the source.  A failing query raises
     :class:`~pipekit.errors.ReadError` naming the box (and chaining the
     dataset's own exception), or, with ``on_error="skip"``, is recorded in
-    :attr:`skip_log` and skipped.
+    :attr:`skip_log` and skipped.  A query whose read the dataset itself
+    skipped (a ``RasterDataset(on_error="skip")`` raises
+    :class:`~pipekit.geo.read.SkippedReadError`) is always dropped and
+    counted in :attr:`skip_log`: a failed read never becomes a sample.  For
+    an item that is a list of boxes, one failed box drops the whole item.
 
     Args:
         source_datapipe: a pipe of queries (slices or
@@ -77,7 +82,7 @@ class GeoReader(IterDataPipe):
                 else:
                     out = self._read(item)
             except ReadError as err:
-                if self.on_error == "raise":
+                if self.on_error == "raise" and not isinstance(err.__cause__, SkippedReadError):
                     raise
                 self.skip_log.record(err)
                 continue

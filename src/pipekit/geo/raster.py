@@ -50,7 +50,7 @@ from pipekit.geo.discovery import (
     read_headers,
 )
 from pipekit.geo.index import GeoIndex
-from pipekit.geo.read import Grid, SourceReadError, read_stack_into, resampling_from
+from pipekit.geo.read import Grid, SkippedReadError, SourceReadError, read_stack_into, resampling_from
 
 __all__ = ["RasterDataset"]
 
@@ -112,8 +112,12 @@ class RasterDataset(GeoDataset):
             where the fill value needs it).
         resampling: override ``resampling`` (name or rasterio ``Resampling``;
             default bilinear for float samples and native images, nearest otherwise).
-        on_error: ``"raise"`` (default) or ``"skip"``: unreadable files are
-            then logged and counted in ``self.skip_log`` instead.
+        on_error: ``"raise"`` (default) or ``"skip"``: files that cannot be
+            indexed are then logged, counted in ``self.skip_log`` and left
+            out; a read that fails is counted there too, and the query has
+            no sample: ``dataset[query]`` raises
+            :class:`~pipekit.geo.read.SkippedReadError` (a ``ReadError``) and
+            ``read_geo`` drops the query -- never a zero-filled patch.
         vsi: how remote files are opened (see :class:`pipekit.geo.io.RasterOpener`).
         gdal_options: extra GDAL configuration for remote files.
 
@@ -700,7 +704,10 @@ class RasterDataset(GeoDataset):
                                   else f"{type(exc).__name__}: {exc}")
             if self.on_error == "raise":
                 raise error from exc
+            # on_error="skip": counted, and the query has no sample (never a zero-filled patch)
             self.skip_log.record(error)
+            raise SkippedReadError(error.action, error.url, error.stage,
+                                   f"{error.reason} (skipped: on_error='skip')") from exc
         finally:
             for h in opened:
                 h.close()

@@ -46,13 +46,15 @@ from rasterio.warp import reproject, transform_bounds
 from rasterio.warp import transform as warp_transform
 from rasterio.windows import Window
 
+from pipekit.errors import ReadError
 from pipekit.geo import warp, warpcache
 from pipekit.geo.bbox import BoundingBox
-from pipekit.geo.io import RasterHandle
+from pipekit.geo.io import RasterHandle, error_reason
 
 __all__ = [
     "Grid",
     "SourceReadError",
+    "SkippedReadError",
     "read_stack_into",
     "same_grid",
     "transform_bounds_fast",
@@ -91,11 +93,24 @@ def window_transform(t: Affine, col: float, row: float) -> Affine:
 
 
 class SourceReadError(Exception):
-    """Reading pixels of one file failed; ``url`` names the file, ``__cause__`` is GDAL's error."""
+    """Reading pixels of one file failed; ``url`` names the file, ``__cause__`` is GDAL's error.
+
+    The message carries GDAL's own reason (see :func:`pipekit.geo.io.error_reason`).
+    """
 
     def __init__(self, url: str, error: BaseException) -> None:
-        super().__init__(f"{type(error).__name__}: {error}")
+        super().__init__(error_reason(error))
         self.url = url
+
+
+class SkippedReadError(ReadError):
+    """A query whose read failed under ``on_error="skip"``: recorded in the dataset's ``skip_log``, no sample.
+
+    A failed read never becomes a (zero-filled) sample: ``dataset[query]``
+    raises this :class:`~pipekit.errors.ReadError` after counting the
+    failure, and ``read_geo`` drops the query (counting it in its own
+    ``skip_log`` too), whatever ``read_geo``'s own ``on_error``.
+    """
 
 
 def _read_window(handle: RasterHandle, indexes: list[int], window: Window, out: np.ndarray | None = None) -> np.ndarray:
