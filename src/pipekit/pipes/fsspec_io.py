@@ -33,7 +33,8 @@ from pipekit.pipes.builtin import IterableWrapper
 from pipekit.pipes.state import ResumablePipe
 from pipekit.retry import RetryPolicy, resolve_retry
 
-__all__ = ["FSSpecFileLister", "FSSpecFileOpener", "FSSpecSaver", "Saver", "StreamWrapper"]  # RetryingFile: by its module path
+# RetryingFile is imported from this module, not re-exported by pipekit.pipes (whose export list is locked)
+__all__ = ["FSSpecFileLister", "FSSpecFileOpener", "FSSpecSaver", "Saver", "StreamWrapper"]
 
 # Object stores write an object only when the file is closed (a single PUT or a
 # completed multipart upload), so a reader never sees a partial object.
