@@ -243,3 +243,64 @@ def test_cog_permanent_outage_names_the_s3_url(restartable_s3_server, monkeypatc
         assert (info.value.url, info.value.stage) == (ds.files[0], "RasterDataset")
     finally:
         server.start_again()
+
+
+def _child_uses_s3(options: dict[str, Any], bucket: str) -> None:
+    import gc
+    import sys
+
+    import fsspec
+    from fsspec.asyn import get_loop, sync
+
+    # asyncio reports a failed task through its logger; pytest's capture would swallow it in a child
+    reports: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: reports.append(record.getMessage() + str(record.exc_info))  # type: ignore[method-assign]
+    logging.getLogger("asyncio").addHandler(handler)
+
+    fs, _ = fsspec.core.url_to_fs(f"s3://{bucket}", **options)  # fsspec drops the inherited instances
+
+    async def collect() -> None:
+        gc.collect()  # garbage collection while the child's own fsspec loop runs, as in a worker
+
+    sync(get_loop(), collect)
+    assert fs.cat(f"{bucket}/x") == b"1"
+    time.sleep(0.3)  # let a stray task fail and report before the process ends
+    sync(get_loop(), collect)  # a task that failed is reported when it is collected
+    reports = [r for r in reports if "different loop" in r or "never retrieved" in r]
+    if reports:
+        print("\n".join(reports), file=sys.__stderr__, flush=True)
+        sys.exit(3)
+
+
+def test_forked_child_leaves_the_parents_s3_session_alone(s3_server, capfd):
+    """The cause of "Task exception was never retrieved ... attached to a different loop" with workers:
+    the parent's cached s3fs instance, dropped and finalized in the child, closed the parent's aiohttp
+    session on the child's loop."""
+    import gc
+    import multiprocessing
+
+    import fsspec
+    import s3fs
+
+    import pipekit.pipes.fsspec_io  # noqa: F401 - registers the fork handler
+
+    name = s3_server.create_bucket()
+    fs, _ = fsspec.core.url_to_fs(f"s3://{name}", **s3_server.storage_options)
+    fs.pipe(f"{name}/x", b"1")
+    gc.disable()  # an instance with a live session that is garbage, not yet collected, when the child forks
+    try:
+        garbage = s3fs.S3FileSystem(**s3_server.storage_options, skip_instance_cache=True)
+        garbage.ls(name)
+        garbage.self_reference = garbage  # a cycle: only the cycle collector frees it
+        del garbage
+        child = multiprocessing.get_context("fork").Process(
+            target=_child_uses_s3, args=(s3_server.storage_options, name))
+        child.start()
+    finally:
+        gc.enable()
+    child.join(60)
+    assert child.exitcode == 0, "the child reported asyncio errors (exit code 3) or failed"
+    out, err = capfd.readouterr()
+    assert "attached to a different loop" not in out + err
+    assert "Task exception was never retrieved" not in out + err

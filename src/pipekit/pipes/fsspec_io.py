@@ -35,11 +35,35 @@ from pipekit.pipes.builtin import IterableWrapper
 from pipekit.pipes.state import ResumablePipe
 from pipekit.retry import RetryPolicy, resolve_retry
 
+# RetryingFile is imported from this module, not re-exported by pipekit.pipes (whose export list is locked)
 __all__ = ["FSSpecFileLister", "FSSpecFileOpener", "FSSpecSaver", "Saver", "StreamWrapper"]
 
 # Object stores write an object only when the file is closed (a single PUT or a
 # completed multipart upload), so a reader never sees a partial object.
 _OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss", "memory"})
+
+
+# A forked process (a DataLoader worker) inherits the parent's s3fs instances, cached by fsspec or
+# garbage not yet collected.  fsspec drops its cache in the child; when such an instance is then
+# collected there, s3fs's finalizer (``S3FileSystem.close_session``) closes the parent's aiohttp
+# session -- created on the parent's event loop -- from the child: if the child's own fsspec loop is
+# running at that moment, the close becomes a task on the child's loop and fails with "Task
+# exception was never retrieved ... got Future attached to a different loop".  The child never uses
+# those sessions (their loop belongs to the parent), so their finalizers are detached after a fork;
+# the parent still closes its sessions.  (Closing the connector from the child is no option either:
+# its transports would unregister the parent's sockets from the epoll instance both processes share.)
+def _detach_inherited_session_finalizers() -> None:  # runs in a forked child
+    registry = getattr(weakref.finalize, "_registry", None)
+    if not isinstance(registry, dict):
+        return
+    for finalizer, info in list(registry.items()):
+        func = getattr(info, "func", None)
+        if getattr(func, "__module__", "").startswith("s3fs") and getattr(func, "__name__", "") == "close_session":
+            finalizer.detach()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_detach_inherited_session_finalizers)
 
 
 def _protocols(fs: Any) -> tuple[str, ...]:
