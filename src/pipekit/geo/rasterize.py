@@ -52,7 +52,7 @@ def burn_mask(
         return np.zeros(shape, dtype=np.int64)
     values = np.asarray(labels, dtype=np.int64)
     lo, hi = int(values.min()), int(values.max())
-    dtype = np.int32 if -(2**31) <= lo and hi < 2**31 else np.float64
+    dtype = np.int32 if lo >= -(2**31) and hi < 2**31 else np.float64
     out = rasterize(
         zip(geometries, values.astype(dtype).tolist()),
         out_shape=shape,
