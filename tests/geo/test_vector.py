@@ -466,3 +466,12 @@ class TestTorchGeoParity:
             assert (key in a) == (key in b)
             if key in a:
                 torch.testing.assert_close(a[key], b[key], check_dtype=True)
+
+    def test_same_mask_as_torchgeo_across_crs(self, tmp_path):
+        from torchgeo.datasets import VectorDataset as TGVectorDataset
+
+        path = write(fields().to_crs("EPSG:4326"), tmp_path / "wgs84.gpkg")
+        ours = VectorDataset(path, crs=UTM15, res=RES, label_name="crop")
+        theirs = TGVectorDataset(paths=[str(path)], crs=ours.crs, res=RES, label_name="crop")
+        q = (slice(X0 + 300, X0 + 900, RES), slice(Y0 - 100, Y0 + 380, RES), slice(None))
+        torch.testing.assert_close(ours[q]["mask"], theirs[q]["mask"])
