@@ -31,7 +31,8 @@ def burn_mask(
     """An int64 ``[H, W]`` mask: 0 (background) where no feature lies, else the label of the last feature there.
 
     Args:
-        geometries: the features, in the grid's CRS.
+        geometries: the features, in the grid's CRS (shapely geometries or
+            GeoJSON-like mappings, which rasterio reads faster).
         labels: one integer per feature (0 burns background, TorchGeo's
             "not rendered").
         transform: the grid's affine transform.
@@ -54,7 +55,7 @@ def burn_mask(
     lo, hi = int(values.min()), int(values.max())
     dtype = np.int32 if lo >= -(2**31) and hi < 2**31 else np.float64
     out = rasterize(
-        zip(geometries, values.astype(dtype).tolist()),
+        zip(list(geometries), values.astype(dtype).tolist()),
         out_shape=shape,
         transform=transform,
         fill=0,

@@ -119,10 +119,25 @@ class _Layer:
     times: np.ndarray | None
     fids: np.ndarray
 
+    def __post_init__(self) -> None:
+        self._shapes: list[Any] = [None] * len(self.geometries)
+
     @property
     def bounds(self) -> np.ndarray:
         """``(minx, miny, maxx, maxy)`` of all features."""
         return shapely.total_bounds(self.geometries)
+
+    def shapes(self, idx: np.ndarray) -> list[Any]:
+        """The GeoJSON-like mappings of features ``idx`` (built once each: rasterio reads them ~5x faster
+        than shapely geometries, whose ``__geo_interface__`` walks every coordinate in Python)."""
+        out = []
+        cache = self._shapes
+        for i in idx.tolist():
+            shape = cache[i]
+            if shape is None:
+                shape = cache[i] = shapely.geometry.mapping(self.geometries[i])
+            out.append(shape)
+        return out
 
 
 #: the per-process cache of loaded files: key -> _Layer
@@ -447,8 +462,11 @@ class VectorDataset(GeoDataset):
         return labels
 
     # -- queries ---------------------------------------------------------------------------------
-    def _features(self, bbox: BoundingBox) -> tuple[np.ndarray, np.ndarray]:
-        """The geometries (dataset CRS) and labels of the features meeting ``bbox``, in file then feature order."""
+    def _features(self, bbox: BoundingBox, mappings: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """The geometries (dataset CRS) and labels of the features meeting ``bbox``, in file then feature order.
+
+        With ``mappings``, GeoJSON-like mappings instead of shapely geometries (for rasterizing).
+        """
         hits = self.geo_index.query(bbox)
         rows = np.sort(self._entry_rows()[hits])
         box = shapely.box(bbox.minx, bbox.miny, bbox.maxx, bbox.maxy)
@@ -460,7 +478,12 @@ class VectorDataset(GeoDataset):
             if layer.times is not None and len(idx):
                 t = layer.times[idx]
                 idx = idx[(t[:, 0] <= bbox.maxt) & (t[:, 1] >= bbox.mint)]
-            geoms.append(layer.geometries[idx])
+            if mappings:
+                part = np.empty(len(idx), dtype=object)
+                part[:] = layer.shapes(idx)
+                geoms.append(part)
+            else:
+                geoms.append(layer.geometries[idx])
             labels.append(self._labels(row, layer)[idx])
         if not geoms:
             return np.empty(0, dtype=object), np.empty(0, dtype=np.int64)
@@ -469,13 +492,14 @@ class VectorDataset(GeoDataset):
     def _getitem(self, bbox: BoundingBox, grid: Grid, bounds: Any) -> Sample:
         if len(self.geo_index.query(bbox)) == 0:
             raise self._missing(bbox)
-        geoms, labels = self._features(bbox)
         shape = (grid.height, grid.width)
         sample: Sample = {}
         if self.task == "semantic_segmentation":
+            geoms, labels = self._features(bbox, mappings=True)
             mask = burn_mask(geoms, labels, grid.transform, shape, self.all_touched)
             sample["mask"] = torch.from_numpy(mask).to(self.dtype)
         else:
+            geoms, labels = self._features(bbox)
             boxes = pixel_boxes(geoms, grid.transform, shape)
             keep = ~np.isnan(boxes).any(axis=1)
             if self.task == "instance_segmentation":
@@ -496,7 +520,7 @@ class VectorDataset(GeoDataset):
             raise ValueError(f"{self.name}: only task='semantic_segmentation' can be mosaicked (a | b)")
         if len(self.geo_index.query(bbox)) == 0:
             return None
-        geoms, labels = self._features(bbox)
+        geoms, labels = self._features(bbox, mappings=True)
         shape = (grid.height, grid.width)
         mask = burn_mask(geoms, labels, grid.transform, shape, self.all_touched)[None]
         valid = None
