@@ -60,7 +60,7 @@ class TestInspect:
 
     def test_corrupt_vector_file_is_an_error_naming_it(self, cli, vectors):
         (vectors / "broken.geojson").write_text('{"type": "FeatureCollection", "features": [')
-        code, out, err = cli("inspect", vectors)
+        code, out, _ = cli("inspect", vectors)
         assert code == 1
         assert "error: " in out and "broken.geojson" in out and "inspect vector file" in out
 

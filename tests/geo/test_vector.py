@@ -344,6 +344,11 @@ class TestLoadingOnce:
         for k in range(20):
             ds[BoundingBox(X0 + 10 * k, X0 + 10 * k + 200, Y0, Y0 + 200)]
         assert len(calls) == 1
+        # in another CRS (as ``a & b`` makes it): reprojected from the features in memory, not read again
+        wgs84 = ds.to_crs("EPSG:4326", res=0.0001)
+        x, y, _ = wgs84.bounds
+        assert int((wgs84[x.start:x.stop, y.start:y.stop]["mask"] > 0).sum()) > 0
+        assert len(calls) == 1
         blob = pickle.dumps(ds)
         assert len(blob) < 8000 and b"POLYGON" not in blob
         vector_module.clear_cache()  # as in a fresh worker process

@@ -318,11 +318,10 @@ class VectorDataset(GeoDataset):
             if self._crs is None:
                 self._crs = source
             times = self._times_from_name(path, match)
-            layer_data = self._build_layer(path, frame, source, self._crs, times)
+            layer_data = self._layer_for(path, source.to_wkt(), self._crs, frame)
             if len(layer_data.geometries) == 0:
                 logger.warning("%s: %r has no features with a geometry; left out of the index", self.name, path)
                 continue
-            self._remember(path, source, self._crs, layer_data)
             minx, miny, maxx, maxy = layer_data.bounds
             if layer_data.times is not None:
                 times = (float(layer_data.times[:, 0].min()), float(layer_data.times[:, 1].max()))
@@ -382,8 +381,8 @@ class VectorDataset(GeoDataset):
             raise ParseError("parse the date of", path, self.name,
                              f"{exc} (date_format {self.date_format!r})") from exc
 
-    def _build_layer(self, path: str, frame: Any, source: CRS, target: CRS, times: tuple[float, float]) -> _Layer:
-        """The features of ``frame`` (in ``source``) valid, non-empty and in ``target``, with an STRtree."""
+    def _build_layer(self, path: str, frame: Any) -> _Layer:
+        """The features of ``frame`` valid and non-empty, in the file's CRS, with an STRtree."""
         geoms = np.asarray(frame.geometry.array, dtype=object)
         fids = np.asarray(frame.index)
         missing = shapely.is_missing(geoms) | shapely.is_empty(geoms)
@@ -403,43 +402,52 @@ class VectorDataset(GeoDataset):
                            self.name, path, int(invalid.sum()), ids, reasons)
             geoms = geoms.copy()
             geoms[invalid] = shapely.make_valid(geoms[invalid])
-        if source != target:
-            from pyproj import Transformer
-
-            transformer = Transformer.from_crs(source, target, always_xy=True)
-            geoms = shapely.transform(geoms, lambda xy: np.column_stack(transformer.transform(xy[:, 0], xy[:, 1])))
         feature_times = None
         if self.date_attribute is not None:
             if self.date_attribute not in frame.columns:
                 raise ParseError("read the date attribute of", path, self.name,
                                  f"no attribute {self.date_attribute!r}; it has {list(frame.columns)}")
             feature_times = _feature_times(frame[self.date_attribute], self.date_format, path, self.name)
-        attributes = frame.drop(columns=frame.geometry.name)
-        attributes = attributes.reset_index(drop=True)
-        del times
+        attributes = frame.drop(columns=frame.geometry.name).reset_index(drop=True)
         return _Layer(geoms, shapely.STRtree(geoms), attributes, feature_times, fids)
 
-    def _key(self, path: str, target: CRS) -> tuple[Any, ...]:
-        return (path, self.layer, target.to_wkt(), self.date_attribute, self.date_format, self.on_invalid)
+    @staticmethod
+    def _reprojected(layer: _Layer, source: CRS, target: CRS) -> _Layer:
+        """``layer``'s features (in ``source``) in ``target``: every vertex transformed, a new STRtree."""
+        from pyproj import Transformer
 
-    def _remember(self, path: str, source: CRS, target: CRS, layer: _Layer) -> None:
+        transformer = Transformer.from_crs(source, target, always_xy=True)
+        geoms = shapely.transform(layer.geometries,
+                                  lambda xy: np.column_stack(transformer.transform(xy[:, 0], xy[:, 1])))
+        return _Layer(geoms, shapely.STRtree(geoms), layer.attributes, layer.times, layer.fids)
+
+    def _key(self, path: str, crs_wkt: str) -> tuple[Any, ...]:
+        return (path, self.layer, crs_wkt, self.date_attribute, self.date_format, self.on_invalid)
+
+    def _layer_for(self, path: str, source_wkt: str, target: CRS, frame: Any = None) -> _Layer:
+        """``path``'s features in ``target``: from this process's cache, else reprojected from the file's own
+        CRS (cached too), else read (``frame``, when the caller has just read it) -- at most once per process."""
+        target_wkt = target.to_wkt()
+        layer = _LAYERS.get(self._key(path, target_wkt))
+        if layer is not None:
+            return layer
+        native = _LAYERS.get(self._key(path, source_wkt))
+        if native is None:
+            if frame is None:
+                frame = read_vector(path, self.layer, self.storage_options, self.name)
+            native = self._build_layer(path, frame)
+            with _LAYERS_LOCK:
+                native = _LAYERS.setdefault(self._key(path, source_wkt), native)
+        source = _to_crs(source_wkt)
+        if source == target:
+            return native
+        layer = self._reprojected(native, source, target)
         with _LAYERS_LOCK:
-            _LAYERS[self._key(path, target)] = layer
+            return _LAYERS.setdefault(self._key(path, target_wkt), layer)
 
     def _layer(self, row: int) -> _Layer:
         """File ``row``'s features in the dataset CRS (read on the first use in this process)."""
-        path = self._paths[row]
-        key = self._key(path, self._crs)
-        layer = _LAYERS.get(key)
-        if layer is None:
-            frame = read_vector(path, self.layer, self.storage_options, self.name)
-            source = _to_crs(self._source_crs[row])
-            if frame.crs is None:
-                frame = frame.set_crs(source.to_wkt())
-            layer = self._build_layer(path, frame, source, self._crs, self._file_times[row])
-            with _LAYERS_LOCK:
-                layer = _LAYERS.setdefault(key, layer)
-        return layer
+        return self._layer_for(self._paths[row], self._source_crs[row], self._crs)
 
     def _labels(self, row: int, layer: _Layer) -> np.ndarray:
         """The label of every feature of file ``row`` (``get_label`` of each, computed once per process)."""
