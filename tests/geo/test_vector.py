@@ -18,7 +18,15 @@ from rasterio.features import rasterize
 import pipekit
 from pipekit.datasets import RasterDataset, VectorDataset
 from pipekit.errors import ParseError, ReadError
-from pipekit.geo import BoundingBox, GridGeoSampler, IntersectionDataset, RandomGeoSampler, UnionDataset
+from pipekit.geo import (
+    BoundingBox,
+    GridGeoSampler,
+    IntersectionDataset,
+    PreChippedGeoSampler,
+    RandomBatchGeoSampler,
+    RandomGeoSampler,
+    UnionDataset,
+)
 from pipekit.geo import vector as vector_module
 from pipekit.geo.discovery import DatasetNotFoundError
 
@@ -430,6 +438,11 @@ class TestComposition:
         torch.manual_seed(0)
         randoms = list(RandomGeoSampler(ds, size=8, length=10))
         assert all(ds[q]["mask"].shape == (8, 8) for q in randoms)
+        batches = list(RandomBatchGeoSampler(ds, size=8, batch_size=4, length=8, seed=0))
+        assert len(batches) == 2 and all(ds[q]["mask"].shape == (8, 8) for b in batches for q in b)
+        (chip,) = list(PreChippedGeoSampler(ds))  # one per file: the box of its features
+        whole_file = BoundingBox(X0, X0 + 1000, Y0, Y0 + 400)
+        np.testing.assert_array_equal(ds[chip]["mask"].numpy(), reference(fields(), whole_file))
 
     @pytest.mark.slow
     def test_dataloader_two_workers(self, tmp_path, gpkg):
