@@ -86,7 +86,7 @@ def corpus(fields: int = 3000, seed: int = 0) -> Path:
     gdf = geopandas.GeoDataFrame({"crop": crops}, geometry=geoms, crs=crs.to_wkt()).to_crs("EPSG:4326")
     gpkg.parent.mkdir(parents=True, exist_ok=True)
     tmp = gpkg.with_suffix(".tmp.gpkg")
-    gdf.to_file(tmp, driver="GPKG", engine="pyogrio")
+    gdf.to_file(tmp, driver="GPKG", layer="fields", engine="pyogrio")
     os.replace(tmp, gpkg)
     return root
 
