@@ -350,3 +350,10 @@ def test_dataloader2_names():
     for name in DATALOADER2_NAMES:
         assert getattr(pipekit, name) is getattr(pipekit.dataloader2, name)
     assert pipekit.adapters.__all__ == ["Adapter", "Shuffle"]
+
+
+def test_vector_dataset_is_exported():
+    import pipekit.datasets
+
+    assert pipekit.datasets.VectorDataset is pipekit.geo.VectorDataset
+    assert "VectorDataset" in pipekit.datasets.__all__ and "VectorDataset" in pipekit.geo.__all__

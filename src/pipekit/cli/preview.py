@@ -1,4 +1,9 @@
-"""``pipekit preview``: render one raster sample (RGB, mask, spectral index) to a PNG."""
+"""``pipekit preview``: render one raster sample (RGB, mask, spectral index) to a PNG.
+
+The mask may come from vector files (GeoPackage, GeoJSON, Shapefile...):
+their polygons are rasterized onto the image's grid (``--mask fields.gpkg``),
+or drawn alone when PATH holds only vector files.
+"""
 
 from __future__ import annotations
 
@@ -45,13 +50,15 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--product", choices=product_names(), default=None,
                    help="the image product (default: detected from the file names)")
     p.add_argument("--mask", metavar="PATH_OR_URL", default=None,
-                   help="rasters of a mask product to draw beside the image (default: a mask product found "
-                        "in PATH, e.g. CDL)")
+                   help="rasters of a mask product, or vector files (.gpkg, .geojson, .shp...) whose polygons "
+                        "are rasterized, to draw beside the image (default: a mask product found in PATH, e.g. CDL)")
     p.add_argument("--mask-product", choices=product_names(), default=None,
                    help="the mask product (default: detected; 'raster' for any single-band class raster)")
     p.add_argument("--index", default=None,
                    help="the spectral index panel: an index name (ndvi, ndwi, nbr, evi...) or 'none' "
                         "(default: ndvi where the product has NIR and red bands)")
+    p.add_argument("--label-name", default=None,
+                   help="vector masks: the attribute whose integer values are drawn (default: every polygon is 1)")
     p.add_argument("--size", type=positive_int, default=256, help="patch side in pixels (default 256)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="which random patch (default 0)")
     add_storage_option_argument(p)
@@ -62,10 +69,24 @@ def add_parser(sub: Any) -> None:
 class _Layer:
     product: Product | None  # None: a generic raster
     root: str
+    vector: bool = False  # vector files, rasterized (VectorDataset)
+    label_name: str | None = None
 
     @property
     def name(self) -> str:
+        if self.vector:
+            return "vector"
         return self.product.name if self.product is not None else GENERIC
+
+
+def _vector_files(path: str, storage_options: dict[str, Any]) -> list[str]:
+    """The vector files under ``path`` when it holds vector files and no raster (else ``[]``)."""
+    from pipekit.cli.inspection_vectors import is_vector
+
+    listing = list_files(path, storage_options)
+    if any(file_kind(name) == "raster" for _, name, _ in listing.files):
+        return []
+    return [url for url, name, _ in listing.files if is_vector(name)]
 
 
 def _products_in(path: str, storage_options: dict[str, Any]) -> Counter:
@@ -108,6 +129,14 @@ def _dataset(layer: _Layer, storage_options: dict[str, Any], mask: bool,
     from pipekit.geo.raster import RasterDataset
 
     kwargs: dict[str, Any] = {"storage_options": storage_options} if storage_options else {}
+    if layer.vector:
+        from pipekit.errors import StageError
+        from pipekit.geo.vector import VectorDataset
+
+        try:
+            return VectorDataset(_vector_files(layer.root, storage_options), label_name=layer.label_name, **kwargs)
+        except (StageError, ValueError) as exc:
+            raise CliError(str(exc)) from exc
     if layer.product is not None:
         cls = layer.product.cls
         if not mask and cls.all_bands:
@@ -189,15 +218,26 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         raise CliError("preview needs matplotlib: pip install 'pipekit[plot]'") from None
 
-    found = _products_in(args.path, storage_options)
     image_layer: _Layer | None = None
     mask_layer: _Layer | None = None
+    if _vector_files(args.path, storage_options):  # vector files alone: their polygons as a mask
+        if args.mask is not None:
+            raise CliError(f"{args.path!r} holds vector files only; pass the image rasters as PATH and the "
+                           "vector files as --mask")
+        mask_layer = _Layer(None, args.path, vector=True, label_name=args.label_name)
+        path = render_preview(None, mask_layer, None, out, size=args.size, seed=args.seed,
+                              storage_options=storage_options)
+        print(path)
+        return 0
+    found = _products_in(args.path, storage_options)
     present, product = _pick(found, args.product, False, args.path)
     if present and product is not None and product.is_mask:  # --product cdl: the mask alone
         mask_layer = _Layer(product, args.path)
     elif present:
         image_layer = _Layer(product, args.path)
-    if mask_layer is None and args.mask is not None:
+    if mask_layer is None and args.mask is not None and _vector_files(args.mask, storage_options):
+        mask_layer = _Layer(None, args.mask, vector=True, label_name=args.label_name)
+    elif mask_layer is None and args.mask is not None:
         present, product = _pick(_products_in(args.mask, storage_options), args.mask_product, True, args.mask)
         if not present:
             raise CliError(f"no mask product (e.g. CDL) detected in {args.mask!r}; pass --mask-product raster "
@@ -242,6 +282,10 @@ def render_preview(
             raise CliError(str(exc)) from exc
     else:
         ds = image_ds if image_ds is not None else mask_ds
+        if image_ds is None and mask_layer is not None and mask_layer.vector:
+            # polygons alone: a resolution that fits their whole extent into the patch
+            extent = ds._extent()
+            ds.res = max(extent.maxx - extent.minx, extent.maxy - extent.miny) / size
     side = _patch_size(ds, size)
     sampler = RandomGeoSampler(ds, size=side, length=_ATTEMPTS, generator=torch.Generator().manual_seed(seed))
     best: tuple[float, Any] | None = None

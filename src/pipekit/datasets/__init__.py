@@ -39,6 +39,7 @@ from pipekit.geo.bbox import BoundingBox, GeoSlice
 from pipekit.geo.collate import concat_samples, merge_samples, stack_samples, unbind_samples
 from pipekit.geo.dataset import GeoDataset, IntersectionDataset, RasterDataset, UnionDataset
 from pipekit.geo.discovery import DatasetNotFoundError
+from pipekit.geo.vector import VectorDataset
 
 __all__ = [
     "GeoDataset",
@@ -65,4 +66,5 @@ __all__ = [
     "TarShards",
     "WebDataset",
     "GeoSegmentation",
+    "VectorDataset",
 ]

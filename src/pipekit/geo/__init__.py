@@ -31,6 +31,7 @@ from pipekit.geo.samplers import (
     Units,
     tile_to_chips,
 )
+from pipekit.geo.vector import VectorDataset
 from pipekit.geo.write import write_geotiff
 
 __all__ = [
@@ -62,4 +63,5 @@ __all__ = [
     "stack_samples",
     "tile_to_chips",
     "unbind_samples",
+    "VectorDataset",
 ]
