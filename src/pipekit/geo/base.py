@@ -144,6 +144,8 @@ class GeoDataset(Dataset):
     _res: tuple[float, float]
     geo_index: GeoIndex
     transforms: Callable[[Sample], Sample] | None = None
+    #: samples stack the scenes of a query's time along a first axis (see ``RasterDataset(time_series=)``)
+    time_series: bool = False
 
     # -- attributes -------------------------------------------------------------------------
     @property

@@ -145,6 +145,87 @@ def _toi(toi: Any) -> tuple[float, float] | None:
     return mint, maxt
 
 
+def _time_window(window: Any) -> int | float | None:
+    """A sampler's ``time_window``: a number of scenes (int) or a duration (seconds, from a timedelta)."""
+    if window is None:
+        return None
+    if isinstance(window, bool):
+        raise TypeError(f"time_window must be an int (scenes) or a timedelta (duration), got {window!r}")
+    if isinstance(window, numbers.Integral):
+        if window < 1:
+            raise ValueError(f"time_window must be at least 1 scene, got {window!r}")
+        return int(window)
+    seconds = getattr(window, "total_seconds", None)
+    if seconds is None and isinstance(window, np.timedelta64):
+        seconds = lambda: window / np.timedelta64(1, "us") / 1e6  # noqa: E731
+    if seconds is None:
+        raise TypeError(
+            f"time_window must be an int (scenes) or a timedelta / pandas.Timedelta (duration), got {window!r}"
+        )
+    value = float(seconds())
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"time_window must be a positive duration, got {window!r}")
+    return value
+
+
+def time_windows(footprints: np.ndarray, window: int | float, cover: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The footprints of a time series sampler: one row per place and time window.
+
+    Footprints with the same spatial box form a place; its distinct time
+    intervals, oldest first, are its scenes.  ``window`` an int ``N``: a
+    window spans ``N`` consecutive scenes (from the first one's start to the
+    last one's end); places with fewer scenes are dropped.  ``window`` a
+    float: a duration in seconds from a scene's start (ending a microsecond
+    before start + duration).  ``cover=False`` gives every window (one per
+    starting scene: what random samplers draw from); ``cover=True`` only
+    enough windows, without overlap, to cover every scene once (the last
+    ``N``-scene window is moved back to end at the last scene, as grid rows are).
+
+    Returns ``(rows, source)``: the ``[n, 6]`` windows and, for each, the
+    index (into ``footprints``) of the place's first footprint.
+
+    Example:
+        >>> day = 86400.0
+        >>> fp = np.array([[0, 10, 0, 10, k * day, k * day + 1] for k in range(5)], dtype=float)
+        >>> rows, _ = time_windows(fp, 2, cover=True)
+        >>> (rows[:, 4] / day).tolist(), ((rows[:, 5] - 1) / day).tolist()
+        ([0.0, 2.0, 3.0], [1.0, 3.0, 4.0])
+        >>> len(time_windows(fp, 2, cover=False)[0]), len(time_windows(fp, 6, cover=False)[0])
+        (4, 0)
+        >>> rows, _ = time_windows(fp, 2.5 * day, cover=True)
+        >>> (rows[:, 4] / day).tolist()
+        [0.0, 3.0]
+    """
+    out: list[np.ndarray] = []
+    source: list[int] = []
+    places, inverse = np.unique(footprints[:, :4], axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    for p in range(len(places)):
+        members = np.flatnonzero(inverse == p)
+        times = np.unique(footprints[members, 4:6], axis=0)  # sorted by start, then end
+        m = len(times)
+        if isinstance(window, int):
+            if m < window:
+                continue
+            starts = list(range(0, m - window + 1, window if cover else 1))
+            if cover and starts[-1] != m - window:
+                starts.append(m - window)
+            spans = [(times[k, 0], times[k : k + window, 1].max()) for k in starts]
+        else:
+            spans = []
+            end = -math.inf
+            for k in range(m):
+                if cover and times[k, 0] <= end:
+                    continue
+                end = times[k, 0] + window - 1e-6
+                spans.append((times[k, 0], end))
+        for lo, hi in spans:
+            out.append(np.array([*places[p], lo, hi]))
+            source.append(int(members[0]))
+    rows = np.array(out, dtype=np.float64).reshape(-1, 6)
+    return rows, np.array(source, dtype=np.int64)
+
+
 def _generator(generator: Any, seed: Any) -> torch.Generator | None:
     if seed is not None:
         if generator is not None:
@@ -387,6 +468,19 @@ class GeoSampler(Sampler[tuple[slice, slice, slice]]):
                 f"{h:g} x {w:g} CRS units (height x width); the largest footprint is "
                 f"{heights.max():g} x {widths.max():g}"
             )
+
+    def _apply_time_window(self, window: Any) -> None:
+        """Replace the footprints by one row per place and time window (see :func:`time_windows`)."""
+        self.time_window = _time_window(window)
+        if self.time_window is None:
+            return
+        rows, source = time_windows(self.footprints, self.time_window, cover=not self.random)
+        if len(rows) == 0:
+            raise ValueError(
+                f"no place in the dataset (within the roi/toi) has {self.time_window} scenes for time_window="
+                f"{window!r}; a place is a footprint, and its scenes the index entries with that footprint"
+            )
+        self.hits, self.footprints = self.hits[source], rows
 
     # epochs -----------------------------------------------------------------------
     def _epoch_seed(self) -> int:
