@@ -17,7 +17,13 @@ only its own files.  They work on any pipekit geo dataset: a
 * :func:`time_series_split`: the index cut along time.
 
 The last four never let two splits share a pixel (for the last, a pixel at
-one time): the parts are disjoint, and samplers keep patches inside them.
+one time) as long as the index entries themselves do not overlap: the parts
+of each entry are disjoint, and samplers keep patches inside them.  (Entries
+that overlap, e.g. ``a | a``, are cut independently, as in TorchGeo.)
+
+A split's index rows keep their ``filepath``: a raster split reads only
+those files.  Changing a split's CRS afterwards (``split.crs = ...``)
+re-indexes whole files and loses the cut.
 """
 
 from __future__ import annotations
