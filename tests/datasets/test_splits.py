@@ -324,3 +324,21 @@ class TestPickle:
         random_grid_cell_assignment(ds, [0.5, 0.5], generator=gen())
         time_series_split(ds, [0.5, 0.5])
         assert frames_equal(ds.index, before) and len(ds) == 4
+
+
+class TestChangeOfCrs:
+    def test_a_split_keeps_its_part_in_another_crs(self, corpus):
+        ds = landsat(corpus)
+        # the west quarter: halves of the two western scenes
+        cut = X0 + SIDE / 2
+        west, _east = roi_split(ds, [shapely.box(X0, Y0 - 2 * SIDE, cut, Y0),
+                                     shapely.box(cut, Y0 - 2 * SIDE, X0 + 2 * SIDE, Y0)])
+        whole = ds.to_crs("EPSG:5070")
+        moved = west.to_crs("EPSG:5070")
+        assert len(moved) == len(west) == 2
+        assert 0.2 * whole.bounds.area < moved.bounds.area < 0.35 * whole.bounds.area
+        # as the right operand of an intersection with a layer in CONUS Albers, it is moved there too
+        both = CDL(corpus["cdl"], years=[2023]) & west
+        assert both.bounds.area < 0.35 * (CDL(corpus["cdl"], years=[2023]) & ds).bounds.area
+        for q in GridGeoSampler(both, size=8):
+            assert both[q]["image"].shape == (3, 8, 8)

@@ -22,8 +22,8 @@ of each entry are disjoint, and samplers keep patches inside them.  (Entries
 that overlap, e.g. ``a | a``, are cut independently, as in TorchGeo.)
 
 A split's index rows keep their ``filepath``: a raster split reads only
-those files.  Changing a split's CRS afterwards (``split.crs = ...``)
-re-indexes whole files and loses the cut.
+those files.  A split moved to another CRS (``split.to_crs(...)``, or as
+an operand of ``&``/``|``) keeps its parts, their bounds reprojected.
 """
 
 from __future__ import annotations

@@ -20,7 +20,16 @@ import numpy as np
 import torch
 from rasterio.crs import CRS
 
-from pipekit.geo.base import Arrays, GeoDataset, Sample, _crs_name, _default_res, _to_crs, _to_res
+from pipekit.geo.base import (
+    Arrays,
+    GeoDataset,
+    Sample,
+    _crs_name,
+    _default_res,
+    _reproject_index,
+    _to_crs,
+    _to_res,
+)
 from pipekit.geo.bbox import BoundingBox
 from pipekit.geo.collate import concat_samples
 from pipekit.geo.index import GeoIndex
@@ -257,7 +266,10 @@ class IntersectionDataset(GeoDataset):
         clone.__dict__.pop("_crs_key", None)
         clone.datasets = [d._retargeted(crs, res) for d in self.datasets]
         clone._crs, clone._res = crs, res
-        clone.geo_index = clone._build_index()
+        if self.__dict__.get("_cut"):  # an assigned index (a split): its boxes, moved
+            clone.geo_index = _reproject_index(self.geo_index, self._crs, crs) if crs != self._crs else self.geo_index
+        else:
+            clone.geo_index = clone._build_index()
         return clone
 
     def _plot_spec(self) -> dict[str, Any]:
@@ -424,7 +436,10 @@ class UnionDataset(GeoDataset):
         clone.__dict__.pop("_crs_key", None)
         clone.datasets = [d._retargeted(crs, res) for d in self.datasets]
         clone._crs, clone._res = crs, res
-        clone.geo_index = clone.datasets[0].geo_index.concat(clone.datasets[1].geo_index)
+        if self.__dict__.get("_cut"):  # an assigned index (a split): its boxes, moved
+            clone.geo_index = _reproject_index(self.geo_index, self._crs, crs) if crs != self._crs else self.geo_index
+        else:
+            clone.geo_index = clone.datasets[0].geo_index.concat(clone.datasets[1].geo_index)
         return clone
 
     def _plot_spec(self) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from pipekit.geo.base import (
     _crs_name,
     _default_res,
     _fill_dtype,
+    _reproject_index,
     _to_crs,
     _to_res,
     _to_tensor,
@@ -626,6 +627,7 @@ class RasterDataset(GeoDataset):
         index = index_from_frame(frame, self._crs)
         self._rows = np.array([rows_of[p] for p in frame["filepath"]], dtype=np.int64)
         self.geo_index = index
+        self._cut = True  # the footprints may be parts of the files' (splits): kept through a change of CRS
 
     def _log_choice(self, crs: Any, res: Any) -> None:
         other = [k for k, c in enumerate(self._files.crs_list) if c != self._crs]
@@ -763,7 +765,10 @@ class RasterDataset(GeoDataset):
         clone._res = res
         if crs != self._crs:
             clone._crs = crs
-            clone.geo_index = clone._build_index(crs)
+            if self.__dict__.get("_cut"):
+                clone.geo_index = _reproject_index(self.geo_index, self._crs, crs)
+            else:
+                clone.geo_index = clone._build_index(crs)
         return clone
 
     def _plot_spec(self) -> dict[str, Any]:
