@@ -360,7 +360,9 @@ def time_series_split(dataset: D, lengths: Sequence[Any]) -> list[D]:
 
     Each split keeps the index entries whose time interval overlaps its own,
     with their intervals clipped to it (each split but the last ends one
-    microsecond before the next begins).
+    microsecond before the next begins).  Entries keep pipekit's intervals
+    closed on both sides; TorchGeo 0.8 makes them open and also ends every
+    entry of a split but the last a microsecond early, even those inside it.
 
     Args:
         dataset: the dataset to split (its index must have dates).
