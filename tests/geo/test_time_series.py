@@ -156,12 +156,15 @@ class TestSamplers:
     def test_grid_time_window_of_n_scenes(self, series):
         ds = ts(series) & CDL(series["cdl"], years=[2023])
         sampler = GridGeoSampler(ds, size=16, time_window=2)
-        # the three UTM scenes share a footprint: windows of two covering each once (the last moved back);
-        # the Albers scene's footprint is a place of its own with one scene, too few for a window
+        # the four scenes (the Albers one reprojected, a larger footprint) are one place, 3 x 3 patches:
+        # two windows of two scenes cover each scene once
         assert len(sampler) == 9 * 2
+        starts = set()
         for q in sampler:
             sample = ds[q]
-            assert sample["image"].shape[0] >= 2 and sample["mask"].shape == (16, 16)
+            assert sample["image"].shape == (2, 3, 16, 16) and sample["mask"].shape == (16, 16)
+            starts.add(sample["dates"][0].item())
+        assert starts == {posix(DAYS[0]), posix(DAYS[2])}
 
     def test_random_time_window_duration(self, series):
         ds = ts(series)

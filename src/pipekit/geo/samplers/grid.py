@@ -35,7 +35,7 @@ class GridGeoSampler(GeoSampler):
         time_window: for time series datasets (``RasterDataset(time_series=True)``):
             patches span a time window instead of one footprint's time (no
             TorchGeo 0.8 sampler has this).  An int ``N``: ``N`` consecutive
-            scenes of a place (index entries with the same footprint); a
+            scenes of a place (footprints overlapping by half or more); a
             ``timedelta``: that long from a scene's start.  The grid then
             repeats for windows that cover each scene once (see
             :func:`~pipekit.geo.samplers.base.time_windows`).

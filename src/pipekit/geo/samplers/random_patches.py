@@ -59,7 +59,7 @@ class RandomGeoSampler(GeoSampler):
         time_window: for time series datasets (``RasterDataset(time_series=True)``):
             each patch spans a time window drawn among a place's windows (no
             TorchGeo 0.8 sampler has this).  An int ``N``: ``N`` consecutive
-            scenes of a place (index entries with the same footprint); a
+            scenes of a place (footprints overlapping by half or more); a
             ``timedelta``: that long from one of its scenes' start.
 
     Example:
