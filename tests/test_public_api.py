@@ -357,3 +357,23 @@ def test_vector_dataset_is_exported():
 
     assert pipekit.datasets.VectorDataset is pipekit.geo.VectorDataset
     assert "VectorDataset" in pipekit.datasets.__all__ and "VectorDataset" in pipekit.geo.__all__
+
+
+# TorchGeo 0.8's ``torchgeo.datasets.splits`` names, exported from ``pipekit.datasets`` as TorchGeo does.
+DATASET_SPLIT_NAMES = [
+    "random_bbox_assignment",
+    "random_bbox_splitting",
+    "random_grid_cell_assignment",
+    "roi_split",
+    "time_series_split",
+]
+
+
+def test_dataset_split_names():
+    import pipekit.datasets
+    import pipekit.datasets.splits
+
+    assert pipekit.datasets.splits.__all__ == DATASET_SPLIT_NAMES
+    for name in DATASET_SPLIT_NAMES:
+        assert name in pipekit.datasets.__all__
+        assert getattr(pipekit.datasets, name) is getattr(pipekit.datasets.splits, name)

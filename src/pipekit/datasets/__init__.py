@@ -11,7 +11,10 @@ Code written for TorchGeo ports by changing its imports
   their file naming, bands and colours;
 * :class:`BoundingBox`, :data:`GeoSlice`, the collate functions
   (:func:`stack_samples`, :func:`concat_samples`, :func:`merge_samples`,
-  :func:`unbind_samples`), :class:`DatasetNotFoundError` and :mod:`~pipekit.datasets.utils`.
+  :func:`unbind_samples`), :class:`DatasetNotFoundError` and :mod:`~pipekit.datasets.utils`;
+* the splits of :mod:`~pipekit.datasets.splits` (:func:`random_bbox_assignment`,
+  :func:`random_bbox_splitting`, :func:`random_grid_cell_assignment`,
+  :func:`roi_split`, :func:`time_series_split`).
 
 Samples, ``dataset.bounds``, ``dataset.index`` and sampler items are
 TorchGeo 0.8's (see the README's "Coming from TorchGeo" section for the
@@ -34,6 +37,13 @@ from pipekit.datasets.imagefolder import ImageFolder
 from pipekit.datasets.landsat import Landsat, Landsat7, Landsat8, Landsat9
 from pipekit.datasets.naip import NAIP
 from pipekit.datasets.sentinel2 import Sentinel2
+from pipekit.datasets.splits import (
+    random_bbox_assignment,
+    random_bbox_splitting,
+    random_grid_cell_assignment,
+    roi_split,
+    time_series_split,
+)
 from pipekit.datasets.tar_shards import TarShards, WebDataset
 from pipekit.geo.bbox import BoundingBox, GeoSlice
 from pipekit.geo.collate import concat_samples, merge_samples, stack_samples, unbind_samples
@@ -67,4 +77,9 @@ __all__ = [
     "WebDataset",
     "GeoSegmentation",
     "VectorDataset",
+    "random_bbox_assignment",
+    "random_bbox_splitting",
+    "random_grid_cell_assignment",
+    "roi_split",
+    "time_series_split",
 ]

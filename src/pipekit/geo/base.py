@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 from rasterio.crs import CRS
-from rasterio.warp import calculate_default_transform
+from rasterio.warp import calculate_default_transform, transform_bounds
 from torch.utils.data import Dataset
 
 from pipekit.geo.bbox import BoundingBox, Bounds, is_complete, parse_query
@@ -144,6 +144,8 @@ class GeoDataset(Dataset):
     _res: tuple[float, float]
     geo_index: GeoIndex
     transforms: Callable[[Sample], Sample] | None = None
+    #: samples stack the scenes of a query's time along a first axis (see ``RasterDataset(time_series=)``)
+    time_series: bool = False
 
     # -- attributes -------------------------------------------------------------------------
     @property
@@ -209,6 +211,7 @@ class GeoDataset(Dataset):
         from pipekit.geo.frame import index_from_frame
 
         self.geo_index = index_from_frame(frame, self._crs)
+        self._cut = True
 
     @property
     def name(self) -> str:
@@ -354,6 +357,19 @@ class GeoDataset(Dataset):
         return (
             f"{self.name}(crs={_crs_name(self._crs)}, res={self._res}, entries={len(self)}, bounds={bounds})"
         )
+
+
+def _reproject_index(index: GeoIndex, src: CRS, dst: CRS) -> GeoIndex:
+    """The boxes of ``index`` (in ``src``) as boxes in ``dst``: each box's reprojected bounds, times kept.
+
+    What a dataset whose index was assigned (a split, a filtered copy) keeps
+    when it moves to another CRS, instead of re-indexing whole files.
+    """
+    boxes = index.bounds.copy()
+    for row in boxes:
+        left, bottom, right, top = transform_bounds(src, dst, row[0], row[2], row[1], row[3], densify_pts=21)
+        row[0], row[1], row[2], row[3] = left, right, bottom, top
+    return GeoIndex(boxes)
 
 
 def _default_res(src_crs: CRS, dst_crs: CRS, res: tuple[float, float], bounds: BoundingBox) -> tuple[float, float]:

@@ -20,7 +20,16 @@ import numpy as np
 import torch
 from rasterio.crs import CRS
 
-from pipekit.geo.base import Arrays, GeoDataset, Sample, _crs_name, _default_res, _to_crs, _to_res
+from pipekit.geo.base import (
+    Arrays,
+    GeoDataset,
+    Sample,
+    _crs_name,
+    _default_res,
+    _reproject_index,
+    _to_crs,
+    _to_res,
+)
 from pipekit.geo.bbox import BoundingBox
 from pipekit.geo.collate import concat_samples
 from pipekit.geo.index import GeoIndex
@@ -167,6 +176,11 @@ class IntersectionDataset(GeoDataset):
         super()._set_frame(frame)
         self._pairs = None
 
+    @property
+    def time_series(self) -> bool:  # type: ignore[override]
+        """Whether an operand stacks scenes in time (its keys are then ``[T, ...]``; the other's are not stacked)."""
+        return any(d.time_series for d in self.datasets)
+
     def _child_query(self, bbox: BoundingBox) -> BoundingBox:
         return bbox.with_time() if self.spatial_only else bbox
 
@@ -183,8 +197,17 @@ class IntersectionDataset(GeoDataset):
             for key, value in sample.items():
                 if key in ("crs", "bounds", "transform"):
                     continue
-                if key in merged and key in ("image", "mask") and isinstance(value, torch.Tensor):
-                    merged[key] = _concat(merged[key], value)
+                if key in merged and key == "dates":
+                    if not torch.equal(merged[key], value):
+                        raise ValueError(
+                            f"{self.name}: both operands are time series, with different dates at this query "
+                            f"({merged[key].tolist()} vs {value.tolist()}); their channels cannot be stacked"
+                        )
+                elif key in merged and key in ("image", "mask") and isinstance(value, torch.Tensor):
+                    if self.time_series:
+                        merged[key] = _concat_series(self.name, key, merged[key], value)
+                    else:
+                        merged[key] = _concat(merged[key], value)
                 else:
                     merged[key] = value
         merged["crs"] = self._crs
@@ -195,6 +218,8 @@ class IntersectionDataset(GeoDataset):
     def _read(self, bbox: BoundingBox, grid: Grid, track_valid: bool) -> Arrays | None:
         if self.collate_fn is not None:
             raise ValueError(f"{self.name} has a collate_fn, so it cannot be mosaicked inside a union")
+        if self.time_series:
+            raise ValueError(f"{self.name} holds a time_series dataset, so it cannot be mosaicked inside a union")
         if len(self.geo_index.query(bbox)) == 0:
             return None
         query = self._child_query(bbox)
@@ -241,7 +266,10 @@ class IntersectionDataset(GeoDataset):
         clone.__dict__.pop("_crs_key", None)
         clone.datasets = [d._retargeted(crs, res) for d in self.datasets]
         clone._crs, clone._res = crs, res
-        clone.geo_index = clone._build_index()
+        if self.__dict__.get("_cut"):  # an assigned index (a split): its boxes, moved
+            clone.geo_index = _reproject_index(self.geo_index, self._crs, crs) if crs != self._crs else self.geo_index
+        else:
+            clone.geo_index = clone._build_index()
         return clone
 
     def _plot_spec(self) -> dict[str, Any]:
@@ -266,6 +294,23 @@ def _concat(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         b = b.unsqueeze(0)
     dtype = torch.promote_types(a.dtype, b.dtype)
     return torch.cat([a.to(dtype), b.to(dtype)], dim=0)
+
+
+def _concat_series(name: str, key: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Channels of two images of an intersection with a time series: ``[T, C, H, W]`` (a single date is repeated)."""
+    if key != "image":
+        raise ValueError(
+            f"{name}: both operands hold a {key!r}, and one is a time series; stacked masks cannot be joined "
+            "(give the labels as the only mask)"
+        )
+    if a.ndim == 3:
+        a = a.unsqueeze(0).expand(b.shape[0], *a.shape)
+    if b.ndim == 3:
+        b = b.unsqueeze(0).expand(a.shape[0], *b.shape)
+    if a.shape[0] != b.shape[0]:
+        raise ValueError(f"{name}: the operands' time series have {a.shape[0]} and {b.shape[0]} time steps here")
+    dtype = torch.promote_types(a.dtype, b.dtype)
+    return torch.cat([a.to(dtype), b.to(dtype)], dim=1)
 
 
 class UnionDataset(GeoDataset):
@@ -391,7 +436,10 @@ class UnionDataset(GeoDataset):
         clone.__dict__.pop("_crs_key", None)
         clone.datasets = [d._retargeted(crs, res) for d in self.datasets]
         clone._crs, clone._res = crs, res
-        clone.geo_index = clone.datasets[0].geo_index.concat(clone.datasets[1].geo_index)
+        if self.__dict__.get("_cut"):  # an assigned index (a split): its boxes, moved
+            clone.geo_index = _reproject_index(self.geo_index, self._crs, crs) if crs != self._crs else self.geo_index
+        else:
+            clone.geo_index = clone.datasets[0].geo_index.concat(clone.datasets[1].geo_index)
         return clone
 
     def _plot_spec(self) -> dict[str, Any]:

@@ -33,8 +33,10 @@ from pipekit.geo.base import (
     _crs_name,
     _default_res,
     _fill_dtype,
+    _reproject_index,
     _to_crs,
     _to_res,
+    _to_tensor,
 )
 from pipekit.geo.bbox import MAX_TIME, MIN_TIME, BoundingBox
 from pipekit.geo.discovery import (
@@ -112,6 +114,14 @@ class RasterDataset(GeoDataset):
             where the fill value needs it).
         resampling: override ``resampling`` (name or rasterio ``Resampling``;
             default bilinear for float samples and native images, nearest otherwise).
+        time_series: stack, rather than mosaic, the scenes a query's time
+            overlaps (TorchGeo's ``time_series``, added after 0.8):
+            ``sample["image"]`` is ``[T, C, H, W]`` (a mask ``[T, H, W]``),
+            one time step per distinct scene time interval, oldest first
+            (entries with the same interval, e.g. adjacent tiles of one
+            date, are mosaicked into one step; TorchGeo stacks every file),
+            and ``sample["dates"]`` the ``[T]`` float64 POSIX seconds of
+            each step's start.  Default ``False``: one ``[C, H, W]`` mosaic.
         on_error: ``"raise"`` (default) or ``"skip"``: files that cannot be
             indexed are then logged, counted in ``self.skip_log`` and left
             out; a read that fails is counted there too, and the query has
@@ -173,7 +183,11 @@ class RasterDataset(GeoDataset):
         on_error: str = "raise",
         vsi: bool | None = None,
         gdal_options: Mapping[str, Any] | None = None,
+        time_series: bool = False,
     ) -> None:
+        if not isinstance(time_series, bool):
+            raise TypeError(f"time_series must be a bool, got {time_series!r}")
+        self.time_series = time_series
         if root is not None and paths is not None:
             raise TypeError("pass root= or paths= (TorchGeo's name), not both")
         root = paths if root is None else root
@@ -613,6 +627,7 @@ class RasterDataset(GeoDataset):
         index = index_from_frame(frame, self._crs)
         self._rows = np.array([rows_of[p] for p in frame["filepath"]], dtype=np.int64)
         self.geo_index = index
+        self._cut = True  # the footprints may be parts of the files' (splits): kept through a change of CRS
 
     def _log_choice(self, crs: Any, res: Any) -> None:
         other = [k for k, c in enumerate(self._files.crs_list) if c != self._crs]
@@ -639,11 +654,39 @@ class RasterDataset(GeoDataset):
         return {"image" if self.is_image else "mask": dtype}
 
     def _read(self, bbox: BoundingBox, grid: Grid, track_valid: bool) -> Arrays | None:
+        if self.time_series:
+            raise ValueError(
+                f"{self.name} has time_series=True: its samples are stacks in time, which cannot be mosaicked "
+                "into a union (a | b); build the union of datasets without time_series"
+            )
         hits = self.geo_index.query(bbox)
         if len(hits) == 0:
             return None
         if self._rows is not None:
             hits = self._rows[hits]
+        return self._mosaic(hits, grid, track_valid)
+
+    def _getitem(self, bbox: BoundingBox, grid: Grid, bounds: Any) -> Sample:
+        if not self.time_series:
+            return super()._getitem(bbox, grid, bounds)
+        hits = self.geo_index.query(bbox)
+        if len(hits) == 0:
+            raise self._missing(bbox)
+        starts, groups = time_steps(self.geo_index.bounds[hits, 4:], hits)
+        key = "image" if self.is_image else "mask"
+        arrays = []
+        for group in groups:
+            rows = self._rows[group] if self._rows is not None else group
+            arrays.append(self._mosaic(rows, grid, False)[key][0])
+        stack = np.stack(arrays)
+        tensor = _to_tensor(stack, self._dtypes()[key])
+        if key == "mask" and tensor.shape[1] == 1:
+            tensor = tensor[:, 0]
+        return {key: tensor, "dates": torch.from_numpy(starts), "crs": self._crs, "bounds": bounds,
+                "transform": grid.transform}
+
+    def _mosaic(self, hits: np.ndarray, grid: Grid, track_valid: bool) -> Arrays:
+        """The files (file-table rows) ``hits`` mosaicked first-valid onto ``grid``."""
         key = "image" if self.is_image else "mask"
         shape = (self._channels, grid.height, grid.width)
         if track_valid or len(hits) > 1:
@@ -722,7 +765,10 @@ class RasterDataset(GeoDataset):
         clone._res = res
         if crs != self._crs:
             clone._crs = crs
-            clone.geo_index = clone._build_index(crs)
+            if self.__dict__.get("_cut"):
+                clone.geo_index = _reproject_index(self.geo_index, self._crs, crs)
+            else:
+                clone.geo_index = clone._build_index(crs)
         return clone
 
     def _plot_spec(self) -> dict[str, Any]:
@@ -737,6 +783,26 @@ class RasterDataset(GeoDataset):
                 spec["class_names"] = self.class_names
         return spec
 
+
+
+def time_steps(times: np.ndarray, hits: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The time steps of index entries ``hits`` with ``[n, 2]`` intervals ``times``: oldest first.
+
+    Entries with the same interval form one step (in index order within it).
+    Returns ``(starts, groups)``: each step's start (POSIX seconds) and its entries.
+
+    Example:
+        >>> starts, groups = time_steps(np.array([[20.0, 29.0], [0.0, 9.0], [20.0, 29.0]]), np.array([4, 7, 9]))
+        >>> starts.tolist(), [g.tolist() for g in groups]
+        ([0.0, 20.0], [[7], [4, 9]])
+    """
+    order = np.lexsort((np.arange(len(hits)), times[:, 1], times[:, 0]))
+    t = times[order]
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = (t[1:, 0] != t[:-1, 0]) | (t[1:, 1] != t[:-1, 1])
+    firsts = np.flatnonzero(new)
+    groups = np.split(hits[order], firsts[1:])
+    return t[firsts, 0].astype(np.float64), groups
 
 
 def _torch_dtype(dtype: np.dtype) -> torch.dtype:

@@ -32,6 +32,13 @@ class GridGeoSampler(GeoSampler):
         roi: region of interest (see :class:`~pipekit.geo.samplers.RandomGeoSampler`).
         toi: time of interest (see :class:`RandomGeoSampler`).
         units: ``"pixels"`` (default) or ``"crs"``.
+        time_window: for time series datasets (``RasterDataset(time_series=True)``):
+            patches span a time window instead of one footprint's time (no
+            TorchGeo 0.8 sampler has this).  An int ``N``: ``N`` consecutive
+            scenes of a place (footprints overlapping by half or more); a
+            ``timedelta``: that long from a scene's start.  The grid then
+            repeats for windows that cover each scene once (see
+            :func:`~pipekit.geo.samplers.base.time_windows`).
 
     Example:
         >>> from types import SimpleNamespace
@@ -54,6 +61,8 @@ class GridGeoSampler(GeoSampler):
         roi: Any = None,
         toi: Any = None,
         units: Units | str = Units.PIXELS,
+        *,
+        time_window: Any = None,
     ) -> None:
         super().__init__(dataset, roi, toi)
         self.units = _units(units)
@@ -66,6 +75,7 @@ class GridGeoSampler(GeoSampler):
         self.size: tuple[float, float] = size
         self.stride: tuple[float, float] = stride
         self._keep_fitting(size)
+        self._apply_time_window(time_window)
         if len(self.skipped):
             warnings.warn(
                 f"GridGeoSampler: {len(self.skipped)} footprint(s) smaller than the "

@@ -56,6 +56,11 @@ class RandomGeoSampler(GeoSampler):
         generator: a ``torch.Generator`` to draw each epoch's seed from
             (default: torch's global RNG, so ``torch.manual_seed`` fixes it).
         seed: shorthand for ``generator=torch.Generator().manual_seed(seed)``.
+        time_window: for time series datasets (``RasterDataset(time_series=True)``):
+            each patch spans a time window drawn among a place's windows (no
+            TorchGeo 0.8 sampler has this).  An int ``N``: ``N`` consecutive
+            scenes of a place (footprints overlapping by half or more); a
+            ``timedelta``: that long from one of its scenes' start.
 
     Example:
         >>> from types import SimpleNamespace
@@ -87,6 +92,7 @@ class RandomGeoSampler(GeoSampler):
         generator: torch.Generator | None = None,
         *,
         seed: int | None = None,
+        time_window: Any = None,
     ) -> None:
         super().__init__(dataset, roi, toi)
         self.units = _units(units)
@@ -96,6 +102,7 @@ class RandomGeoSampler(GeoSampler):
         self.size: tuple[float, float] = size
         self.generator = _generator(generator, seed)
         self._keep_fitting(size)
+        self._apply_time_window(time_window)
         self._prepare()
         default = int(
             np.sum(
