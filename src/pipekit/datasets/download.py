@@ -100,7 +100,7 @@ def _is_http(url: str) -> bool:
     return url.startswith(("http://", "https://"))
 
 
-class _Interrupted(Exception):
+class _InterruptedError(Exception):
     """The transfer stopped before the end (the ``.part`` file holds what arrived)."""
 
 
@@ -123,7 +123,7 @@ def _http_once(url: str, part: str, max_redirect_hops: int, timeout: float) -> N
             return
         raise ReadError("download", url, "download_url", f"HTTP {exc.code} {exc.reason}") from exc
     except (urllib.error.URLError, OSError) as exc:
-        raise _Interrupted(f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}") from exc
+        raise _InterruptedError(f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}") from exc
     with response:
         if have and response.status == 206:
             start = _content_range_start(response.headers.get("Content-Range"))
@@ -143,10 +143,10 @@ def _http_once(url: str, part: str, max_redirect_hops: int, timeout: float) -> N
             except (http.client.IncompleteRead, OSError) as exc:
                 if isinstance(exc, http.client.IncompleteRead) and exc.partial:
                     out.write(exc.partial)
-                raise _Interrupted(f"{type(exc).__name__}: {exc}") from exc
+                raise _InterruptedError(f"{type(exc).__name__}: {exc}") from exc
     got = os.path.getsize(part)
     if expected is not None and got < expected:
-        raise _Interrupted(f"connection closed after {got} of {expected} bytes")
+        raise _InterruptedError(f"connection closed after {got} of {expected} bytes")
 
 
 def _content_range_start(value: str | None) -> int | None:
@@ -175,13 +175,13 @@ def _fsspec_once(url: str, part: str, storage_options: Mapping[str, Any]) -> Non
                     while chunk := src.read(_CHUNK):
                         out.write(chunk)
                 except OSError as exc:
-                    raise _Interrupted(f"{type(exc).__name__}: {exc}") from exc
+                    raise _InterruptedError(f"{type(exc).__name__}: {exc}") from exc
     except FileNotFoundError as exc:
         raise ReadError("download", url, "download_url", "no such file") from exc
-    except _Interrupted:
+    except _InterruptedError:
         raise
     except OSError as exc:
-        raise _Interrupted(f"{type(exc).__name__}: {exc}") from exc
+        raise _InterruptedError(f"{type(exc).__name__}: {exc}") from exc
 
 
 def download_url(
@@ -237,7 +237,7 @@ def download_url(
         >>> download_url(src, root, "bad.bin", sha256="0" * 64)
         Traceback (most recent call last):
           ...
-        pipekit.errors.HashError: cannot verify '...data.bin' in download_url: sha256 mismatch: expected 000..., got ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad
+        pipekit.errors.HashError: cannot verify '...data.bin' in download_url: sha256 mismatch: expected 000..., got ba78...
     """
     if not isinstance(url, str) or not url:
         raise TypeError(f"download_url: url must be a non-empty string, got {url!r}")
@@ -254,7 +254,7 @@ def download_url(
         return
     part = fpath + ".part"
     options = dict(storage_options or {})
-    last: _Interrupted | None = None
+    last: _InterruptedError | None = None
     for attempt in range(retries + 1):
         try:
             if _is_http(url):
@@ -263,7 +263,7 @@ def download_url(
                 _fsspec_once(url, part, options)
             last = None
             break
-        except _Interrupted as exc:
+        except _InterruptedError as exc:
             last = exc
             if attempt < retries:
                 time.sleep(min(0.1 * 2**attempt, 2.0))
@@ -397,7 +397,7 @@ def extract_archive(
             suffix = next((s for s in _COMPRESSED if lower.endswith(s)), None)
             if suffix is None:
                 raise ValueError(f"extract_archive: {src!r} is not a known archive or compressed file "
-                                 f"(suffixes {', '.join(_TAR_SUFFIXES + ('.zip',) + tuple(_COMPRESSED))})")
+                                 f"(suffixes {', '.join((*_TAR_SUFFIXES, '.zip', *_COMPRESSED))})")
             out = os.path.join(dst, os.path.basename(src)[: -len(suffix)])
             with _COMPRESSED[suffix](src, "rb") as sf, open(out, "wb") as df:
                 shutil.copyfileobj(sf, df, _CHUNK)

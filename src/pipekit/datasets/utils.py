@@ -16,20 +16,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pandas as pd
 import torch
 
-from pipekit.geo.bbox import BoundingBox, GeoSlice, to_time
-from pipekit.geo.collate import concat_samples, merge_samples, stack_samples, unbind_samples
 from pipekit.datasets.download import (
     check_integrity,
     download_and_extract_archive,
     download_url,
     extract_archive,
 )
+from pipekit.geo.bbox import BoundingBox, GeoSlice, to_time
+from pipekit.geo.collate import concat_samples, merge_samples, stack_samples, unbind_samples
 from pipekit.geo.discovery import DatasetNotFoundError, date_interval
 
 __all__ = [
