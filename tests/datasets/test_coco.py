@@ -87,7 +87,7 @@ def test_geotiff_chips_and_separate_annotation_file(tmp_path):
 
 
 def test_bad_files_raise_naming_them(coco_root, tmp_path):
-    with pytest.raises(DatasetNotFoundError, match="nope.json"):
+    with pytest.raises(DatasetNotFoundError, match=r"nope.json"):
         COCODetection(coco_root, "nope.json")
     (coco_root / "broken.json").write_text("{not json")
     with pytest.raises(ParseError, match=r"broken\.json"):

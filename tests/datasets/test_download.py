@@ -289,7 +289,7 @@ class TestExtract:
         info.external_attr = (0o120777 << 16)
         with zipfile.ZipFile(tmp_path / "evil.zip", "w") as zf:
             zf.writestr(info, "../../outside")
-        with pytest.raises(ArchiveError, match="'ln'.*points outside"):
+        with pytest.raises(ArchiveError, match=r"'ln'.*points outside"):
             extract_archive(tmp_path / "evil.zip", tmp_path / "out")
 
     def test_download_and_extract(self, server, tmp_path):
@@ -379,6 +379,6 @@ class TestEuroSAT:
         shutil.copy(tmp_path / "a" / "eurosat-train.txt", root)
         assert len(mirror(root)) == 6  # no download: the archive is extracted
         server.files["/eurosat/EuroSATallBands.zip"] = b"tampered"
-        with pytest.raises(HashError, match="EuroSATallBands.zip"):
+        with pytest.raises(HashError, match=r"EuroSATallBands\.zip"):
             mirror(tmp_path / "c", download=True, checksum=True)
         assert not (tmp_path / "c" / "EuroSATallBands.zip").exists()
