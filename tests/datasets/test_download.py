@@ -274,6 +274,13 @@ class TestExtract:
             extract_archive(src, tmp_path / "out")
         assert not (tmp_path / "evil").exists()
 
+    def test_chained_links_escaping_at_extraction_time_are_refused(self, tmp_path):
+        # each link alone stays inside (checked lexically), but l1 -> l2/.. with l2 -> . is dst's parent
+        src = _tar(tmp_path / "evil.tar", [_link("l2", "."), _link("l1", "l2/.."), _file("l1/evil")])
+        with pytest.raises(ArchiveError, match=r"'l1/evil'.*goes through the link 'l1'"):
+            extract_archive(src, tmp_path / "out")
+        assert not (tmp_path / "evil").exists()
+
     @pytest.mark.parametrize("name", ["../evil", "/abs/evil", "a/../../evil"])
     def test_malicious_zip_members_are_refused(self, tmp_path, name):
         with zipfile.ZipFile(tmp_path / "evil.zip", "w") as zf:

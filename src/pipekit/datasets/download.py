@@ -321,10 +321,16 @@ def _link_inside(dst: str, name: str, link: str, archive: str, hard: bool) -> No
 
 def _check_tar(tar: tarfile.TarFile, dst: str, archive: str) -> list[tarfile.TarInfo]:
     members = tar.getmembers()
+    links: set[str] = set()
     for m in members:
         _inside(dst, m.name, archive)
+        parts = posixpath.normpath(m.name.replace("\\", "/")).split("/")
+        through = next((p for p in ("/".join(parts[:i]) for i in range(1, len(parts))) if p in links), None)
+        if through is not None:  # a link's target is checked lexically; chains of links could still escape
+            raise _refuse(archive, m.name, f"its path goes through the link {through!r}")
         if m.issym() or m.islnk():
             _link_inside(dst, m.name, m.linkname, archive, hard=m.islnk())
+            links.add("/".join(parts))
         elif m.isdev():
             raise _refuse(archive, m.name, "device or FIFO")
     return members
@@ -353,7 +359,9 @@ def extract_archive(
     (``.gz``, ``.bz2``, ``.xz``) is decompressed next to it (the returned path
     is the decompressed file's).  Every member is checked before anything is
     written: an absolute name, a ``..`` component, a symbolic or hard link
-    resolving outside ``to_path``, or a device file raises.
+    resolving outside ``to_path``, a member whose path passes through one of
+    the archive's links (chains of links can escape where each link alone
+    does not), or a device file raises.
 
     Args:
         from_path: the archive.
