@@ -369,6 +369,21 @@ class TestEuroSAT:
         again = mirror(tmp_path, split="train")
         assert torch.equal(again[5]["image"], ds[5]["image"]) and again.root == str(tmp_path)
 
+    def test_plot(self, mirror, tmp_path):
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        ds = mirror(tmp_path, download=True)
+        sample = ds[3]
+        fig = ds.plot({**sample, "prediction": torch.tensor(0)}, suptitle="chips")
+        assert fig.axes[0].get_title() == "Label: Forest\nPrediction: AnnualCrop"
+        assert fig.axes[0].images[0].get_array().shape == (8, 8, 3)
+        plt.close(fig)
+        with pytest.raises(ValueError, match=r"RGB bands.*B04"):
+            mirror(tmp_path, bands=["B02", "B03"]).plot(sample)
+
     def test_not_found_without_download_and_bad_arguments(self, mirror, tmp_path):
         with pytest.raises(DatasetNotFoundError, match="download=True"):
             mirror(tmp_path)

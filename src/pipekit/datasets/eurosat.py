@@ -6,6 +6,8 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+import numpy as np
+
 from pipekit.datasets.download import download_and_extract_archive, download_url, extract_archive
 from pipekit.datasets.nongeo import NonGeoClassificationDataset
 from pipekit.geo.discovery import DatasetNotFoundError
@@ -139,3 +141,35 @@ class EuroSAT(NonGeoClassificationDataset):
                                          md5=self.md5 if self.checksum else None)
         else:
             raise self._not_found()
+
+    def plot(self, sample: dict[str, Any], show_titles: bool = True, suptitle: str | None = None) -> Any:
+        """Draw a sample's RGB bands (reflectance / 3000, clipped, as TorchGeo) titled with its label.
+
+        A ``"prediction"`` in the sample is added to the title.  Returns the
+        matplotlib Figure.
+
+        Raises:
+            ValueError: the dataset's ``bands`` lack one of :attr:`rgb_bands`
+                (TorchGeo raises ``RGBBandsMissingError``, a ``ValueError``).
+        """
+        from pipekit.geo.plot import require_matplotlib
+
+        missing = [b for b in self.rgb_bands if b not in (self.bands or ())]
+        if missing:
+            raise ValueError(f"{type(self).__name__}: Dataset does not contain some of the RGB bands "
+                             f"(missing {', '.join(missing)}; bands={list(self.bands or ())})")
+        plt = require_matplotlib()
+        indices = [list(self.bands).index(b) for b in self.rgb_bands]
+        image = np.asarray(sample["image"])[indices].transpose(1, 2, 0)
+        image = np.clip(image / 3000, 0, 1)
+        fig, ax = plt.subplots(figsize=(4, 4))
+        ax.imshow(image)
+        ax.axis("off")
+        if show_titles:
+            title = f"Label: {self.classes[int(sample['label'])]}"
+            if "prediction" in sample:
+                title += f"\nPrediction: {self.classes[int(sample['prediction'])]}"
+            ax.set_title(title)
+        if suptitle is not None:
+            fig.suptitle(suptitle)
+        return fig
