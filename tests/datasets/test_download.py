@@ -152,6 +152,12 @@ class TestDownloadURL:
         download_url(server.url + "/data.bin", tmp_path, md5=md5(PAYLOAD))
         assert server.ranges[-1] == "bytes=12345-" and (tmp_path / "data.bin").read_bytes() == PAYLOAD
 
+    def test_complete_partial_file_is_verified_and_moved(self, server, tmp_path):
+        (tmp_path / "data.bin.part").write_bytes(PAYLOAD)  # e.g. a crash between the last byte and the move
+        download_url(server.url + "/data.bin", tmp_path, md5=md5(PAYLOAD))
+        assert server.ranges == [f"bytes={len(PAYLOAD)}-"]  # answered 416: nothing left to send
+        assert (tmp_path / "data.bin").read_bytes() == PAYLOAD and not (tmp_path / "data.bin.part").exists()
+
     def test_server_without_range_support_restarts(self, server, tmp_path):
         server.ignore_range = True
         (tmp_path / "data.bin.part").write_bytes(b"stale bytes")
