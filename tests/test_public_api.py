@@ -377,3 +377,19 @@ def test_dataset_split_names():
     for name in DATASET_SPLIT_NAMES:
         assert name in pipekit.datasets.__all__
         assert getattr(pipekit.datasets, name) is getattr(pipekit.datasets.splits, name)
+
+
+CHIP_DATASET_NAMES = ["NonGeoDataset", "NonGeoClassificationDataset", "ChipRecipe", "EuroSAT", "COCODetection"]
+DOWNLOAD_NAMES = ["calculate_md5", "check_integrity", "download_url", "extract_archive", "download_and_extract_archive"]
+
+
+def test_chip_datasets_and_download_names():
+    import pipekit.datasets
+    import pipekit.datasets.download
+    import pipekit.datasets.utils
+
+    assert [n for n in CHIP_DATASET_NAMES if n not in pipekit.datasets.__all__] == []
+    assert pipekit.datasets.download.__all__ == DOWNLOAD_NAMES
+    for name in ("check_integrity", "download_and_extract_archive", "download_url", "extract_archive"):
+        assert name in pipekit.datasets.utils.__all__  # TorchGeo 0.8's torchgeo.datasets.utils.__all__
+        assert getattr(pipekit.datasets.utils, name) is getattr(pipekit.datasets.download, name)

@@ -28,14 +28,23 @@ augmentation, every stage replaceable by keyword):
 * :class:`TarShards` (also ``WebDataset``): WebDataset tar shards (brace patterns, local or S3);
 * :class:`GeoSegmentation`: ``images & labels`` -> sampler -> spectral
   indices -> augmentation -> batches, for semantic segmentation of rasters.
+
+Chip datasets (map-style, TorchGeo 0.8's, and pipes through ``.pipe()``):
+:class:`NonGeoDataset`, :class:`NonGeoClassificationDataset` (class folders of
+GeoTIFF/PNG/JPEG chips, local or fsspec), :class:`EuroSAT`
+(``download=True``), :class:`COCODetection` (COCO JSON boxes and masks),
+:class:`ChipRecipe`; downloads in :mod:`pipekit.datasets.download`.
 """
 
 from pipekit.datasets import utils
 from pipekit.datasets.cdl import CDL, CDL_CLASSES
+from pipekit.datasets.coco import COCODetection
+from pipekit.datasets.eurosat import EuroSAT
 from pipekit.datasets.geosegmentation import GeoSegmentation
 from pipekit.datasets.imagefolder import ImageFolder
 from pipekit.datasets.landsat import Landsat, Landsat7, Landsat8, Landsat9
 from pipekit.datasets.naip import NAIP
+from pipekit.datasets.nongeo import ChipRecipe, NonGeoClassificationDataset, NonGeoDataset
 from pipekit.datasets.sentinel2 import Sentinel2
 from pipekit.datasets.splits import (
     random_bbox_assignment,
@@ -82,4 +91,9 @@ __all__ = [
     "random_grid_cell_assignment",
     "roi_split",
     "time_series_split",
+    "NonGeoDataset",
+    "NonGeoClassificationDataset",
+    "ChipRecipe",
+    "EuroSAT",
+    "COCODetection",
 ]

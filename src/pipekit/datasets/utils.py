@@ -8,19 +8,24 @@
   :func:`merge_samples`, :func:`unbind_samples` (:mod:`pipekit.geo.collate`);
 * :func:`disambiguate_timestamp` (the time interval a date in a file name
   stands for) and :func:`array_to_tensor`;
-* torchvision's download helpers, which TorchGeo re-exports from here
-  (``download_url``, ``download_and_extract_archive``, ``extract_archive``,
-  ``check_integrity``; loaded on first use, outside ``__all__``).
+* the download helpers TorchGeo re-exports from here (torchvision's there):
+  ``download_url``, ``download_and_extract_archive``, ``extract_archive``,
+  ``check_integrity``; pipekit's own (:mod:`pipekit.datasets.download`:
+  resumable, ``sha256=``, fsspec URLs, safe extraction), same signatures.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 
+from pipekit.datasets.download import (
+    check_integrity,
+    download_and_extract_archive,
+    download_url,
+    extract_archive,
+)
 from pipekit.geo.bbox import BoundingBox, GeoSlice, to_time
 from pipekit.geo.collate import concat_samples, merge_samples, stack_samples, unbind_samples
 from pipekit.geo.discovery import DatasetNotFoundError, date_interval
@@ -35,6 +40,10 @@ __all__ = [
     "merge_samples",
     "stack_samples",
     "unbind_samples",
+    "check_integrity",
+    "download_and_extract_archive",
+    "download_url",
+    "extract_archive",
 ]
 
 
@@ -63,11 +72,3 @@ def array_to_tensor(array: np.ndarray) -> torch.Tensor:
     elif array.dtype == np.uint32:
         array = array.astype(np.int64)
     return torch.tensor(array)
-
-
-def __getattr__(name: str) -> Any:  # torchvision's download helpers, imported on first use (torchvision is slow)
-    if name in ("check_integrity", "download_and_extract_archive", "download_url", "extract_archive"):
-        import torchvision.datasets.utils as tv_utils
-
-        return getattr(tv_utils, name)
-    raise AttributeError(f"module 'pipekit.datasets.utils' has no attribute {name!r}")

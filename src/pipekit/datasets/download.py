@@ -1,0 +1,452 @@
+"""Getting a dataset's files: resumable, verified downloads and safe archive extraction.
+
+TorchGeo 0.8 re-exports torchvision's helpers from ``torchgeo.datasets.utils``
+(``download_url``, ``download_and_extract_archive``, ``extract_archive``,
+``check_integrity``); these are pipekit's, with the same names, argument
+names and defaults, and:
+
+* :func:`download_url` takes ``http(s)://`` URLs and any fsspec URL
+  (``s3://``, ``memory://``, ``file://`` or a local path) with
+  ``storage_options``; it checks ``sha256=`` as well as ``md5=``; it writes to
+  ``<file>.part`` and, after an interrupted transfer, continues from the
+  partial file (an HTTP ``Range`` request, a seek for fsspec) instead of
+  starting again; the file is moved into place only after its checksum
+  matched.
+* :func:`extract_archive` refuses members that would land outside the
+  destination (``..``, absolute paths, links pointing out of it, devices),
+  naming the archive and the member, before writing anything.
+
+The partial-file rule: a ``.part`` file whose transfer was *interrupted*
+is kept, so the next call resumes it; a ``.part`` file that was *complete*
+but failed its checksum is deleted (resuming cannot repair it), and the
+:class:`~pipekit.errors.HashError` names the URL and both digests.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import hashlib
+import http.client
+import lzma
+import os
+import posixpath
+import shutil
+import stat
+import tarfile
+import time
+import urllib.error
+import urllib.request
+import zipfile
+from collections.abc import Mapping
+from typing import Any
+
+from pipekit.errors import ArchiveError, HashError, ReadError
+
+__all__ = [
+    "calculate_md5",
+    "check_integrity",
+    "download_url",
+    "extract_archive",
+    "download_and_extract_archive",
+]
+
+_CHUNK = 1 << 20
+
+
+def _digest(path: str | os.PathLike[str], algorithm: str, chunk_size: int = _CHUNK) -> str:
+    h = hashlib.new(algorithm, usedforsecurity=False) if algorithm == "md5" else hashlib.new(algorithm)
+    with open(path, "rb") as f:
+        while chunk := f.read(chunk_size):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def calculate_md5(fpath: str | os.PathLike[str], chunk_size: int = _CHUNK) -> str:
+    """The MD5 hex digest of a file (torchvision's name).
+
+    Example:
+        >>> import tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "a.txt")
+        >>> _ = open(path, "wb").write(b"abc")
+        >>> calculate_md5(path)
+        '900150983cd24fb0d6963f7d28e17f72'
+    """
+    return _digest(fpath, "md5", chunk_size)
+
+
+def check_integrity(fpath: str | os.PathLike[str], md5: str | None = None) -> bool:
+    """Whether ``fpath`` is a file and, when ``md5`` is given, has that MD5 (torchvision's semantics).
+
+    Example:
+        >>> import tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "a.txt")
+        >>> check_integrity(path)
+        False
+        >>> _ = open(path, "wb").write(b"abc")
+        >>> check_integrity(path), check_integrity(path, "900150983cd24fb0d6963f7d28e17f72")
+        (True, True)
+        >>> check_integrity(path, "0" * 32)
+        False
+    """
+    if not os.path.isfile(fpath):
+        return False
+    if md5 is None:
+        return True
+    return calculate_md5(fpath) == md5.lower()
+
+
+def _is_http(url: str) -> bool:
+    return url.startswith(("http://", "https://"))
+
+
+class _InterruptedError(Exception):
+    """The transfer stopped before the end (the ``.part`` file holds what arrived)."""
+
+
+def _redirect_opener(max_redirect_hops: int) -> urllib.request.OpenerDirector:
+    handler = urllib.request.HTTPRedirectHandler()
+    handler.max_redirections = max_redirect_hops  # type: ignore[attr-defined]
+    return urllib.request.build_opener(handler)
+
+
+def _http_once(url: str, part: str, max_redirect_hops: int, timeout: float) -> None:
+    """One HTTP request, appending to ``part`` from its size on (``Range``) or rewriting it (200)."""
+    have = os.path.getsize(part) if os.path.exists(part) else 0
+    request = urllib.request.Request(url, headers={"User-Agent": "pipekit", "Accept-Encoding": "identity"})
+    if have:
+        request.add_header("Range", f"bytes={have}-")
+    try:
+        response = _redirect_opener(max_redirect_hops).open(request, timeout=timeout)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 416 and have:  # nothing after what we have: the partial file is complete
+            return
+        raise ReadError("download", url, "download_url", f"HTTP {exc.code} {exc.reason}") from exc
+    except (urllib.error.URLError, OSError) as exc:
+        raise _InterruptedError(f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}") from exc
+    with response:
+        if have and response.status == 206:
+            start = _content_range_start(response.headers.get("Content-Range"))
+            if start != have:
+                raise ReadError("download", url, "download_url",
+                                f"asked for bytes from {have}, the server sent a range starting at {start}")
+            mode = "ab"
+        else:  # 200: the server ignored the Range header, start again
+            mode = "wb"
+            have = 0
+        length = response.headers.get("Content-Length")
+        expected = have + int(length) if length is not None else None
+        with open(part, mode) as out:
+            try:
+                while chunk := response.read(_CHUNK):
+                    out.write(chunk)
+            except (http.client.IncompleteRead, OSError) as exc:
+                if isinstance(exc, http.client.IncompleteRead) and exc.partial:
+                    out.write(exc.partial)
+                raise _InterruptedError(f"{type(exc).__name__}: {exc}") from exc
+    got = os.path.getsize(part)
+    if expected is not None and got < expected:
+        raise _InterruptedError(f"connection closed after {got} of {expected} bytes")
+
+
+def _content_range_start(value: str | None) -> int | None:
+    # "bytes 100-199/200"
+    if not value or not value.startswith("bytes "):
+        return None
+    try:
+        return int(value[6:].split("-", 1)[0])
+    except ValueError:
+        return None
+
+
+def _fsspec_once(url: str, part: str, storage_options: Mapping[str, Any]) -> None:
+    """Copy an fsspec URL into ``part``, continuing after the bytes it already holds."""
+    import fsspec
+
+    have = os.path.getsize(part) if os.path.exists(part) else 0
+    try:
+        with fsspec.open(url, "rb", **storage_options) as src:
+            size = getattr(src, "size", None)
+            if have and size is not None and have > size:
+                have = 0  # the source shrank: start again
+            src.seek(have)
+            with open(part, "ab" if have else "wb") as out:
+                try:
+                    while chunk := src.read(_CHUNK):
+                        out.write(chunk)
+                except OSError as exc:
+                    raise _InterruptedError(f"{type(exc).__name__}: {exc}") from exc
+    except FileNotFoundError as exc:
+        raise ReadError("download", url, "download_url", "no such file") from exc
+    except _InterruptedError:
+        raise
+    except OSError as exc:
+        raise _InterruptedError(f"{type(exc).__name__}: {exc}") from exc
+
+
+def download_url(
+    url: str,
+    root: str | os.PathLike[str],
+    filename: str | os.PathLike[str] | None = None,
+    md5: str | None = None,
+    max_redirect_hops: int = 3,
+    *,
+    sha256: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    retries: int = 3,
+    timeout: float = 60.0,
+) -> None:
+    """Download ``url`` to ``root/filename``, resuming interrupted transfers and checking digests.
+
+    Same signature and meaning as TorchGeo's (torchvision's) ``download_url``,
+    plus keyword arguments.  A file already there that passes the checks is
+    kept (nothing is downloaded).  Bytes go to ``root/filename.part``; when the
+    transfer stops early (the connection drops, a read fails) the call
+    retries up to ``retries`` times, each time asking for the rest only
+    (HTTP ``Range: bytes=N-``; a seek for fsspec URLs), and a ``.part`` file
+    left by an earlier, failed call is continued the same way.  Only a file
+    that passed the checksums is renamed to ``root/filename``.
+
+    Args:
+        url: ``http(s)://`` URL, any fsspec URL (``s3://bucket/key``) or local path.
+        root: the directory to download into (created).
+        filename: the file name (default: the URL's last path component).
+        md5: the expected MD5 hex digest, or ``None``.
+        max_redirect_hops: HTTP redirects followed at most.
+        sha256: the expected SHA-256 hex digest, or ``None``.
+        storage_options: fsspec options for non-HTTP URLs (s3fs spelling for S3).
+        retries: further attempts after an interrupted transfer.
+        timeout: seconds an HTTP connection may stay silent.
+
+    Raises:
+        HashError: the downloaded bytes do not match ``md5`` / ``sha256`` (the
+            message names the URL and both digests; the ``.part`` file is
+            deleted, since it was complete).
+        ReadError: the URL cannot be fetched (HTTP error status, no such object),
+            or the transfer was still incomplete after ``retries`` retries (the
+            ``.part`` file is kept for the next call).
+
+    Example:
+        >>> import os, tempfile
+        >>> src = os.path.join(tempfile.mkdtemp(), "data.bin")
+        >>> _ = open(src, "wb").write(b"abc")
+        >>> root = tempfile.mkdtemp()
+        >>> download_url(src, root, md5="900150983cd24fb0d6963f7d28e17f72")
+        >>> sorted(os.listdir(root))
+        ['data.bin']
+        >>> download_url(src, root, "bad.bin", sha256="0" * 64)
+        Traceback (most recent call last):
+          ...
+        pipekit.errors.HashError: cannot verify '...data.bin' in download_url: sha256 mismatch: expected 0...
+    """
+    if not isinstance(url, str) or not url:
+        raise TypeError(f"download_url: url must be a non-empty string, got {url!r}")
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ValueError(f"download_url: retries must be an int >= 0, got {retries!r}")
+    root = os.path.expanduser(os.fspath(root))
+    if not filename:
+        filename = posixpath.basename(url.split("?", 1)[0].rstrip("/"))
+        if not filename:
+            raise ValueError(f"download_url: cannot name the file of {url!r}; pass filename=")
+    fpath = os.path.join(root, os.fspath(filename))
+    os.makedirs(os.path.dirname(fpath) or ".", exist_ok=True)
+    if os.path.isfile(fpath) and _matches(fpath, md5, sha256):
+        return
+    part = fpath + ".part"
+    options = dict(storage_options or {})
+    last: _InterruptedError | None = None
+    for attempt in range(retries + 1):
+        try:
+            if _is_http(url):
+                _http_once(url, part, max_redirect_hops, timeout)
+            else:
+                _fsspec_once(url, part, options)
+            last = None
+            break
+        except _InterruptedError as exc:
+            last = exc
+            if attempt < retries:
+                time.sleep(min(0.1 * 2**attempt, 2.0))
+    if last is not None:
+        have = os.path.getsize(part) if os.path.exists(part) else 0
+        raise ReadError("download", url, "download_url",
+                        f"transfer interrupted {retries + 1} times ({last}); {have} bytes kept in {part!r}, "
+                        "call again to resume") from last
+    for algorithm, expected in (("md5", md5), ("sha256", sha256)):
+        if expected is None:
+            continue
+        actual = _digest(part, algorithm)
+        if actual != expected.lower():
+            os.remove(part)
+            raise HashError("verify", url, "download_url",
+                            f"{algorithm} mismatch: expected {expected}, got {actual}",
+                            expected=expected, actual=actual)
+    os.replace(part, fpath)
+
+
+def _matches(path: str, md5: str | None, sha256: str | None) -> bool:
+    if md5 is not None and _digest(path, "md5") != md5.lower():
+        return False
+    return sha256 is None or _digest(path, "sha256") == sha256.lower()
+
+
+# ---------------------------------------------------------------------------------------------
+# extraction
+
+
+def _refuse(archive: str, member: str, reason: str) -> ArchiveError:
+    return ArchiveError("extract", archive, "extract_archive", f"member {member!r} refused: {reason}")
+
+
+def _inside(dst: str, name: str, archive: str) -> str:
+    """The real path ``name`` would be written to under ``dst``; refuses escapes."""
+    if not name or name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
+        raise _refuse(archive, name, "absolute path")
+    if ".." in name.replace("\\", "/").split("/"):
+        raise _refuse(archive, name, "'..' in the path")
+    target = os.path.realpath(os.path.join(dst, name))
+    if os.path.commonpath([target, dst]) != dst:
+        raise _refuse(archive, name, f"it would be written outside {dst!r}")
+    return target
+
+
+def _link_inside(dst: str, name: str, link: str, archive: str, hard: bool) -> None:
+    if link.startswith(("/", "\\")):
+        raise _refuse(archive, name, f"link to the absolute path {link!r}")
+    base = dst if hard else os.path.dirname(os.path.join(dst, name))
+    target = os.path.realpath(os.path.join(base, link))
+    if os.path.commonpath([target, dst]) != dst:
+        raise _refuse(archive, name, f"link to {link!r} points outside {dst!r}")
+
+
+def _check_tar(tar: tarfile.TarFile, dst: str, archive: str) -> list[tarfile.TarInfo]:
+    members = tar.getmembers()
+    links: set[str] = set()
+    for m in members:
+        _inside(dst, m.name, archive)
+        parts = posixpath.normpath(m.name.replace("\\", "/")).split("/")
+        through = next((p for p in ("/".join(parts[:i]) for i in range(1, len(parts))) if p in links), None)
+        if through is not None:  # a link's target is checked lexically; chains of links could still escape
+            raise _refuse(archive, m.name, f"its path goes through the link {through!r}")
+        if m.issym() or m.islnk():
+            _link_inside(dst, m.name, m.linkname, archive, hard=m.islnk())
+            links.add("/".join(parts))
+        elif m.isdev():
+            raise _refuse(archive, m.name, "device or FIFO")
+    return members
+
+
+def _check_zip(zf: zipfile.ZipFile, dst: str, archive: str) -> None:
+    for info in zf.infolist():
+        _inside(dst, info.filename, archive)
+        if stat.S_ISLNK(info.external_attr >> 16):
+            _link_inside(dst, info.filename, zf.read(info).decode("utf-8", "replace"), archive, hard=False)
+
+
+_TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tbz", ".tar.xz", ".txz")
+_COMPRESSED = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+
+
+def extract_archive(
+    from_path: str | os.PathLike[str],
+    to_path: str | os.PathLike[str] | None = None,
+    remove_finished: bool = False,
+) -> str:
+    """Extract a tar (``.tar``, ``.tar.gz``/``.tgz``, ``.tar.bz2``, ``.tar.xz``) or zip archive, safely.
+
+    TorchGeo 0.8's (torchvision's) signature: extracts into ``to_path``
+    (default: the archive's folder) and returns it; a single compressed file
+    (``.gz``, ``.bz2``, ``.xz``) is decompressed next to it (the returned path
+    is the decompressed file's).  Every member is checked before anything is
+    written: an absolute name, a ``..`` component, a symbolic or hard link
+    resolving outside ``to_path``, a member whose path passes through one of
+    the archive's links (chains of links can escape where each link alone
+    does not), or a device file raises.
+
+    Args:
+        from_path: the archive.
+        to_path: the destination folder (created).
+        remove_finished: delete the archive after extracting it.
+
+    Raises:
+        ArchiveError: a refused member (the message names the archive and the
+            member), or a corrupt archive.
+        ValueError: the file name's suffix is not a known archive or compression.
+
+    Example:
+        >>> import io, os, tarfile, tempfile
+        >>> tmp = tempfile.mkdtemp()
+        >>> path = os.path.join(tmp, "a.tar.gz")
+        >>> with tarfile.open(path, "w:gz") as tar:
+        ...     info = tarfile.TarInfo("dir/x.txt"); info.size = 2
+        ...     tar.addfile(info, io.BytesIO(b"hi"))
+        >>> out = extract_archive(path, os.path.join(tmp, "out"))
+        >>> open(os.path.join(out, "dir", "x.txt")).read()
+        'hi'
+    """
+    src = os.fspath(from_path)
+    dst = os.path.dirname(os.path.abspath(src)) if to_path is None else os.fspath(to_path)
+    os.makedirs(dst, exist_ok=True)
+    dst = os.path.realpath(dst)
+    lower = src.lower()
+    try:
+        if lower.endswith(_TAR_SUFFIXES):
+            with tarfile.open(src, "r:*") as tar:
+                members = _check_tar(tar, dst, src)
+                if hasattr(tarfile, "data_filter"):
+                    tar.extractall(dst, members=members, filter="data")  # checked above too
+                else:  # pragma: no cover - Python without extraction filters
+                    tar.extractall(dst, members=members)
+        elif lower.endswith(".zip"):
+            with zipfile.ZipFile(src) as zf:
+                _check_zip(zf, dst, src)
+                zf.extractall(dst)
+        else:
+            suffix = next((s for s in _COMPRESSED if lower.endswith(s)), None)
+            if suffix is None:
+                raise ValueError(f"extract_archive: {src!r} is not a known archive or compressed file "
+                                 f"(suffixes {', '.join((*_TAR_SUFFIXES, '.zip', *_COMPRESSED))})")
+            out = os.path.join(dst, os.path.basename(src)[: -len(suffix)])
+            with _COMPRESSED[suffix](src, "rb") as sf, open(out, "wb") as df:
+                shutil.copyfileobj(sf, df, _CHUNK)
+            dst = out
+    except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError, lzma.LZMAError) as exc:
+        if isinstance(exc, FileNotFoundError) and not os.path.exists(src):
+            raise
+        raise ArchiveError("extract", src, "extract_archive", f"{type(exc).__name__}: {exc}") from exc
+    if remove_finished:
+        os.remove(src)
+    return dst
+
+
+def download_and_extract_archive(
+    url: str,
+    download_root: str | os.PathLike[str],
+    extract_root: str | os.PathLike[str] | None = None,
+    filename: str | os.PathLike[str] | None = None,
+    md5: str | None = None,
+    remove_finished: bool = False,
+    *,
+    sha256: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> None:
+    """:func:`download_url` then :func:`extract_archive` (TorchGeo's / torchvision's signature).
+
+    Example:
+        >>> import io, os, tarfile, tempfile
+        >>> tmp = tempfile.mkdtemp()
+        >>> src = os.path.join(tmp, "a.tar")
+        >>> with tarfile.open(src, "w") as tar:
+        ...     info = tarfile.TarInfo("x.txt"); info.size = 2
+        ...     tar.addfile(info, io.BytesIO(b"hi"))
+        >>> download_and_extract_archive(src, os.path.join(tmp, "dl"))
+        >>> sorted(os.listdir(os.path.join(tmp, "dl")))
+        ['a.tar', 'x.txt']
+    """
+    download_root = os.path.expanduser(os.fspath(download_root))
+    if extract_root is None:
+        extract_root = download_root
+    if not filename:
+        filename = posixpath.basename(url.split("?", 1)[0].rstrip("/"))
+    download_url(url, download_root, filename, md5, sha256=sha256, storage_options=storage_options)
+    extract_archive(os.path.join(download_root, os.fspath(filename)), extract_root, remove_finished)
