@@ -452,29 +452,28 @@ class CDL(RasterDataset):
         return True
 
     def _download_zip(self, year: int, folder: Path) -> None:
-        from torchvision.datasets.utils import calculate_md5, download_url
+        # pipekit's download_url: an interrupted transfer resumes from its ``.part`` file next time, and
+        # the zip is moved into place only once its MD5 matches (with checksum=True).
+        from pipekit.datasets.download import download_url
 
         url = self.url.format(year)
         path = folder / self.zipfile_glob.replace("*", str(year))
-        partial = path.with_name(path.name + ".part")
         try:
-            download_url(url, str(folder), partial.name)
+            download_url(url, str(folder), path.name, md5=self.md5s[year] if self.checksum else None)
+        except HashError as exc:
+            raise HashError("check the MD5 of", url, self.name, f"expected MD5 {exc.expected}, got {exc.actual}",
+                            exc.expected, exc.actual) from exc
         except Exception as exc:
-            partial.unlink(missing_ok=True)
             raise ReadError("download", url, self.name, f"{type(exc).__name__}: {exc}") from exc
-        if self.checksum:
-            expected, actual = self.md5s[year], calculate_md5(str(partial))
-            if actual != expected:
-                partial.unlink()
-                raise HashError("check the MD5 of", url, self.name, f"expected MD5 {expected}, got {actual}",
-                                expected, actual)
-        partial.replace(path)
 
     def _extract_zip(self, path: Path, folder: Path) -> None:
-        from torchvision.datasets.utils import extract_archive
+        # pipekit's extract_archive refuses members escaping ``folder`` (``..``, absolute names, links).
+        from pipekit.datasets.download import extract_archive
 
         try:
             extract_archive(str(path), str(folder))
+        except ArchiveError as exc:  # named by extract_archive's stage: name CDL's
+            raise ArchiveError("extract", str(path), self.name, exc.reason) from exc
         except Exception as exc:
             raise ArchiveError("extract", str(path), self.name, f"{type(exc).__name__}: {exc}") from exc
 
