@@ -23,6 +23,8 @@ augmentation, every stage replaceable by keyword):
 
 * :class:`ImageFolder`: class-per-folder classification, local or any fsspec URL;
 * :class:`TarShards` (also ``WebDataset``): WebDataset tar shards (brace patterns, local or S3);
+* :class:`STACDataset`: the assets of STAC items (static catalog, STAC API
+  search, stac-geoparquet or ``pystac.Item`` objects) as a geo dataset;
 * :class:`GeoSegmentation`: ``images & labels`` -> sampler -> spectral
   indices -> augmentation -> batches, for semantic segmentation of rasters.
 """
@@ -39,6 +41,7 @@ from pipekit.geo.bbox import BoundingBox, GeoSlice
 from pipekit.geo.collate import concat_samples, merge_samples, stack_samples, unbind_samples
 from pipekit.geo.dataset import GeoDataset, IntersectionDataset, RasterDataset, UnionDataset
 from pipekit.geo.discovery import DatasetNotFoundError
+from pipekit.geo.stac import STACDataset
 
 __all__ = [
     "GeoDataset",
@@ -65,4 +68,5 @@ __all__ = [
     "TarShards",
     "WebDataset",
     "GeoSegmentation",
+    "STACDataset",
 ]

@@ -246,7 +246,7 @@ class STACDataset(RasterDataset):
         intersects: Any = None,
         datetime: Any = None,
         query: Any = None,
-        filter: Any = None,  # noqa: A002 - pystac-client's name
+        filter: Any = None,
         max_items: int | None = None,
         limit: int | None = None,
         ids: Any = None,
@@ -255,6 +255,12 @@ class STACDataset(RasterDataset):
         vsi: bool | None = None,
         gdal_options: Mapping[str, Any] | None = None,
     ) -> None:
+        try:
+            import pystac  # noqa: F401
+        except ImportError as exc:  # pragma: no cover - the test env has it
+            raise ImportError(
+                "STACDataset needs pystac (and pystac-client, pyarrow): pip install 'pipekit[stac]'"
+            ) from exc
         if isinstance(assets, str) or not isinstance(assets, Sequence) or not assets:
             raise TypeError(f"assets must be a non-empty list of asset keys or band names, got {assets!r}")
         if href_modifier is not None and not callable(href_modifier):
@@ -374,7 +380,14 @@ class STACDataset(RasterDataset):
         flat = [h for item in hrefs for h in item]
         prefix = os.path.commonprefix(flat) if len(flat) > 1 else ""  # noqa: RUF071
         self._href_prefix = prefix
-        self._hrefs = [tuple(h[len(prefix):] for h in item) for item in hrefs]
+        # hrefs shared by items (a tile's COGs, a mosaic) are stored once: a table of strings and an index array
+        unique: dict[str, int] = {}
+        width = max(len(item) for item in hrefs)
+        self._href_ids = np.full((len(hrefs), width), -1, dtype=np.int32)
+        for row, item in enumerate(hrefs):
+            for col, h in enumerate(item):
+                self._href_ids[row, col] = unique.setdefault(h[len(prefix):], len(unique))
+        self._href_table = list(unique)
         self._layouts = list(layouts)
         self._layout_ids = np.asarray(layout_ids, dtype=np.int32)
         table = _FileTable(ids, headers, np.asarray(times, dtype=np.float64).reshape(-1, 2), None, {})
@@ -419,7 +432,10 @@ class STACDataset(RasterDataset):
         """``{asset key: href}`` of index entry ``i`` (before ``href_modifier``)."""
         row = int(self._entry_rows()[i])
         layout = self._layouts[int(self._layout_ids[row])]
-        return {key: self._href_prefix + h for (key, _), h in zip(layout, self._hrefs[row], strict=True)}
+        return {key: self._href(row, col) for col, (key, _) in enumerate(layout)}
+
+    def _href(self, row: int, col: int) -> str:
+        return self._href_prefix + self._href_table[int(self._href_ids[row, col])]
 
     def _modified(self, href: str) -> str:
         return href if self.href_modifier is None else str(self.href_modifier(href))
@@ -428,14 +444,13 @@ class STACDataset(RasterDataset):
         from pipekit.geo.frame import frame_from_index
 
         rows = self._entry_rows()
-        first = [self._href_prefix + self._hrefs[int(r)][0] for r in rows]
+        first = [self._href(int(r), 0) for r in rows]
         return frame_from_index(self.geo_index, self._crs, {"filepath": self.files, "href": first})
 
     # -- reading ------------------------------------------------------------------------------
     def _read_entry(self, i: int, grid: Grid, out: np.ndarray, valid: np.ndarray | None, prefilled: bool) -> None:
         layout = self._layouts[int(self._layout_ids[i])]
-        parts = [(self._modified(self._href_prefix + h), list(idx))
-                 for (_, idx), h in zip(layout, self._hrefs[i], strict=True)]
+        parts = [(self._modified(self._href(i, col)), list(idx)) for col, (_, idx) in enumerate(layout)]
         if any(geo_io.uses_gdal_network(self._opener, url) for url, _ in parts):
             geo_io.run_remote(self._read_item, i, parts, grid, out, valid, prefilled)
         else:
