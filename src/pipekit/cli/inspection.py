@@ -1,8 +1,9 @@
-"""``pipekit inspect``: what is in a folder or bucket of rasters, images or tar shards.
+"""``pipekit inspect``: what is in a folder or bucket of rasters, images or tar shards, or in a STAC catalog.
 
 This module holds the command (its arguments, and choosing what to inspect);
 the findings and their tables live in :mod:`pipekit.cli.inspection_rasters`,
-:mod:`pipekit.cli.inspection_images` and :mod:`pipekit.cli.inspection_shards`.
+:mod:`pipekit.cli.inspection_images`, :mod:`pipekit.cli.inspection_shards` and
+:mod:`pipekit.cli.inspection_stac` (catalogs, STAC APIs, stac-geoparquet).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pipekit.cli._common import (
 from pipekit.cli.inspection_images import inspect_images
 from pipekit.cli.inspection_rasters import inspect_rasters
 from pipekit.cli.inspection_shards import inspect_shards
+from pipekit.cli.inspection_stac import inspect_stac, looks_like_stac
 from pipekit.cli.products import product_names
 
 __all__ = ["add_parser", "run", "inspect_rasters", "inspect_images", "inspect_shards"]
@@ -35,14 +37,16 @@ def add_parser(sub: Any) -> None:
         description=(
             "Rasters (GeoTIFF, COG, JPEG 2000): a table of files (scenes of band files grouped) with product, "
             "CRS, resolution, size, bands, dates and footprint, and their union footprint.  Image folders "
-            "(root/<class>/<image>) and tar shards (WebDataset): counts per class, sizes and formats.  Works "
-            "on local paths and fsspec URLs such as s3://bucket/prefix."
+            "(root/<class>/<image>) and tar shards (WebDataset): counts per class, sizes and formats.  STAC "
+            "(a catalog.json/collection.json, a STAC API URL or a stac-geoparquet file): items, collections, "
+            "time span, assets and their bands, CRSs.  Works on local paths and fsspec URLs such as "
+            "s3://bucket/prefix."
         ),
     )
     p.add_argument("path", metavar="PATH_OR_URL", help="a folder, a file, or a URL (s3://bucket/prefix)")
     p.add_argument("--product", choices=product_names(), default=None,
                    help="only the rasters of this product (default: every raster, products detected by file name)")
-    p.add_argument("--kind", choices=["rasters", "images", "shards"], default=None,
+    p.add_argument("--kind", choices=["rasters", "images", "shards", "stac"], default=None,
                    help="what to inspect when a folder holds several kinds of files (default: the most common)")
     p.add_argument("--sample", type=positive_int, default=100,
                    help="images whose headers are read for sizes and modes (default 100)")
@@ -53,6 +57,11 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     storage_options = parse_storage_options(args.storage_option)
+    if args.kind == "stac" or (args.kind is None and args.product is None and looks_like_stac(args.path)):
+        # a STAC catalog/collection, a STAC API's landing page or a stac-geoparquet file
+        report = inspect_stac(args.path, storage_options)
+        print(json.dumps(report.as_dict(), indent=2, default=str) if args.json else report.render())
+        return 1 if report.errors else 0
     listing = list_files(args.path, storage_options)
     kinds = Counter(k for k in (file_kind(name) for _, name, _ in listing.files) if k is not None)
     kind = args.kind
