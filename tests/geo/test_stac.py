@@ -172,6 +172,18 @@ class TestAssets:
         assert ds.skip_log.count == 1
         assert items[1]["id"] not in ds.item_ids
 
+    def test_geoparquet_missing_asset_names_the_item_and_its_keys(self, corpus, tmp_path):
+        """stac-geoparquet converts only the assets asked for; a row without one still names its real keys."""
+        items = copy.deepcopy(corpus["items"])
+        del items[3]["assets"]["B08"]
+        parquet = write_geoparquet(items, str(tmp_path / "items.parquet"))
+        with pytest.raises(ReadError, match=rf"item {items[3]['id']!r} has no asset or band 'nir'.*"
+                                            r"\['B02', 'B03', 'B04'\]"):
+            STACDataset(parquet, assets=["red", "nir"])
+        ds = STACDataset(parquet, assets=["red", "nir"], on_error="skip")
+        assert len(ds) == N_ITEMS - 1 and ds.skip_log.count == 1
+        assert ds.asset_hrefs(0) == {"B04": items[0]["assets"]["B04"]["href"], "B08": items[0]["assets"]["B08"]["href"]}
+
     def test_item_without_projection_extension_reads_the_header_once(self, corpus):
         items = copy.deepcopy(corpus["items"])
         for item in items:

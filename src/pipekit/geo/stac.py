@@ -26,8 +26,9 @@ from pipekit.errors import ReadError, StageError
 from pipekit.geo import io as geo_io
 from pipekit.geo.base import Sample, _fill_dtype
 from pipekit.geo.discovery import DatasetNotFoundError, RasterHeader, _FileTable, read_header
+from pipekit.geo.index import GeoIndex
 from pipekit.geo.raster import RasterDataset
-from pipekit.geo.read import Grid
+from pipekit.geo.read import Grid, transform_bounds_fast
 from pipekit.geo.stac_items import (
     ItemRecord,
     is_geoparquet,
@@ -56,6 +57,22 @@ def _bands_of(asset: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 def _band_names(band: Mapping[str, Any]) -> set[str]:
     return {str(v) for v in (band.get("name"), band.get("common_name"), band.get("eo:common_name")) if v}
+
+
+def _still_selects(record: ItemRecord, wanted: Sequence[str], parts: Sequence[tuple[str, tuple[int, ...]]]) -> bool:
+    """Whether ``parts`` (another item's selection) selects ``wanted`` in ``record`` too (as in one collection)."""
+    for name, (key, indexes) in zip(wanted, parts):
+        asset = record.assets.get(key)
+        if asset is None:
+            return False
+        if key == name:
+            if len(indexes) != max(1, len(_bands_of(asset))):
+                return False
+            continue
+        bands = _bands_of(asset)
+        if len(indexes) != 1 or len(bands) < indexes[0] or name not in _band_names(bands[indexes[0] - 1]):
+            return False
+    return True
 
 
 def select_assets(record: ItemRecord, wanted: Sequence[str]) -> list[tuple[str, tuple[int, ...]]]:
@@ -307,7 +324,7 @@ class STACDataset(RasterDataset):
             href = os.fspath(source)
             if is_geoparquet(href):
                 self.requests += 1
-                return read_geoparquet(href, self.storage_options)
+                return read_geoparquet(href, self.storage_options, self.bands)
             if href.startswith(("http://", "https://")) and (self._search or _is_api(href, self._client_options)):
                 counter = [0]
                 try:
@@ -344,6 +361,7 @@ class STACDataset(RasterDataset):
         layouts: dict[tuple[tuple[str, tuple[int, ...]], ...], int] = {}
         layout_ids: list[int] = []
         seen: dict[str, str | None] = {}
+        previous = None
         for record in records:
             if record.id in seen:
                 raise ValueError(
@@ -351,11 +369,14 @@ class STACDataset(RasterDataset):
                     f"{record.collection!r}); pass the items of one collection, or dedupe them"
                 )
             seen[record.id] = record.collection
-            try:
-                parts = select_assets(record, self.bands)
-            except ReadError as exc:
-                self._skip_or_raise(exc)
-                continue
+            if previous is not None and _still_selects(record, self.bands, previous):
+                parts = previous
+            else:
+                try:
+                    parts = previous = select_assets(record, self.bands)
+                except ReadError as exc:
+                    self._skip_or_raise(exc)
+                    continue
             item_hrefs = tuple(str(record.assets[key]["href"]) for key, _ in parts)
             header = header_from_proj(record, parts[0][0], item_hrefs[0])
             if header is None:
@@ -393,6 +414,24 @@ class STACDataset(RasterDataset):
         table = _FileTable(ids, headers, np.asarray(times, dtype=np.float64).reshape(-1, 2), None, {})
         self._check_table(table)
         return table
+
+    def _build_index(self, crs: CRS) -> GeoIndex:
+        """RasterDataset's index, reprojecting each distinct grid once (the items of a tile share theirs)."""
+        table = self._files
+        keys = np.column_stack([table.crs_ids, table.transforms, table.shapes]).astype(np.float64)
+        unique, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+        footprints = np.empty((len(unique), 4), dtype=np.float64)
+        for k, row in enumerate(first.tolist()):
+            left, bottom, right, top = table.native_bounds(row)
+            if table.crs(row) != crs:
+                left, bottom, right, top = transform_bounds_fast(table.crs(row), crs, left, bottom, right, top)
+            footprints[k] = (left, right, bottom, top)
+        boxes = np.empty((len(table), 6), dtype=np.float64)
+        boxes[:, :4] = footprints[inverse.reshape(-1)]
+        boxes[:, 4:] = table.times
+        if self._rows is not None:
+            boxes = boxes[self._rows]
+        return GeoIndex(boxes)
 
     def _header_of(self, record: ItemRecord, key: str, href: str) -> RasterHeader | None:
         """The header of an asset without the projection extension, read once with rasterio."""

@@ -20,7 +20,7 @@ import concurrent.futures
 import json
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -350,8 +350,61 @@ def _seconds(column: Any) -> list[float | None]:
     return [None if v is None else parse_time(v, "datetime", "?") for v in column.to_pylist()]
 
 
-def read_geoparquet(href: str, storage_options: Mapping[str, Any] | None = None) -> list[ItemRecord]:
+#: the asset fields a dataset uses (the rest -- titles, roles, checksums... -- are left in the file)
+_ASSET_FIELDS = ("href", "type", "bands", "eo:bands", "raster:bands")
+
+
+def _asset_columns(assets: Any, wanted: Sequence[str] | None) -> list[dict[str, Any] | None]:
+    """Per row, ``{asset key: fields}`` -- converting only the assets ``wanted`` names (keys, or band names the
+    first row's assets carry); the other assets present in a row are kept as empty placeholders (their keys
+    still show in error messages)."""
+    keys = [field.name for field in assets.type]
+    if wanted is None:
+        chosen = keys
+    else:
+        chosen = []
+        for name in wanted:
+            if name in keys:
+                chosen.append(name)
+                continue
+            for key in keys:
+                child = assets.field(key)
+                if not len(child) or not child.is_valid()[0].as_py():
+                    continue
+                names = [f.name for f in child.type]
+                bands = [b for band_key in ("bands", "eo:bands") if band_key in names
+                         for b in (child.field(band_key)[0].as_py() or [])]
+                if any(name in (b.get("name"), b.get("common_name")) for b in bands):
+                    chosen.append(key)
+                    break
+            else:
+                chosen = keys  # a name the first row does not resolve: convert everything, let selection report it
+                break
+    n = len(assets)
+    valid_rows = assets.is_valid().to_pylist()
+    rows: list[dict[str, Any] | None] = [{} if ok else None for ok in valid_rows]
+    for key in keys:
+        child = assets.field(key)
+        present = child.is_valid().to_pylist()
+        if key not in chosen:
+            for i in range(n):
+                if present[i] and rows[i] is not None:
+                    rows[i][key] = {}
+            continue
+        fields = {f.name: child.field(f.name).to_pylist() for f in child.type
+                  if wanted is None or f.name in _ASSET_FIELDS or f.name.startswith("proj:")}
+        for i in range(n):
+            if present[i] and rows[i] is not None:
+                rows[i][key] = {f: values[i] for f, values in fields.items() if values[i] is not None}
+    return rows
+
+
+def read_geoparquet(href: str, storage_options: Mapping[str, Any] | None = None,
+                    assets: Sequence[str] | None = None) -> list[ItemRecord]:
     """The items of a stac-geoparquet file, read column-wise with pyarrow (one file read, no per-item request).
+
+    ``assets``: the asset keys or band names a dataset reads; only those
+    assets' fields are converted to Python (the others' keys are kept).
 
     Raises:
         ReadError: the file cannot be read.
@@ -379,7 +432,7 @@ def read_geoparquet(href: str, storage_options: Mapping[str, Any] | None = None)
     times = {c: _seconds(table.column(c)) if c in columns else [None] * n
              for c in ("datetime", "start_datetime", "end_datetime")}
     proj = {k: table.column(k).to_pylist() for k in PROJ_KEYS if k in columns}
-    assets = table.column("assets").to_pylist()
+    asset_rows = _asset_columns(table.column("assets").combine_chunks(), assets)
     records = []
     for i in range(n):
         start = times["start_datetime"][i]
@@ -387,8 +440,7 @@ def read_geoparquet(href: str, storage_options: Mapping[str, Any] | None = None)
         moment = times["datetime"][i]
         start = moment if start is None else start
         end = moment if end is None else end
-        item_assets = {k: {f: v for f, v in a.items() if v is not None}
-                       for k, a in (assets[i] or {}).items() if a is not None}
+        item_assets = asset_rows[i] or {}
         records.append(ItemRecord(
             ids[i], collections[i], -math.inf if start is None else start, math.inf if end is None else end,
             {k: values[i] for k, values in proj.items() if values[i] is not None}, item_assets, href,
