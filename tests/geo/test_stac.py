@@ -172,6 +172,19 @@ class TestAssets:
         assert ds.skip_log.count == 1
         assert items[1]["id"] not in ds.item_ids
 
+    def test_mask_nodata_resampling_and_native_dtype(self, corpus):
+        mask = STACDataset(corpus["items"], assets=["red"], is_image=False)
+        box = BoundingBox(722_000, 722_320, 5_270_680, 5_271_000)
+        sample = mask[box]
+        assert "image" not in sample and sample["mask"].dtype == torch.int64 and sample["mask"].shape == (32, 32)
+        assert mask.resampling.name == "nearest"
+        native = STACDataset(corpus["items"], assets=["red"], dtype="native", resampling="bilinear")
+        assert native[box]["image"].dtype == torch.uint16 and native.resampling.name == "bilinear"
+        # outside every item: the fill value is the given nodata
+        filled = STACDataset(corpus["items"][:1], assets=["red"], nodata=7)
+        edge = filled[722_000 - 320:722_320, 5_270_680:5_271_000]
+        assert (edge["image"][:, :, :32] == 7).all() and (edge["image"][:, :, 32:] != 7).any()
+
     def test_geoparquet_missing_asset_names_the_item_and_its_keys(self, corpus, tmp_path):
         """stac-geoparquet converts only the assets asked for; a row without one still names its real keys."""
         items = copy.deepcopy(corpus["items"])

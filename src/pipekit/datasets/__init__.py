@@ -13,6 +13,10 @@ Code written for TorchGeo ports by changing its imports
   (:func:`stack_samples`, :func:`concat_samples`, :func:`merge_samples`,
   :func:`unbind_samples`), :class:`DatasetNotFoundError` and :mod:`~pipekit.datasets.utils`.
 
+pipekit's own geo dataset: :class:`STACDataset`, the assets of STAC items
+(a static catalog, a STAC API search, stac-geoparquet or ``pystac.Item``
+objects), needing the ``stac`` extra.
+
 Samples, ``dataset.bounds``, ``dataset.index`` and sampler items are
 TorchGeo 0.8's (see the README's "Coming from TorchGeo" section for the
 import map and the differences).
@@ -23,8 +27,6 @@ augmentation, every stage replaceable by keyword):
 
 * :class:`ImageFolder`: class-per-folder classification, local or any fsspec URL;
 * :class:`TarShards` (also ``WebDataset``): WebDataset tar shards (brace patterns, local or S3);
-* :class:`STACDataset`: the assets of STAC items (static catalog, STAC API
-  search, stac-geoparquet or ``pystac.Item`` objects) as a geo dataset;
 * :class:`GeoSegmentation`: ``images & labels`` -> sampler -> spectral
   indices -> augmentation -> batches, for semantic segmentation of rasters.
 """
