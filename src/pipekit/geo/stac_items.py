@@ -7,8 +7,9 @@ whole JSON.
 
 * :func:`walk_catalog`: a static ``catalog.json``/``collection.json``,
   local or any fsspec URL, read through pystac's ``StacIO`` backed by fsspec
-  (:class:`FsspecStacIO`); ``child`` and ``item`` links are followed, a
-  cycle or a broken link is an error naming the link;
+  (``FsspecStacIO``, defined on first use: importing this module does not
+  import pystac); ``child`` and ``item`` links are followed, a cycle or a
+  broken link is an error naming the link;
 * :func:`search_api`: a STAC API's ``/search`` through pystac-client, pages followed;
 * :func:`read_geoparquet`: a stac-geoparquet file, read column-wise with pyarrow (no per-item request);
 * :func:`records_from_items`: ``pystac.Item`` objects or item dicts.
@@ -29,7 +30,7 @@ from pipekit.errors import ParseError, ReadError
 
 __all__ = [
     "ItemRecord",
-    "FsspecStacIO",
+    "FsspecStacIO",  # noqa: F822 - defined on first use (module __getattr__)
     "walk_catalog",
     "search_api",
     "read_geoparquet",
@@ -167,54 +168,60 @@ def _storage_options_for(href: str, storage_options: Mapping[str, Any] | None) -
     return dict(storage_options or {}) if "://" in href and not href.startswith("file://") else {}
 
 
-try:
-    import pystac as _pystac
-
-    _StacIOBase: type = _pystac.StacIO
-except ImportError:  # pragma: no cover - pystac is a dependency
-    _StacIOBase = object
+_STAC_IO_CLASS: type | None = None
 
 
-class FsspecStacIO(_StacIOBase):  # type: ignore[misc,valid-type]
-    """pystac's ``StacIO`` reading and writing through fsspec (``s3://``, ``https://``, local paths...).
+def _stac_io_class() -> type:
+    """:class:`FsspecStacIO`, defined on first use (``pipekit.datasets`` does not import pystac until it is needed)."""
+    global _STAC_IO_CLASS
+    if _STAC_IO_CLASS is not None:
+        return _STAC_IO_CLASS
+    import pystac
 
-    Args:
-        storage_options: fsspec options for remote hrefs (s3fs spelling for S3).
+    class FsspecStacIO(pystac.StacIO):
+        """pystac's ``StacIO`` reading and writing through fsspec (``s3://``, ``https://``, local paths...).
 
-    Example:
-        >>> import pystac, tempfile, datetime
-        >>> root = tempfile.mkdtemp()
-        >>> cat = pystac.Catalog("demo", "a demo")
-        >>> cat.normalize_hrefs(root)
-        >>> cat.save(pystac.CatalogType.SELF_CONTAINED, stac_io=FsspecStacIO())
-        >>> pystac.Catalog.from_file(f"{root}/catalog.json", stac_io=FsspecStacIO()).id
-        'demo'
-    """
+        Args:
+            storage_options: fsspec options for remote hrefs (s3fs spelling for S3).
 
-    def __init__(self, storage_options: Mapping[str, Any] | None = None) -> None:
-        super().__init__()
-        self.storage_options = dict(storage_options or {})
-        self.requests = 0
+        ``requests`` counts the documents read.
+        """
 
-    def read_text(self, source: Any, *args: Any, **kwargs: Any) -> str:
-        import fsspec
+        def __init__(self, storage_options: Mapping[str, Any] | None = None) -> None:
+            super().__init__()
+            self.storage_options = dict(storage_options or {})
+            self.requests = 0
 
-        href = str(source.get_absolute_href() if hasattr(source, "get_absolute_href") else source)
-        self.requests += 1
-        with fsspec.open(href, "rt", encoding="utf-8", **_storage_options_for(href, self.storage_options)) as f:
-            return f.read()
+        def read_text(self, source: Any, *args: Any, **kwargs: Any) -> str:
+            import fsspec
 
-    def write_text(self, dest: Any, txt: str, *args: Any, **kwargs: Any) -> None:
-        import fsspec
+            href = str(source.get_absolute_href() if hasattr(source, "get_absolute_href") else source)
+            self.requests += 1
+            options = _storage_options_for(href, self.storage_options)
+            with fsspec.open(href, "rt", encoding="utf-8", **options) as f:
+                return f.read()
 
-        href = str(dest.get_absolute_href() if hasattr(dest, "get_absolute_href") else dest)
-        if "://" not in href:
-            os.makedirs(os.path.dirname(os.path.abspath(href)), exist_ok=True)
-        with fsspec.open(href, "wt", encoding="utf-8", **_storage_options_for(href, self.storage_options)) as f:
-            f.write(txt)
+        def write_text(self, dest: Any, txt: str, *args: Any, **kwargs: Any) -> None:
+            import fsspec
+
+            href = str(dest.get_absolute_href() if hasattr(dest, "get_absolute_href") else dest)
+            if "://" not in href:
+                os.makedirs(os.path.dirname(os.path.abspath(href)), exist_ok=True)
+            with fsspec.open(href, "wt", encoding="utf-8", **_storage_options_for(href, self.storage_options)) as f:
+                f.write(txt)
+
+    FsspecStacIO.__module__ = __name__
+    _STAC_IO_CLASS = FsspecStacIO
+    return FsspecStacIO
 
 
-def _read_document(stac_io: FsspecStacIO, href: str, linked_from: str | None, rel: str) -> dict[str, Any]:
+def __getattr__(name: str) -> Any:
+    if name == "FsspecStacIO":
+        return _stac_io_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _read_document(stac_io: Any, href: str, linked_from: str | None, rel: str) -> dict[str, Any]:
     where = f" (the {rel!r} link of {linked_from!r})" if linked_from else ""
     try:
         text = stac_io.read_text(href)
@@ -231,7 +238,7 @@ def _read_document(stac_io: FsspecStacIO, href: str, linked_from: str | None, re
 
 def walk_catalog(
     href: str, storage_options: Mapping[str, Any] | None = None, threads: int = 16,
-    stac_io: FsspecStacIO | None = None,
+    stac_io: Any = None,
 ) -> list[ItemRecord]:
     """The items of a static catalog or collection (its ``child`` and ``item`` links followed).
 
@@ -257,7 +264,7 @@ def walk_catalog(
     """
     from pystac.utils import make_absolute_href
 
-    stac_io = stac_io or FsspecStacIO(storage_options)
+    stac_io = stac_io or _stac_io_class()(storage_options)
     href = str(href)
     if "://" not in href:
         href = os.path.abspath(href)
