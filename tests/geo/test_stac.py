@@ -105,6 +105,9 @@ class TestSources:
         assert sorted(by_time.item_ids) == sorted(i["id"] for i in corpus["items"] if "20240501" in i["id"])
         west = STACDataset(server.url, assets=["red"], bbox=[5.95, 47.5, 5.96, 47.56])
         assert west.item_ids and all("_T31" in i for i in west.item_ids)
+        polygon = {"type": "Polygon", "coordinates": [[[5.95, 47.5], [5.96, 47.5], [5.96, 47.56], [5.95, 47.5]]]}
+        assert STACDataset(server.url, assets=["red"], intersects=polygon).item_ids == west.item_ids
+        assert len(STACDataset(server.url, assets=["red"], ids=[west.item_ids[0]])) == 1
         static = STACDataset(corpus["catalog"], assets=["red"])
         assert sorted(ds.item_ids) == sorted(static.item_ids)
         box = static.bounds
@@ -278,6 +281,17 @@ class TestReadErrors:
         with pytest.raises(ReadError, match="skipped"):
             skipping[box]
         assert skipping.skip_log.count == 1
+
+    def test_static_catalog_over_http(self, corpus, http_folder):
+        items = sentinel2_items(corpus["cogs"], http_folder, N_ITEMS, size=SIZE)
+        write_static_catalog(items, str(corpus["root"] / "cogs" / "http-catalog"))
+        ds = STACDataset(f"{http_folder}/http-catalog/collection.json", assets=["red"])
+        assert ds.requests == N_ITEMS + 2  # the root read to tell an API from a catalog, then the walk
+        local = STACDataset(corpus["items"], assets=["red"])
+        assert sorted(ds.item_ids) == sorted(local.item_ids)
+        assert ds.asset_hrefs(0)["B04"].startswith(http_folder)
+        box = local.bounds
+        assert torch.equal(ds[box]["image"], local[box]["image"])
 
     def test_cogs_over_http_read_like_local(self, corpus, http_folder):
         real = str(corpus["root"] / "cogs")

@@ -325,7 +325,10 @@ class STACDataset(RasterDataset):
             if is_geoparquet(href):
                 self.requests += 1
                 return read_geoparquet(href, self.storage_options, self.bands)
-            if href.startswith(("http://", "https://")) and (self._search or _is_api(href, self._client_options)):
+            is_url = href.startswith(("http://", "https://"))
+            if is_url and not self._search:
+                self.requests += 1  # the landing page or root document, read to tell an API from a static catalog
+            if is_url and (self._search or _is_api(href, self._client_options)):
                 counter = [0]
                 try:
                     return search_api(href, self._search, self._client_options, counter)
