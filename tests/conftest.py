@@ -15,6 +15,10 @@ yields a :class:`s3server.S3Server`:
 Mark tests that use it with ``@pytest.mark.s3``.  A missing ``weed`` binary
 fails those tests (it is a declared dev dependency), it does not skip them.
 The ``s3_bucket`` fixture gives a fresh bucket on that server.
+
+``stac_server_factory`` starts a real STAC API (``rustac serve``, from
+``tests/stacserver.py``) on loopback with the collections and items of the
+given JSON files.
 """
 
 from __future__ import annotations

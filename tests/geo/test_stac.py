@@ -95,6 +95,12 @@ class TestSources:
         # only the zone-32 tiles cover the east side (beyond the zone-31 tiles' edge, x > 724,560)
         east = stac[725_500:725_820, 5_269_500:5_269_820]
         assert (east["image"] > 0).float().mean() > 0.99
+        # in the other zone's CRS, the same as the plain dataset there
+        moved, plain32 = stac.to_crs("EPSG:32632", res=10), plain.to_crs("EPSG:32632", res=10)
+        assert moved.index.crs.to_epsg() == 32632
+        assert np.allclose(moved.index.total_bounds, plain32.index.total_bounds)
+        box = moved.bounds
+        assert torch.equal(moved[box]["image"], plain32[box]["image"])
 
     def test_api_search_pages_and_parameters(self, corpus, stac_server_factory, tmp_path):
         server = stac_server_factory(write_collection_files(corpus["items"], tmp_path))
