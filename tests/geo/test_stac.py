@@ -363,6 +363,19 @@ class TestDataset:
         box = whole.bounds
         assert torch.equal(union[box]["image"], whole[box]["image"])
 
+    def test_filtering_the_index_restricts_the_items(self, corpus):
+        ds = STACDataset(corpus["items"], assets=["red"])
+        frame = ds.index
+        ds.index = frame[frame["filepath"].str.contains("_T32") & frame["filepath"].str.contains("20240506")]
+        assert len(ds) == 2 and all("_T32" in i and "20240506" in i for i in ds.item_ids)
+        assert {h["B04"].split("/")[-2] for h in (ds.asset_hrefs(0), ds.asset_hrefs(1))} == {"T32TKT", "T32TKS"}
+        with pytest.raises(IndexError):
+            ds[722_000:722_320, 5_270_680:5_271_000]  # zone 31 only: no longer indexed
+        kept = [i for i in corpus["items"] if "_T32" in i["id"] and "20240506" in i["id"]]
+        only = STACDataset(kept, assets=["red"], crs=ds.crs, res=ds.res)
+        box = only.bounds
+        assert torch.equal(ds[box]["image"], only[box]["image"])
+
     @pytest.mark.parametrize("sampler", ["random", "grid", "batch", "prechipped"])
     def test_every_sampler(self, corpus, sampler):
         ds = STACDataset(corpus["parquet"], assets=["red", "nir"])
