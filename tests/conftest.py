@@ -15,12 +15,16 @@ yields a :class:`s3server.S3Server`:
 Mark tests that use it with ``@pytest.mark.s3``.  A missing ``weed`` binary
 fails those tests (it is a declared dev dependency), it does not skip them.
 The ``s3_bucket`` fixture gives a fresh bucket on that server.
+
+``stac_server_factory`` starts a real STAC API (``rustac serve``, from
+``tests/stacserver.py``) on loopback with the collections and items of the
+given JSON files.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +32,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from s3server import S3Server, WeedNotFoundError, start_s3_server
+from stacserver import RustacNotFoundError, StacServer, start_stac_server
 
 
 @pytest.fixture(scope="session")
@@ -65,3 +70,28 @@ def restartable_s3_server() -> Iterator[S3Server]:
 def s3_bucket(s3_server: S3Server) -> str:
     """A fresh, empty bucket on :func:`s3_server`."""
     return s3_server.create_bucket()
+
+
+@pytest.fixture
+def stac_server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[list[str]], StacServer]]:
+    """Start ``rustac serve`` (a real STAC API on loopback) with the given collection/item-collection files.
+
+    ``server = stac_server_factory([collection_json, items_json])``;
+    ``server.url`` is the landing page.  Servers are stopped at teardown.
+    """
+    servers: list[StacServer] = []
+    log_dir = tmp_path_factory.mktemp("stac-server")
+
+    def start(hrefs: list[str]) -> StacServer:
+        try:
+            server = start_stac_server(hrefs, log_dir)
+        except RustacNotFoundError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        servers.append(server)
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in servers:
+            server.stop()

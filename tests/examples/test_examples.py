@@ -41,6 +41,7 @@ def test_every_example_has_a_smoke_test():
     assert set(SCRIPTS) == {
         "train_classifier", "landsat_cdl_segmentation", "sentinel2_ndvi", "stream_from_s3",
         "resume_from_checkpoint", "distributed_torchrun",
+        "stac_training",
     }
 
 
@@ -166,3 +167,23 @@ def test_stream_from_s3(s3_server, tmp_path):
     assert "32 samples (32 distinct) in 8 batches" in out
     assert "16 of 16 patches in 4 batches" in out
     assert f"done: 32 samples from tar shards and 16 patches from COGs on s3://{bucket}" in out
+
+
+@pytest.mark.parametrize(("source", "workers"), [("catalog", "0"), ("geoparquet", "0"), ("api", "2")])
+def test_stac_training(source, workers, capsys):
+    code = load("stac_training").main(["--source", source, "--tile-size", "256", "--patch", "32", "--steps", "3",
+                                        "--batch-size", "4", "--workers", workers])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert re.search(rf"{source}: 8 items in EPSG \[32631, 32632\] \(\d+ requests\), read in EPSG:32631", out)
+    assert "trained on 12 patches of 32x32 px" in out and "nothing skipped" in out
+
+
+@pytest.mark.s3
+def test_stac_training_on_s3(s3_server, s3_bucket, capsys):
+    so = s3_server.storage_options
+    code = load("stac_training").main(["--bucket", s3_bucket, "--endpoint-url", so["client_kwargs"]["endpoint_url"],
+                                        "--key", so["key"], "--secret", so["secret"], "--tile-size", "256",
+                                        "--patch", "32", "--steps", "2", "--batch-size", "4", "--workers", "0"])
+    out = capsys.readouterr().out
+    assert code == 0 and "catalog: 8 items" in out and "trained on 8 patches" in out

@@ -16,6 +16,10 @@ Code written for TorchGeo ports by changing its imports
   :func:`random_bbox_splitting`, :func:`random_grid_cell_assignment`,
   :func:`roi_split`, :func:`time_series_split`).
 
+pipekit's own geo dataset: :class:`STACDataset`, the assets of STAC items
+(a static catalog, a STAC API search, stac-geoparquet or ``pystac.Item``
+objects), needing the ``stac`` extra.
+
 Samples, ``dataset.bounds``, ``dataset.index`` and sampler items are
 TorchGeo 0.8's (see the README's "Coming from TorchGeo" section for the
 import map and the differences).
@@ -58,6 +62,7 @@ from pipekit.geo.bbox import BoundingBox, GeoSlice
 from pipekit.geo.collate import concat_samples, merge_samples, stack_samples, unbind_samples
 from pipekit.geo.dataset import GeoDataset, IntersectionDataset, RasterDataset, UnionDataset
 from pipekit.geo.discovery import DatasetNotFoundError
+from pipekit.geo.stac import STACDataset
 from pipekit.geo.vector import VectorDataset
 
 __all__ = [
@@ -96,4 +101,5 @@ __all__ = [
     "ChipRecipe",
     "EuroSAT",
     "COCODetection",
+    "STACDataset",
 ]

@@ -745,6 +745,7 @@ class RasterDataset(GeoDataset):
             else:
                 error = ReadError("read raster", url, self.name, str(exc) if isinstance(exc, SourceReadError)
                                   else f"{type(exc).__name__}: {exc}")
+            error = self._read_error_context(error)
             if self.on_error == "raise":
                 raise error from exc
             # on_error="skip": counted, and the query has no sample (never a zero-filled patch)
@@ -754,6 +755,10 @@ class RasterDataset(GeoDataset):
         finally:
             for h in opened:
                 h.close()
+
+    def _read_error_context(self, error: StageError) -> StageError:
+        """Hook: the error a failed read reports (subclasses add what the file is, e.g. a STAC item's id)."""
+        return error
 
     def _postprocess(self, array: np.ndarray) -> np.ndarray:
         """Hook for products (e.g. CDL's ordinal class mapping); identity by default."""
