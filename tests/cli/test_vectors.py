@@ -46,6 +46,13 @@ class TestInspect:
         assert "attributes: crop (int64), name (object)" in out
         assert "12 feature(s) in 1 layer(s) of 1 vector file(s)" in out
 
+    def test_one_geoparquet_file_is_a_vector_file_not_stac_geoparquet(self, cli, vectors):
+        # a .parquet file may also be stac-geoparquet: its columns decide
+        code, out, err = cli("inspect", vectors / "fields.parquet", "--json")
+        assert code == 0, err
+        report = json.loads(out)
+        assert report["kind"] == "vectors" and report["layers"][0]["features"] == 3
+
     def test_folder_of_formats_as_json(self, cli, vectors):
         code, out, err = cli("inspect", vectors, "--json")
         assert code == 0, err
