@@ -304,3 +304,74 @@ def test_forked_child_leaves_the_parents_s3_session_alone(s3_server, capfd):
     out, err = capfd.readouterr()
     assert "attached to a different loop" not in out + err
     assert "Task exception was never retrieved" not in out + err
+
+
+# -- COG window reads through an outage longer than GDAL's own HTTP retries (issue 13, item 1) --------
+
+L8_SCENE = "LC08_L2SP_026031_20210701_20210708_02_T1"
+L8_BANDS = ["SR_B2", "SR_B3", "SR_B4"]
+LONG_OUTAGE = 10.0  # seconds: GDAL's own retries (3, from 0.5 s doubling) give up after ~3.5 s
+
+
+@pytest.fixture(scope="module")
+def landsat_scene(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Landsat 8 scene of uncompressed 64-pixel tiles of noise: windows read after the outage are not cached."""
+    import numpy as np
+    import rasterio
+    from affine import Affine
+
+    root = tmp_path_factory.mktemp("outage-landsat") / L8_SCENE
+    root.mkdir()
+    rng = np.random.default_rng(0)
+    transform = Affine(30.0, 0.0, 399_990.0, 0.0, -30.0, 4_650_030.0)
+    for band in L8_BANDS:
+        with rasterio.open(root / f"{L8_SCENE}_{band}.TIF", "w", driver="GTiff", width=512, height=512, count=1,
+                           dtype="uint16", crs="EPSG:32615", transform=transform, nodata=0, tiled=True,
+                           blockxsize=64, blockysize=64) as f:
+            f.write(rng.integers(1, 60_000, (1, 512, 512), dtype=np.uint16))
+    return root
+
+
+def _landsat_samples(ds: Any, workers: int, on_sample: Any = None) -> list[tuple[str, bytes]]:
+    from pipekit.geo import RandomGeoSampler
+
+    torch.manual_seed(0)
+    sampler = RandomGeoSampler(ds, size=32, length=40)
+    got = []
+    for sample in pipekit.DataLoader(ds, batch_size=None, sampler=sampler, num_workers=workers):
+        if on_sample is not None:
+            on_sample()
+        got.append((repr(sample["bounds"]), sample["image"].numpy().tobytes()))
+    return got
+
+
+def test_cog_window_reads_through_a_long_outage_2_workers(restartable_s3_server, landsat_scene, monkeypatch,
+                                                          caplog):
+    """Landsat8 on S3 + RandomGeoSampler + 2 workers: the server is down longer than GDAL retries, and
+    every sample still arrives exactly once, the same as in an uninterrupted run."""
+    from pipekit.datasets import Landsat8
+
+    server = restartable_s3_server
+    if not server.alive():
+        server.start_again()
+    monkeypatch.setenv("PIPEKIT_RETRY_SECONDS", "90")
+    name = server.create_bucket()
+    server.fs().put(str(landsat_scene), f"{name}/l8/", recursive=True)
+    ds = Landsat8(paths=f"s3://{name}/l8", bands=L8_BANDS, storage_options=server.storage_options)
+    assert len(ds.files) == 1
+    expected = _landsat_samples(ds, 2)
+    assert len(expected) == 40 == len(set(expected))
+
+    ds = Landsat8(paths=f"s3://{name}/l8", bands=L8_BANDS, storage_options=server.storage_options)
+    killed_at = []
+    with _restarts() as restarts:
+        def kill_once() -> None:
+            if not restarts:
+                killed_at.append(time.monotonic())
+                restarts.append(_restart_later(server, LONG_OUTAGE))
+
+        got = _landsat_samples(ds, 2, kill_once)
+        finished = time.monotonic()
+    assert finished - killed_at[0] >= LONG_OUTAGE  # samples were still being read when the server came back
+    assert [b for b, _ in got] == [b for b, _ in expected]
+    assert got == expected  # every sample exactly once, the same pixels
