@@ -578,11 +578,18 @@ def store_unreachable(opener: RasterOpener, url: str) -> bool:
     (``got 0 bytes, expected N``), as it would a truncated file: this probe
     tells the two apart.
     """
+    import fsspec
+
+    options = dict(opener.storage_options)
+    if split_protocol(url)[0] in ("s3", "s3a"):  # one request: botocore's own retries would outlast short outages
+        config = dict(options.get("config_kwargs") or {})
+        config["retries"] = {"max_attempts": 1, "mode": "standard"}
+        options["config_kwargs"] = config
     try:
-        holder, path = opener.fsspec_opener(url)
+        fs, path = fsspec.core.url_to_fs(url, **options)
         with contextlib.suppress(Exception):
-            holder.fs.invalidate_cache(path)
-        holder.fs.info(path)
+            fs.invalidate_cache(path)
+        fs.info(path)
     except Exception as exc:
         return is_transient(exc)
     return False
