@@ -571,6 +571,10 @@ def _retrying(fn: Callable[[], T], action: str, url: str, stage: str) -> T:
     return default_policy().call(fn, action=action, url=url, stage=stage, transient=is_transient_gdal)
 
 
+# GDAL's words for a read that got fewer bytes than it asked for (a lost connection, or a truncated file)
+_SHORT_READ = re.compile(r"(?i)read error at|got \d+ bytes, expected|unexpected end|short read")
+
+
 def store_unreachable(opener: RasterOpener, url: str) -> bool:
     """Whether asking the server about ``url`` (a ``HEAD``, through fsspec) fails transiently right now.
 
@@ -602,8 +606,8 @@ def retry_read(fn: Callable[[], T], *, opener: RasterOpener, url: str, stage: st
     GDAL retries each HTTP request a few times by itself; this covers an
     outage longer than that (an object store restarting).  A failure is
     transient when GDAL names a network error, or when the server of the file
-    that failed cannot be reached (:func:`store_unreachable`); a failure while
-    the server answers is tried once more (it may just have come back).  ``recover``
+    that failed cannot be reached (:func:`store_unreachable`); a short read
+    while the server answers is tried once more (it may just have come back).  ``recover``
     runs before each retry (close the cached handles, so the files are opened
     again).  A 404/403, a truncated or corrupt file, or an open that already
     spent its own retry budget is not retried.  When the budget runs out, the
@@ -621,8 +625,10 @@ def retry_read(fn: Callable[[], T], *, opener: RasterOpener, url: str, stage: st
         failed = getattr(exc, "url", None)
         if store_unreachable(opener, failed if isinstance(failed, str) else url):
             return True
-        # the server answers (perhaps it just came back): one more try with the file opened again,
-        # then a failure that repeats is the file's own (truncated, corrupt)
+        # the server answers: a short read may be a connection lost just before it came back, so one
+        # more try with the file opened again; a failure that repeats, or a decoding error, is the file's own
+        if not _SHORT_READ.search(error_reason(exc)):
+            return False
         reachable_failures[0] += 1
         return reachable_failures[0] == 1
 
