@@ -109,6 +109,7 @@ def run_epoch(make_loader: Callable[[], Any], keys_of: Callable[[Any], list[str]
     restart: threading.Thread | None = None
     killed = False
     died: list[str] = []  # how the death of the killed worker was reported
+    reasons: list[str] = []  # why items were skipped
     start = time.monotonic()
     torch.manual_seed(seed)
     loader = make_loader()
@@ -130,6 +131,7 @@ def run_epoch(make_loader: Callable[[], Any], keys_of: Callable[[Any], list[str]
                 if batches == fault_at and condition == "kill" and not killed:
                     killed = kill_a_worker()
             skips += dropped_of(loader.skip_report())
+            reasons += [f"{item.stage}: {item.reason}" for item in loader.skip_report().skipped]
             committed += pending
             break
         except (WorkerDiedError, RuntimeError, ConnectionError) as exc:
@@ -147,7 +149,7 @@ def run_epoch(make_loader: Callable[[], Any], keys_of: Callable[[Any], list[str]
         restart.join()
     return {"keys": committed, "skips": skips, "peaks": peaks, "seconds": time.monotonic() - start,
             "injected": {"clean": True, "corrupt": True, "restart": restart is not None, "kill": killed}[condition],
-            "died": died}
+            "died": died, "reasons": reasons}
 
 
 def damage_tiles(path: Path) -> None:
@@ -272,6 +274,9 @@ def soak(name: str, loaders: dict[str, Callable[[], Any]], keys_of: Callable[[An
               f"{out['peaks'].main:>7.0f}M {out['peaks'].worker:>7.0f}M {out['seconds']:>6.1f}"
               f"{'' if good else '  <-- FAILED'}{f'  ({extra} unexpected)' if extra else ''}"
               f"{'  (reported as ' + ', '.join(out['died']) + '; resumed)' if out['died'] else ''}")
+        if not good:
+            for reason in out["reasons"][:4]:
+                print(f"      skipped: {reason[:400]}")
     return ok
 
 
@@ -281,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=None)
     parser.add_argument("--outage", type=float, default=None, help="seconds the server stays down")
     parser.add_argument("--checkpoint-every", type=int, default=2)
+    parser.add_argument("--only", choices=["geo", "image"], default=None, help="run one pipeline")
     args = parser.parse_args(argv)
     if args.quick:
         defaults = {"epochs": 4, "outage": 8.0, "scene": 384, "patch": 32, "geo_samples": 64,
@@ -299,9 +305,12 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         server = start_s3_server()
         try:
-            ok = soak("geo (GeoSegmentation: Landsat8 & CDL COGs on S3)", geo_pipeline(server, work, args),
-                      geo_keys, geo_dropped, server, args)
-            ok &= soak("image (TarShards on S3)", image_pipeline(server, work, args), image_keys,
+            ok = True
+            if args.only in (None, "geo"):
+                ok &= soak("geo (GeoSegmentation: Landsat8 & CDL COGs on S3)", geo_pipeline(server, work, args),
+                           geo_keys, geo_dropped, server, args)
+            if args.only in (None, "image"):
+                ok &= soak("image (TarShards on S3)", image_pipeline(server, work, args), image_keys,
                        image_dropped, server, args)
         finally:
             if not server.alive():
