@@ -26,6 +26,7 @@ Exits with status 1 if any epoch has a duplicate or an unexplained loss.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import multiprocessing
 import os
@@ -147,6 +148,11 @@ def run_epoch(make_loader: Callable[[], Any], keys_of: Callable[[Any], list[str]
             loader.load_state_dict(pickle.loads(checkpoint))
     if restart is not None:
         restart.join()
+    # free this epoch's loaders now: one left for the garbage collector (held by a caught exception's
+    # traceback) would be collected inside the next epoch's forked workers, where torch's iterator
+    # cannot shut down workers that are not its children ("can only test a child process")
+    del loader
+    gc.collect()
     return {"keys": committed, "skips": skips, "peaks": peaks, "seconds": time.monotonic() - start,
             "injected": {"clean": True, "corrupt": True, "restart": restart is not None, "kill": killed}[condition],
             "died": died, "reasons": reasons}
