@@ -144,8 +144,11 @@ def run_epoch(make_loader: Callable[[], Any], keys_of: Callable[[Any], list[str]
             # resume from the last checkpoint: what came after it was never committed
             pending = []
             skips = skips_at_checkpoint
-            loader = make_loader()
-            loader.load_state_dict(pickle.loads(checkpoint))
+        # the dead loader's iterator is freed before the new workers fork (see the end of this function)
+        loader = None
+        gc.collect()
+        loader = make_loader()
+        loader.load_state_dict(pickle.loads(checkpoint))
     if restart is not None:
         restart.join()
     # free this epoch's loaders now: one left for the garbage collector (held by a caught exception's
