@@ -241,6 +241,7 @@ def test_cog_permanent_outage_names_the_s3_url(restartable_s3_server, monkeypatc
         with pytest.raises(ReadError) as info:
             ds[query]
         assert (info.value.url, info.value.stage) == (ds.files[0], "RasterDataset")
+        assert "gave up after 2 attempts" in str(info.value)  # pipekit's retries, after GDAL's own
     finally:
         server.start_again()
 
@@ -304,3 +305,100 @@ def test_forked_child_leaves_the_parents_s3_session_alone(s3_server, capfd):
     out, err = capfd.readouterr()
     assert "attached to a different loop" not in out + err
     assert "Task exception was never retrieved" not in out + err
+
+
+# -- COG window reads through an outage longer than GDAL's own HTTP retries (issue 13, item 1) --------
+
+L8_SCENE = "LC08_L2SP_026031_20210701_20210708_02_T1"
+L8_BANDS = ["SR_B2", "SR_B3", "SR_B4"]
+LONG_OUTAGE = 10.0  # seconds: GDAL's own retries (3, from 0.5 s doubling) give up after ~3.5 s
+
+
+@pytest.fixture(scope="module")
+def landsat_scene(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Landsat 8 scene of uncompressed 64-pixel tiles of noise: windows read after the outage are not cached."""
+    import numpy as np
+    import rasterio
+    from affine import Affine
+
+    root = tmp_path_factory.mktemp("outage-landsat") / L8_SCENE
+    root.mkdir()
+    rng = np.random.default_rng(0)
+    transform = Affine(30.0, 0.0, 399_990.0, 0.0, -30.0, 4_650_030.0)
+    for band in L8_BANDS:
+        with rasterio.open(root / f"{L8_SCENE}_{band}.TIF", "w", driver="GTiff", width=512, height=512, count=1,
+                           dtype="uint16", crs="EPSG:32615", transform=transform, nodata=0, tiled=True,
+                           blockxsize=64, blockysize=64) as f:
+            f.write(rng.integers(1, 60_000, (1, 512, 512), dtype=np.uint16))
+    return root
+
+
+def _landsat_samples(ds: Any, workers: int, on_sample: Any = None) -> list[tuple[str, bytes]]:
+    from pipekit.geo import RandomGeoSampler
+
+    torch.manual_seed(0)
+    sampler = RandomGeoSampler(ds, size=32, length=40)
+    got = []
+    for sample in pipekit.DataLoader(ds, batch_size=None, sampler=sampler, num_workers=workers):
+        if on_sample is not None:
+            on_sample()
+        got.append((repr(sample["bounds"]), sample["image"].numpy().tobytes()))
+    return got
+
+
+@pytest.mark.parametrize("outage", [LONG_OUTAGE, 25.0], ids=["10s", "25s-default-budget"])
+def test_cog_window_reads_through_a_long_outage_2_workers(restartable_s3_server, landsat_scene, monkeypatch,
+                                                          outage):
+    """Landsat8 on S3 + RandomGeoSampler + 2 workers: the server is down longer than GDAL retries (10 s;
+    25 s under the default budget), and every sample still arrives exactly once, as in an uninterrupted run."""
+    from pipekit.datasets import Landsat8
+
+    server = restartable_s3_server
+    if not server.alive():
+        server.start_again()
+    monkeypatch.delenv("PIPEKIT_RETRY_ATTEMPTS", raising=False)
+    if outage == LONG_OUTAGE:
+        monkeypatch.setenv("PIPEKIT_RETRY_SECONDS", "90")
+    else:  # item 2: the default budget (10 attempts, 120 s) outlasts a ~25 s restart
+        monkeypatch.delenv("PIPEKIT_RETRY_SECONDS", raising=False)
+    name = server.create_bucket()
+    server.fs().put(str(landsat_scene), f"{name}/l8/", recursive=True)
+    ds = Landsat8(paths=f"s3://{name}/l8", bands=L8_BANDS, storage_options=server.storage_options)
+    assert len(ds.files) == 1
+    expected = _landsat_samples(ds, 2)
+    assert len(expected) == 40 == len(set(expected))
+
+    ds = Landsat8(paths=f"s3://{name}/l8", bands=L8_BANDS, storage_options=server.storage_options)
+    killed_at = []
+    with _restarts() as restarts:
+        def kill_once() -> None:
+            if not restarts:
+                killed_at.append(time.monotonic())
+                restarts.append(_restart_later(server, outage))
+
+        got = _landsat_samples(ds, 2, kill_once)
+        finished = time.monotonic()
+    assert finished - killed_at[0] >= outage  # samples were still being read when the server came back
+    assert [b for b, _ in got] == [b for b, _ in expected]
+    assert got == expected  # every sample exactly once, the same pixels
+
+
+def test_corrupt_cog_on_s3_is_not_retried_for_long(restartable_s3_server, caplog):
+    """A remote file that is broken (not the server): tried once more at most, then skipped and counted."""
+    from pipekit.datasets import RasterDataset
+    from pipekit.errors import SkippedReadError
+    from pipekit.geo import BoundingBox
+
+    server = restartable_s3_server
+    if not server.alive():
+        server.start_again()
+    name = server.create_bucket()
+    server.fs().put(str(Path(__file__).parent / "data" / "corrupt.tif"), f"{name}/c/corrupt.tif")
+    ds = RasterDataset(f"s3://{name}/c", storage_options=server.storage_options, on_error="skip")
+    b = ds.bounds
+    start = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="pipekit.retry"), pytest.raises(SkippedReadError) as info:
+        ds[BoundingBox(b.maxx - 100, b.maxx, b.miny, b.miny + 100)]  # the tile that cannot be decoded
+    assert time.monotonic() - start < 10
+    assert info.value.url == ds.files[0] and ds.skip_log.count == 1
+    assert len([r for r in caplog.records if r.name == "pipekit.retry"]) <= 1

@@ -30,6 +30,7 @@ __all__ = [
     "FunctionalNameError",
     "StageError",
     "ReadError",
+    "SkippedReadError",
     "DecodeError",
     "EncodeError",
     "ArchiveError",
@@ -114,6 +115,17 @@ _STAGE_MESSAGE = (
 
 class ReadError(StageError, OSError):
     """A file or URL could not be listed, opened, read or written."""
+
+
+class SkippedReadError(ReadError):
+    """A read that failed under ``on_error="skip"``, already counted in the reader's ``skip_log``: no sample.
+
+    A geo dataset (``RasterDataset(on_error="skip")``) never turns a failed
+    read into a (zero-filled) sample: ``dataset[query]`` raises this
+    :class:`ReadError` after counting the failure, and ``read_geo`` drops the
+    query (counting it in its own ``skip_log`` too), whatever ``read_geo``'s
+    own ``on_error``.  Also importable from :mod:`pipekit.geo.read`.
+    """
 
 
 class DecodeError(StageError, ValueError):

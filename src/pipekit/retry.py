@@ -227,9 +227,11 @@ class RetryPolicy:
                         f"in {elapsed:.1f} s)"
                     )
                     raise ReadError(action, url, stage, reason) from exc
+                failed = getattr(exc, "url", None)  # the file that failed, when a call reads several
                 logger.warning(
                     "%s: cannot %s %r (%s); retry %d of %d in %.2f s",
-                    stage, action, url, _reason(exc), tries, self.attempts - 1, wait,
+                    stage, action, failed if isinstance(failed, str) and failed else url, _reason(exc), tries,
+                    self.attempts - 1, wait,
                 )
                 time.sleep(wait)
 

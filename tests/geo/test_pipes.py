@@ -363,6 +363,30 @@ class TestSkippedReads:
         assert all(s.url.endswith("corrupt.tif") and "TIFFFillTile" in s.reason for s in corrupt.skip_log.skipped)
         assert all(bool(s["image"].any()) for s in samples)
 
+    def test_len_over_a_skipping_dataset_raises(self, corrupt, rasters):
+        """Issue 13, item 4: the dataset drops failed reads, so the sampler's length would over-count."""
+        from pipekit.geo.composition import IntersectionDataset
+        from pipekit.geo.dataset import RasterDataset
+
+        boxes = list(GridGeoSampler(corrupt, size=256))
+        pipe = IterableWrapper(boxes).read_geo(corrupt)
+        with pytest.raises(TypeError, match="skip"):
+            len(pipe)
+        assert len(list(pipe)) == 12 < len(boxes)  # what len() would have claimed: 16
+        both = IntersectionDataset(corrupt, RasterDataset(corrupt.files[0]))  # a skipping member of a composition
+        with pytest.raises(TypeError, match="skip"):
+            len(IterableWrapper(boxes).read_geo(both))
+        assert len(IterableWrapper(boxes).read_geo(RasterDataset(corrupt.files[0]))) == 16
+
+    def test_skipped_read_error_lives_in_pipekit_errors(self):
+        """Issue 13, item 5."""
+        import pipekit.errors
+        import pipekit.geo.read
+
+        assert pipekit.errors.SkippedReadError is pipekit.geo.read.SkippedReadError
+        assert issubclass(pipekit.errors.SkippedReadError, ReadError)
+        assert pipekit.errors.SkippedReadError.__module__ == "pipekit.errors"
+
     def test_direct_indexing_raises_after_counting(self, corrupt):
         from pipekit.geo.read import SkippedReadError
 

@@ -370,7 +370,10 @@ class TestTruncation:
             if err.action == "read member":  # stream mode: the member cut short fails when it is read
                 assert source == "non-seekable"
                 assert err.url == f"{url}/{members[len(got)][0]}" and "truncated" in err.reason
-                assert skip_err is not None and skip_err.url == err.url
+                # under skip it is read before it is yielded: the archive is counted once, no error
+                assert skip_err is None and skipping.skip_log.count == 1, cut
+                assert skipping.skip_log.skipped[0].url == url
+                assert f"member {members[len(got)][0]!r} is cut short" in skipping.skip_log.skipped[0].reason
                 continue
             assert err.url == url
             assert cut == 0 or f"({len(got)} member" in err.reason  # cut 0: "empty file"
@@ -386,6 +389,36 @@ class TestTruncation:
             got, err = read_all_or_error(IterableWrapper([("c.tar.gz", io.BytesIO(data[:cut]))]).load_from_tar())
             assert got == [(f"c.tar.gz/{n}", d) for n, d in members[: len(got)]]
             assert err is not None, f"cut at {cut} ({len(got)} of 20 members) ended silently"
+
+    @pytest.mark.parametrize("source", ["tar.gz", "non-seekable"])
+    def test_member_cut_short_is_counted_once_under_skip(self, tmp_path: Path, source: str) -> None:
+        """Issue 13, item 3: a member cut short in an archive that cannot be checked up front (compressed,
+        or streamed) is counted once under skip, not raised when read; under raise, the error names it."""
+        members = [(f"{i:04d}.bin", os.urandom(3000)) for i in range(6)]
+        if source == "tar.gz":
+            data = write_tar(tmp_path / "a.tar.gz", members, mode="w:gz").read_bytes()
+            cut = data[: len(data) // 2]
+
+            def stream() -> io.IOBase:
+                return io.BytesIO(cut)
+        else:
+            data = write_tar(tmp_path / "a.tar", members).read_bytes()
+            cut = data[: 4 * (512 + 3072) + 512 + 1000]  # inside the fifth member's data
+
+            def stream() -> io.IOBase:
+                return NonSeekable(cut)
+        skipping = IterableWrapper([("a.tar", stream())]).load_from_tar(on_error="skip")
+        got = [(url, s.read()) for url, s in skipping]  # no error raised while reading
+        assert 0 < len(got) < len(members)
+        assert got == [(f"a.tar/{n}", d) for n, d in members[: len(got)]]
+        assert skipping.skip_log.count == 1
+        skipped = skipping.skip_log.skipped[0]
+        assert (skipped.url, skipped.stage) == ("a.tar", "load_from_tar")
+        assert f"member {members[len(got)][0]!r} is cut short" in skipped.reason
+        assert f"({len(got)} members yielded before)" in skipped.reason
+        kept, err = read_all_or_error(IterableWrapper([("a.tar", stream())]).load_from_tar())
+        assert kept == got and err is not None
+        assert err.url == f"a.tar/{members[len(got)][0]}" and "truncated" in err.reason  # the archive in the URL
 
     def test_single_zero_block_and_data_after_it(self, tmp_path: Path) -> None:
         data = write_tar(tmp_path / "a.tar", [("a.txt", b"a"), ("b.txt", b"b")]).read_bytes()

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from pipekit.errors import ReadError, SkipLog, StageError, check_on_error
+from pipekit.errors import ReadError, SkipLog, SkippedReadError, StageError, check_on_error
 from pipekit.geo.bbox import BoundingBox
-from pipekit.geo.read import SkippedReadError
 from pipekit.pipes.base import IterDataPipe, functional_datapipe
 
 __all__ = ["GeoReader"]
@@ -27,9 +26,14 @@ class GeoReader(IterDataPipe):
     dataset's own exception), or, with ``on_error="skip"``, is recorded in
     :attr:`skip_log` and skipped.  A query whose read the dataset itself
     skipped (a ``RasterDataset(on_error="skip")`` raises
-    :class:`~pipekit.geo.read.SkippedReadError`) is always dropped and
+    :class:`~pipekit.errors.SkippedReadError`) is always dropped and
     counted in :attr:`skip_log`: a failed read never becomes a sample.  For
     an item that is a list of boxes, one failed box drops the whole item.
+
+    ``len()`` is the source's length, as torch gives it for a map; it raises
+    ``TypeError`` (as torch does for a length it cannot know) when queries
+    may be dropped: with ``on_error="skip"``, or over a dataset (or a
+    composition of datasets) that skips failed reads.
 
     Args:
         source_datapipe: a pipe of queries (slices or
@@ -91,7 +95,20 @@ class GeoReader(IterDataPipe):
     def __len__(self) -> int:
         if self.on_error == "skip":
             raise TypeError("read_geo(on_error='skip') has no len(): items may be skipped")
+        if _skips_reads(self.dataset):
+            raise TypeError(f"read_geo over {type(self.dataset).__name__} with on_error='skip' has no len(): "
+                            "queries whose reads fail are dropped")
         return len(self.source_datapipe)
+
+
+def _skips_reads(dataset: Any, depth: int = 0) -> bool:
+    """Whether ``dataset``, or a dataset it is composed of (``.datasets``), drops failed reads."""
+    if getattr(dataset, "on_error", None) == "skip":
+        return True
+    parts = getattr(dataset, "datasets", None)
+    if depth > 16 or not isinstance(parts, list | tuple):
+        return False
+    return any(_skips_reads(d, depth + 1) for d in parts)
 
 
 def _describe(key: Any) -> str:

@@ -719,23 +719,22 @@ class RasterDataset(GeoDataset):
         self, parts: list[tuple[str, list[int]]], grid: Grid, out: np.ndarray, valid: np.ndarray | None,
         prefilled: bool,
     ) -> None:
-        opened: list[geo_io.RasterHandle] = []
-        handles: list[tuple[geo_io.RasterHandle, list[int]]] = []
-        current = parts[0][0]
+        current = [parts[0][0]]
+
+        def reopen() -> None:  # after a transient failure: open the files again
+            if self.cache:
+                for url, _ in parts:
+                    geo_io.evict_handle(self._opener, url)
+
         try:
-            for url, indexes in parts:
-                current = url
-                if self.cache:
-                    h = geo_io.cached_handle(self._opener, url, self.name)
-                else:
-                    h = geo_io.open_handle(self._opener, url, self.name)
-                    opened.append(h)
-                handles.append((h, indexes))
-            nodatas = [self.nodata if self.nodata is not None else h.nodata for h, _ in handles]
-            resampling = resampling_from(self.resampling)
-            read_stack_into(handles, nodatas, grid, out, valid, resampling, self._fill_value, prefilled)
+            if geo_io.is_local(parts[0][0]):
+                self._read_parts_once(parts, grid, out, valid, prefilled, current)
+            else:  # a remote read outlives an outage longer than GDAL's own HTTP retries
+                geo_io.retry_read(lambda: self._read_parts_once(parts, grid, out, valid, prefilled, current),
+                                  opener=self._opener, url=parts[0][0], stage=self.name,
+                                  recover=reopen)
         except Exception as exc:
-            url = exc.url if isinstance(exc, SourceReadError) else current
+            url = exc.url if isinstance(exc, SourceReadError | StageError) and exc.url else current[0]
             if not prefilled:
                 out[...] = self._fill_value
             if self.cache:
@@ -752,6 +751,25 @@ class RasterDataset(GeoDataset):
             self.skip_log.record(error)
             raise SkippedReadError(error.action, error.url, error.stage,
                                    f"{error.reason} (skipped: on_error='skip')") from exc
+
+    def _read_parts_once(
+        self, parts: list[tuple[str, list[int]]], grid: Grid, out: np.ndarray, valid: np.ndarray | None,
+        prefilled: bool, current: list[str],
+    ) -> None:
+        opened: list[geo_io.RasterHandle] = []
+        handles: list[tuple[geo_io.RasterHandle, list[int]]] = []
+        try:
+            for url, indexes in parts:
+                current[0] = url
+                if self.cache:
+                    h = geo_io.cached_handle(self._opener, url, self.name)
+                else:
+                    h = geo_io.open_handle(self._opener, url, self.name)
+                    opened.append(h)
+                handles.append((h, indexes))
+            nodatas = [self.nodata if self.nodata is not None else h.nodata for h, _ in handles]
+            resampling = resampling_from(self.resampling)
+            read_stack_into(handles, nodatas, grid, out, valid, resampling, self._fill_value, prefilled)
         finally:
             for h in opened:
                 h.close()

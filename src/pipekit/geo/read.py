@@ -46,7 +46,7 @@ from rasterio.warp import reproject, transform_bounds
 from rasterio.warp import transform as warp_transform
 from rasterio.windows import Window
 
-from pipekit.errors import ReadError
+from pipekit.errors import SkippedReadError  # re-exported: its former home
 from pipekit.geo import warp, warpcache
 from pipekit.geo.bbox import BoundingBox
 from pipekit.geo.io import RasterHandle, error_reason
@@ -101,16 +101,6 @@ class SourceReadError(Exception):
     def __init__(self, url: str, error: BaseException) -> None:
         super().__init__(error_reason(error))
         self.url = url
-
-
-class SkippedReadError(ReadError):
-    """A query whose read failed under ``on_error="skip"``: recorded in the dataset's ``skip_log``, no sample.
-
-    A failed read never becomes a (zero-filled) sample: ``dataset[query]``
-    raises this :class:`~pipekit.errors.ReadError` after counting the
-    failure, and ``read_geo`` drops the query (counting it in its own
-    ``skip_log`` too), whatever ``read_geo``'s own ``on_error``.
-    """
 
 
 def _read_window(handle: RasterHandle, indexes: list[int], window: Window, out: np.ndarray | None = None) -> np.ndarray:

@@ -202,8 +202,11 @@ class TarArchiveLoader(ArchiveLoader):
     is counted once in ``self.skip_log`` instead.  A member cut short is
     refused before it is yielded when the archive is seekable and
     uncompressed; otherwise (a stream, a compressed archive) reading it
-    raises ``ArchiveError`` naming the member.  (torchdata and ``tarfile``
-    end such archives silently.)
+    raises ``ArchiveError`` naming the member (its URL starts with the
+    archive's), and with ``on_error="skip"`` each such member is read whole
+    before it is yielded (one member in memory at a time), so one cut short
+    is not yielded and the archive is counted once in ``self.skip_log``.
+    (torchdata and ``tarfile`` end such archives silently.)
 
     Args:
         datapipe: a pipe yielding ``(url, binary stream)`` tuples.
@@ -320,6 +323,15 @@ class TarArchiveLoader(ArchiveLoader):
                 raise ArchiveError("read archive", url, self.stage, f"member {info.name!r} cannot be extracted")
             member_url = self._member_url(url, info.name)
             fobj.where = (member_url, self.stage)
+            if size is None and self.on_error == "skip":
+                # a member of a compressed or streamed archive cannot be checked against the archive's
+                # size: under skip it is read whole before it is yielded, so one cut short is counted
+                # (once, for the archive) instead of failing in the consumer's hands
+                try:
+                    fobj = io.BytesIO(fobj.read())
+                except ArchiveError as exc:
+                    raise ArchiveError("read archive", url, self.stage, _with_count(
+                        f"truncated: member {info.name!r} is cut short ({exc.reason})", yielded)) from exc
             note_opened(member_url, self.stage)
             yielded += 1
             yield member_url, StreamWrapper(fobj, parent, name=member_url)
