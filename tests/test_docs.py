@@ -211,3 +211,22 @@ def test_docstring_extension_reads_pipekit_conventions():
     assert "\nExamples:\n    >>> 1" in out
     # without **kwargs, an unknown parameter stays where griffe's strict check sees it
     assert "Keyword Args" not in rewrite(doc, parameters={"paths"}, var_keyword=False)
+
+
+def test_reliability_page_names_tests_that_exist():
+    import ast
+
+    text = (DOCS / "guides" / "reliability.md").read_text()
+    refs = re.findall(r"`(tests/[\w/]+\.py)((?:::\w+)*)`", text)
+    assert len(refs) >= 10
+    for path, names in refs:
+        tree = ast.parse((ROOT / path).read_text())
+        scope = tree.body
+        for name in [n for n in names.split("::") if n]:
+            found = [
+                node
+                for node in scope
+                if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name
+            ]
+            assert found, f"reliability.md names {path}{names}, which has no {name}"
+            scope = found[0].body
