@@ -11,10 +11,18 @@ becomes ``Examples:``, a grouped entry becomes one entry per name (same descript
 becomes plain inline code. Pipes that torchdata builds in ``__new__`` (``unzip``, ``random_split``,
 ``round_robin_demux``) get their signature from ``__new__``. Nothing is silenced: a parameter that
 really is missing from a signature still fails the strict build.
+
+It also completes what static analysis cannot see of a module's exports: an ``__all__`` computed at
+import time (``pipekit.pipes``), names loaded lazily by a module ``__getattr__``
+(``pipekit.transforms``), and torch's own pipes that ``pipekit.pipes`` re-exports under torchdata's
+names (``Mapper``, ``Filter``...: their classes are read from torch at run time, one module each,
+instead of parsing all of torch).
 """
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import re
 from typing import Any
 
@@ -104,8 +112,80 @@ def rewrite(
     return "\n".join(out)
 
 
+def _foreign_class(obj: type) -> griffe.Class | None:
+    """griffe's model of a class defined outside pipekit (torch's pipes), by inspecting its one module.
+
+    Each call inspects afresh: every module exporting the class gets its own model (its own path).
+    """
+    found: Any = griffe.inspect(obj.__module__)
+    for part in obj.__qualname__.split("."):
+        found = found.members.get(part)
+        if found is None:
+            return None
+    return found if isinstance(found, griffe.Class) else None
+
+
+def complete_exports(module: griffe.Module) -> None:
+    """Give ``module`` its run-time ``__all__`` and a member for every name in it."""
+    runtime = importlib.import_module(module.path)
+    exports = getattr(runtime, "__all__", None)
+    if exports is None:
+        return
+    module.exports = list(exports)
+    for name in exports:
+        value = getattr(runtime, name)
+        member = module.members.get(name)
+        if inspect.ismodule(value) or (member is not None and _resolves(member)):
+            continue
+        origin = getattr(value, "__module__", None) or ""
+        qualname = getattr(value, "__qualname__", None)
+        if origin.startswith("pipekit") and qualname:
+            module.set_member(name, griffe.Alias(name, f"{origin}.{qualname}", parent=module))
+        elif inspect.isclass(value):
+            model = _foreign_class(value)
+            if model is not None:
+                model.name = name
+                model.parent = module
+                if model.docstring is not None:  # torch's docstrings, read with pipekit's conventions
+                    model.docstring.value = rewrite(model.docstring.value)
+                module.set_member(name, model)
+        else:  # a constant loaded lazily: the submodule that defines it
+            defined = [
+                sub.members[name]
+                for sub in _modules(module)
+                if sub is not module and name in sub.members and not sub.members[name].is_alias
+            ]
+            if defined:
+                module.set_member(name, griffe.Alias(name, defined[0].path, parent=module))
+
+
+def _resolves(member: Any) -> bool:
+    if not isinstance(member, griffe.Alias):
+        return True
+    try:
+        member.final_target  # noqa: B018
+    except (griffe.AliasResolutionError, griffe.CyclicAliasError):
+        return False
+    return True
+
+
+def _modules(module: griffe.Module) -> list[griffe.Module]:
+    found = [module]
+    for member in module.members.values():
+        if isinstance(member, griffe.Module) and not member.is_alias:
+            found.extend(_modules(member))
+    return found
+
+
 class PipekitDocstrings(griffe.Extension):
     """Rewrite pipekit's docstrings as they are loaded (see the module's docstring)."""
+
+    def on_package(self, *, pkg: griffe.Module, **kwargs: Any) -> None:
+        if pkg.path != "pipekit":
+            return
+        for module in _modules(pkg):
+            if not any(part.startswith("_") for part in module.path.split(".")):
+                complete_exports(module)
 
     def on_object(self, *, obj: griffe.Object, **kwargs: Any) -> None:
         if obj.docstring is None or not obj.path.startswith("pipekit"):
