@@ -112,12 +112,21 @@ def rewrite(
     return "\n".join(out)
 
 
-def _foreign_class(obj: type) -> griffe.Class | None:
+def _foreign_class(obj: type, loader: Any = None) -> griffe.Class | None:
     """griffe's model of a class defined outside pipekit (torch's pipes), by inspecting its one module.
 
     Each call inspects afresh: every module exporting the class gets its own model (its own path).
+    Its docstring is parsed like pipekit's, without griffe's warnings: torch's docstrings are not
+    ours to fix (types left to the signature, parameters of ``__new__``), and would fail the
+    strict build.
     """
-    found: Any = griffe.inspect(obj.__module__)
+    options = dict(getattr(loader, "docstring_options", None) or {})
+    options["warnings"] = False
+    found: Any = griffe.inspect(
+        obj.__module__,
+        docstring_parser=getattr(loader, "docstring_parser", None),
+        docstring_options=options,  # type: ignore[arg-type]
+    )
     for part in obj.__qualname__.split("."):
         found = found.members.get(part)
         if found is None:
@@ -125,7 +134,7 @@ def _foreign_class(obj: type) -> griffe.Class | None:
     return found if isinstance(found, griffe.Class) else None
 
 
-def complete_exports(module: griffe.Module) -> None:
+def complete_exports(module: griffe.Module, loader: Any = None) -> None:
     """Give ``module`` its run-time ``__all__`` and a member for every name in it."""
     runtime = importlib.import_module(module.path)
     exports = getattr(runtime, "__all__", None)
@@ -142,7 +151,7 @@ def complete_exports(module: griffe.Module) -> None:
         if origin.startswith("pipekit") and qualname:
             module.set_member(name, griffe.Alias(name, f"{origin}.{qualname}", parent=module))
         elif inspect.isclass(value):
-            model = _foreign_class(value)
+            model = _foreign_class(value, loader)
             if model is not None:
                 model.name = name
                 model.parent = module
@@ -180,12 +189,12 @@ def _modules(module: griffe.Module) -> list[griffe.Module]:
 class PipekitDocstrings(griffe.Extension):
     """Rewrite pipekit's docstrings as they are loaded (see the module's docstring)."""
 
-    def on_package(self, *, pkg: griffe.Module, **kwargs: Any) -> None:
+    def on_package(self, *, pkg: griffe.Module, loader: Any = None, **kwargs: Any) -> None:
         if pkg.path != "pipekit":
             return
         for module in _modules(pkg):
             if not any(part.startswith("_") for part in module.path.split(".")):
-                complete_exports(module)
+                complete_exports(module, loader)
 
     def on_object(self, *, obj: griffe.Object, **kwargs: Any) -> None:
         if obj.docstring is None or not obj.path.startswith("pipekit"):
