@@ -165,14 +165,22 @@ LOCAL = [(n, c) for n, c in PYTHON if "AWS_ENDPOINT_URL" not in c]
 REMOTE = [(n, c) for n, c in PYTHON if "AWS_ENDPOINT_URL" in c]
 
 
-@pytest.mark.parametrize(("name", "code"), LOCAL, ids=[n for n, _ in LOCAL])
+def _params(blocks: list[tuple[str, str]]) -> list:
+    # blocks that write a synthetic raster corpus take seconds (GeoSegmentation computes statistics too)
+    return [
+        pytest.param(n, c, id=n, marks=[pytest.mark.slow] if "write_landsat_cdl_corpus" in c else [])
+        for n, c in blocks
+    ]
+
+
+@pytest.mark.parametrize(("name", "code"), _params(LOCAL))
 def test_python_block_runs(name, code, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     _run(name, code)
 
 
 @pytest.mark.s3
-@pytest.mark.parametrize(("name", "code"), REMOTE, ids=[n for n, _ in REMOTE])
+@pytest.mark.parametrize(("name", "code"), _params(REMOTE))
 def test_s3_python_block_runs(name, code, tmp_path, monkeypatch, docs_bucket):
     monkeypatch.chdir(tmp_path)
     _run(name, code)
