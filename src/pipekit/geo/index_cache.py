@@ -196,7 +196,9 @@ def write_index(url: str, paths: Sequence[str], sizes: Sequence[int], stamps: Se
         geometry=shapely.box(box[:, 0], box[:, 2], box[:, 1], box[:, 3]),
         crs=crs.to_wkt(),
     )
-    arrow = pa.table(frame.to_arrow(index=False))
+    staged = io.BytesIO()
+    frame.to_parquet(staged, index=False, compression=None)  # geopandas writes the GeoParquet "geo" metadata
+    arrow = pq.read_table(pa.BufferReader(staged.getvalue()))
     meta = dict(arrow.schema.metadata or {})
     meta[b"pipekit"] = json.dumps({"format": FORMAT, "version": VERSION, "files": n}).encode()
     arrow = arrow.replace_schema_metadata(meta)
