@@ -3,8 +3,10 @@ stale files detected; remote listings retried through an S3 outage (issue 13).""
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -244,3 +246,104 @@ class TestSavedIndex:
         _same(again, first)
         query = again.bounds
         np.testing.assert_array_equal(again[query]["image"].numpy(), first[query]["image"].numpy())
+
+
+def _upload(server, folder: Path, names: list[str], prefix: str = "tiles") -> str:
+    bucket = server.create_bucket()
+    fs = server.fs()
+    for name in names:
+        fs.put(str(folder / name), f"{bucket}/{prefix}/{name}")
+    return f"s3://{bucket}/{prefix}"
+
+
+@pytest.mark.s3
+class TestS3Root:
+    def test_saved_next_to_the_data_on_s3_and_reloaded(self, s3_server, folder, opened):
+        names = [f"tile_{k:03d}.tif" for k in range(6)]
+        root = _upload(s3_server, folder, names)
+        options = s3_server.storage_options
+        first = RasterDataset(root, storage_options=options, index_cache=True)
+        assert s3_server.fs().exists(f"{root[5:]}/{DEFAULT_NAME}") and len(opened) == 6
+        opened.clear()
+        again = RasterDataset(root, storage_options=options, index_cache=True)
+        assert opened == []
+        _same(again, first)
+        assert again.files == [f"{root}/{n}" for n in names]
+        # an object replaced by other content (another ETag) is read again (its new bytes, not GDAL's
+        # cached ones); the others are not
+        s3_server.fs().put(str(folder / "tile_013.tif"), f"{root[5:]}/tile_002.tif")
+        opened.clear()
+        third = RasterDataset(root, storage_options=options, index_cache=True)
+        assert opened == [f"{root}/tile_002.tif"]
+        fresh = RasterDataset(root, storage_options=options, vsi=False)
+        assert third.geo_index[2] != first.geo_index[2]
+        _same(third, fresh)
+
+
+def _outage_options(server) -> dict:
+    # one botocore attempt per request: pipekit's retries (not botocore's) carry the listing through
+    return {**server.storage_options, "config_kwargs": {"retries": {"max_attempts": 1, "mode": "standard"}},
+            "skip_instance_cache": True}
+
+
+@pytest.mark.s3
+@pytest.mark.slow
+class TestListingThroughAnOutage:
+    """Issue 13: a dataset built while S3 is down retries its listing, and names the root when it gives up."""
+
+    def test_built_while_the_server_restarts(self, restartable_s3_server, folder, monkeypatch, caplog):
+        server = restartable_s3_server
+        if not server.alive():
+            server.start_again()
+        root = _upload(server, folder, ["tile_000.tif", "tile_001.tif", "tile_002.tif"])
+        monkeypatch.setenv("PIPEKIT_RETRY_ATTEMPTS", "60")
+        monkeypatch.setenv("PIPEKIT_RETRY_SECONDS", "60")
+        result: dict = {}
+
+        def build() -> None:
+            try:
+                result["ds"] = RasterDataset(root, storage_options=_outage_options(server))
+            except BaseException as exc:  # reported below
+                result["error"] = exc
+
+        server.kill()
+        with caplog.at_level(logging.WARNING, logger="pipekit.retry"):
+            thread = threading.Thread(target=build, daemon=True)
+            thread.start()
+            time.sleep(3.0)
+            assert thread.is_alive()  # still retrying the listing
+            server.start_again()
+            thread.join(120)
+        assert "error" not in result, result.get("error")
+        assert [Path(p).name for p in result["ds"].files] == ["tile_000.tif", "tile_001.tif", "tile_002.tif"]
+        retries = [r.getMessage() for r in caplog.records if r.name == "pipekit.retry"]
+        assert retries and all("RasterDataset.listing" in m and root in m for m in retries)
+
+    def test_permanently_down_names_the_root_stage_and_attempts(self, restartable_s3_server, tmp_path, monkeypatch):
+        from datetime import date
+
+        from pipekit.datasets import Landsat8
+        from pipekit.synthetic.geo import landsat_scene_id, write_landsat_scene
+
+        server = restartable_s3_server
+        if not server.alive():
+            server.start_again()
+        scene = landsat_scene_id("LC08", "026031", date(2023, 7, 1))
+        write_landsat_scene(tmp_path / "l8", scene, (X0, Y0), size=16)
+        bucket = server.create_bucket()
+        server.fs().put(str(tmp_path / "l8" / scene), f"{bucket}/l8/{scene}", recursive=True)
+        root = f"s3://{bucket}/l8"
+        assert len(Landsat8(paths=root, storage_options=_outage_options(server))) == 1
+        monkeypatch.setenv("PIPEKIT_RETRY_ATTEMPTS", "3")
+        monkeypatch.setenv("PIPEKIT_RETRY_SECONDS", "20")
+        server.kill()
+        try:
+            start = time.monotonic()
+            with pytest.raises(ReadError) as info:
+                Landsat8(paths=root, storage_options=_outage_options(server))
+            assert time.monotonic() - start < 30
+            err = info.value
+            assert (err.url, err.stage, err.action) == (root, "Landsat8.listing", "list")
+            assert "gave up after 3 attempts" in str(err) and root in str(err)
+        finally:
+            server.start_again()

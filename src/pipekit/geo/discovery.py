@@ -186,6 +186,7 @@ class _Lister:
 
     def _expand_remote(self, root: str, pattern: str) -> tuple[list[str], bool]:
         fs, path = self._fs(root)
+        fs.invalidate_cache(path)  # list what is there now, not an earlier listing fsspec kept
         if _has_magic(path):
             return [fs.unstrip_protocol(p) for p in fs.glob(path) if fs.isfile(p)], False
         if fs.isdir(path):

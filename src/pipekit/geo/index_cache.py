@@ -121,6 +121,7 @@ def fingerprints(paths: Sequence[str], storage_options: Mapping[str, Any] | None
         policy = resolve_retry(retry)
         for folder, rows in folders.items():
             fs, p = fsspec.core.url_to_fs(folder, **dict(storage_options or {}))
+            fs.invalidate_cache(p)  # sizes and ETags as they are now, not from an earlier listing fsspec kept
             entries = policy.call(lambda fs=fs, p=p: fs.ls(p, detail=True), action="list", url=folder, stage=stage)
             by_name = {str(e.get("name", "")).rstrip("/").rsplit("/", 1)[-1]: e for e in entries}
             for i in rows:
@@ -397,9 +398,14 @@ class IndexCacheMixin:
         )
 
     # -- reading headers ---------------------------------------------------------------------
-    def _header_or_error(self, path: str) -> RasterHeader | StageError:
+    def _header_or_error(self, path: str, changed: frozenset[str] = frozenset()) -> RasterHeader | StageError:
+        opener = self._opener  # type: ignore[attr-defined]
+        if path in changed and not geo_io.is_local(path):
+            # a remote file that changed since it was saved: GDAL's /vsis3/ and /vsicurl/ keep what they
+            # read of a URL for the life of the process, so read the new bytes through fsspec instead
+            opener = geo_io.RasterOpener(opener.storage_options, False, opener.gdal_options)
         try:
-            header = read_header(self._opener, path, self.name)  # type: ignore[attr-defined]
+            header = read_header(opener, path, self.name)  # type: ignore[attr-defined]
         except ReadError as exc:
             return exc
         error = header.index_error(self.name)  # type: ignore[attr-defined]
@@ -427,8 +433,9 @@ class IndexCacheMixin:
         saved = self._load_saved(url) if url is not None else None
         hit_rows = [saved.row(p, fp) if saved is not None else None for p, fp in zip(paths, prints)]
         misses = [i for i, row in enumerate(hit_rows) if row is None]
-        results = read_headers([paths[i] for i in misses], self._header_or_error, self.index_workers,
-                               self.progress, desc=f"{name}: reading headers")
+        changed = frozenset(paths[i] for i in misses if saved is not None and paths[i] in saved.rows)
+        results = read_headers([paths[i] for i in misses], lambda p: self._header_or_error(p, changed),
+                               self.index_workers, self.progress, desc=f"{name}: reading headers")
         by_position = dict(zip(misses, results))
         ok: list[int] = []
         fresh: list[RasterHeader] = []
