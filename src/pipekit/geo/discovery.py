@@ -11,8 +11,16 @@ functions of their own so that ``pipekit inspect`` shares them:
   products such as Landsat and Sentinel-2);
 * :func:`read_header` and :func:`read_headers`: what raster headers say
   (:class:`RasterHeader`), and why a raster cannot be indexed
-  (:meth:`RasterHeader.index_error`, :class:`GeoReferenceError`);
-* ``_FileTable``: the per-file metadata of an index, in arrays.
+  (:meth:`RasterHeader.index_error`, :class:`GeoReferenceError`); many
+  headers are read on a thread pool, in order, with a progress bar for
+  large folders (:func:`default_workers`);
+* :class:`HeaderColumns` and ``_FileTable``: the per-file metadata of an
+  index, in arrays (saved and reloaded by :mod:`pipekit.geo.index_cache`).
+
+Remote listings are retried through transient failures (a server restart,
+throttling) with :mod:`pipekit.retry`'s budget; when it runs out, a
+:class:`~pipekit.errors.ReadError` names the root, the stage
+(``<dataset>.listing``) and the attempts.
 """
 
 from __future__ import annotations
@@ -42,9 +50,11 @@ from pipekit.geo.read import apply_affine, transform_bounds_fast
 __all__ = [
     "DatasetNotFoundError",
     "GeoReferenceError",
+    "HeaderColumns",
     "RasterHeader",
     "any_band_glob",
     "date_interval",
+    "default_workers",
     "find_files",
     "group_scenes",
     "read_header",

@@ -57,7 +57,15 @@ from pipekit.geo.discovery import (
     read_headers,
 )
 
-__all__ = ["DEFAULT_NAME", "IndexCacheError", "SavedIndex", "fingerprints", "read_index", "write_index"]
+__all__ = [
+    "DEFAULT_NAME",
+    "IndexCacheError",
+    "IndexCacheMixin",
+    "SavedIndex",
+    "fingerprints",
+    "read_index",
+    "write_index",
+]
 
 logger = logging.getLogger("pipekit.geo")
 
