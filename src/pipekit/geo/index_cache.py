@@ -52,6 +52,7 @@ from pipekit.geo.discovery import (
     HeaderColumns,
     RasterHeader,
     _FileTable,
+    _is_local,
     check_workers,
     read_header,
     read_headers,
@@ -113,9 +114,9 @@ def fingerprints(paths: Sequence[str], storage_options: Mapping[str, Any] | None
     out: list[tuple[int, str] | None] = [None] * len(paths)
     folders: dict[str, list[int]] = {}
     for i, path in enumerate(paths):
-        if geo_io.is_local(path):
+        if _is_local(path):
             try:
-                st = os.stat(geo_io.local_path(path))
+                st = os.stat(path if "://" not in path else geo_io.local_path(path))
             except OSError:
                 continue
             out[i] = (int(st.st_size), f"mtime_ns={st.st_mtime_ns}")
