@@ -135,7 +135,7 @@ class TestReadHeader:
             assert type(error) is kind and reason in str(error) and "'a.tif' in X" in str(error)
             assert header.georeferenced == ("count" in changes)
 
-    def test_headers_in_order_local_on_this_thread_remote_on_io_threads(self, rasters, tmp_path):
+    def test_headers_in_order_local_on_a_pool_or_this_thread_remote_on_io_threads(self, rasters, tmp_path):
         import fsspec
 
         paths = [str(write(rasters, tmp_path / f"{k}.tif", size=8 + k)) for k in range(3)]
@@ -145,8 +145,11 @@ class TestReadHeader:
             threads.append(threading.current_thread().name)
             return read_header(RasterOpener(), url).width
 
-        assert read_headers(paths, width) == [8, 9, 10]
+        assert read_headers(paths, width, workers=1) == [8, 9, 10]
         assert set(threads) == {threading.current_thread().name}
+        threads.clear()
+        assert read_headers(paths, width, workers=3) == [8, 9, 10]  # local files on a pool when asked
+        assert all(name.startswith("pipekit-geo-index") for name in threads)
         fs = fsspec.filesystem("memory")
         urls = []
         for k, path in enumerate(paths):

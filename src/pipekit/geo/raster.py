@@ -49,9 +49,9 @@ from pipekit.geo.discovery import (
     find_files,
     group_scenes,
     read_header,
-    read_headers,
 )
 from pipekit.geo.index import GeoIndex
+from pipekit.geo.index_cache import IndexCacheMixin
 from pipekit.geo.read import Grid, SkippedReadError, SourceReadError, read_stack_into, resampling_from
 
 __all__ = ["RasterDataset"]
@@ -59,7 +59,7 @@ __all__ = ["RasterDataset"]
 logger = logging.getLogger("pipekit.geo")
 
 
-class RasterDataset(GeoDataset):
+class RasterDataset(IndexCacheMixin, GeoDataset):
     """A geo dataset of raster files (GeoTIFF, COG, JPEG 2000...), local or remote.
 
     Subclasses describe a product with class attributes, as in TorchGeo 0.8:
@@ -130,6 +130,16 @@ class RasterDataset(GeoDataset):
             ``read_geo`` drops the query -- never a zero-filled patch.
         vsi: how remote files are opened (see :class:`pipekit.geo.io.RasterOpener`).
         gdal_options: extra GDAL configuration for remote files.
+        index_cache: keep the files' headers in a GeoParquet file and reuse
+            them next time (only files whose size or modification time changed
+            are opened again): ``True`` (``<root>/.pipekit-index.parquet``), a
+            path or fsspec URL, or ``None`` (see :mod:`pipekit.geo.index_cache`
+            and :meth:`save_index`).
+        index_workers: threads that read the files' headers (``None``: see
+            :func:`pipekit.geo.discovery.default_workers`); the index is the
+            same whatever their number.
+        progress: a tqdm progress bar while headers are read (``None``: only
+            for 5,000 files or more).
 
     Raises:
         DatasetNotFoundError: no file found (names the root and glob; TorchGeo's
@@ -184,6 +194,9 @@ class RasterDataset(GeoDataset):
         vsi: bool | None = None,
         gdal_options: Mapping[str, Any] | None = None,
         time_series: bool = False,
+        index_cache: Any = None,
+        index_workers: int | None = None,
+        progress: bool | None = None,
     ) -> None:
         if not isinstance(time_series, bool):
             raise TypeError(f"time_series must be a bool, got {time_series!r}")
@@ -202,6 +215,7 @@ class RasterDataset(GeoDataset):
         self.on_error = check_on_error(on_error)
         self.skip_log = SkipLog(self.name)
         self._opener = geo_io.RasterOpener(storage_options, vsi, gdal_options)
+        self._init_index_options(index_cache, index_workers, progress)
         self.storage_options = self._opener.storage_options
         if nodata is not None:
             self.nodata = float(nodata)
@@ -239,6 +253,7 @@ class RasterDataset(GeoDataset):
         self._rows: np.ndarray | None = None  # file-table row of each index entry (None: entry i is row i)
         self.geo_index = self._build_index(target_crs)
         self._log_choice(crs, res)
+        self._save_pending()
 
     # -- sample types ----------------------------------------------------------------------
     @property
@@ -378,8 +393,7 @@ class RasterDataset(GeoDataset):
             bands_of = [bands for _, _, bands in scenes]
 
         paths = [p for p, _ in matched]
-        headers = self._read_metadata(paths) if paths else []
-        rows = [i for i, header in enumerate(headers) if header is not None]
+        columns, rows = self._read_metadata(paths)
         if not rows:
             raise DatasetNotFoundError(
                 f"{self.name}: none of the {found_count} file(s) found in {self.root!r} could be indexed "
@@ -398,7 +412,7 @@ class RasterDataset(GeoDataset):
                 for band, other in bands_of[i].items():
                     if other != path[: offset + start] + band + path[offset + stop:]:
                         band_overrides[(k, band)] = other
-        table = _FileTable([paths[i] for i in rows], [headers[i] for i in rows], times, band_spans, band_overrides)
+        table = _FileTable.from_columns([paths[i] for i in rows], columns, times, band_spans, band_overrides)
         band_dtypes = self._band_dtypes(bands_of[rows[0]], paths[rows[0]]) if self.separate_files else []
         self._check_table(table, band_dtypes)
         return table
@@ -549,9 +563,6 @@ class RasterDataset(GeoDataset):
             self._skip_or_raise(error)
             return None
         return header
-
-    def _read_metadata(self, paths: list[str]) -> list[RasterHeader | None]:
-        return read_headers(paths, self._inspect)
 
     def _band_dtypes(self, bands: dict[str, str], index_path: str) -> list[str]:
         """The data types of a scene's other band files (a product's bands differ: uint8 QA, int16 ST, uint16 SR)."""
