@@ -69,18 +69,20 @@ def run(root: Path, workers: int, length: int, passes: int, batch_size: int, cac
     from pipekit.geo import RandomGeoSampler, stack_samples
 
     ds = dataset(root, dtype)
+    sampler = RandomGeoSampler(ds, size=gs.PATCH, length=length, seed=0)  # fresh boxes every pass
+    # Persistent workers, as in geo_sampling: their GDAL and warp caches stay warm from pass to pass.
+    loader = DataLoader(ds, batch_size=batch_size, sampler=sampler, collate_fn=stack_samples, num_workers=workers,
+                        persistent_workers=workers > 0, worker_init_fn=_profile_worker if profile and workers else None)
     for p in range(passes):
-        sampler = RandomGeoSampler(ds, size=gs.PATCH, length=length, seed=p)
-        loader = DataLoader(ds, batch_size=batch_size, sampler=sampler, collate_fn=stack_samples,
-                            num_workers=workers, worker_init_fn=_profile_worker if profile and workers else None)
         start, cpu0 = time.perf_counter(), time.process_time()
         it = iter(loader)
         pids = [w.pid for w in getattr(it, "_workers", [])]
+        worker_cpu0 = gs.cpu_seconds(pids) if pids else 0.0  # persistent workers: their CPU time so far
         n, worker_cpu = 0, 0.0
         for batch in it:
             n += batch["image"].shape[0]
             if pids and n > length - batch_size:  # the workers are still alive: read their CPU time now
-                worker_cpu = gs.cpu_seconds(pids)
+                worker_cpu = gs.cpu_seconds(pids) - worker_cpu0
         wall, main_cpu = time.perf_counter() - start, time.process_time() - cpu0
         del it
         if p == 0:
