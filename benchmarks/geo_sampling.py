@@ -251,6 +251,9 @@ class FloorDataset(Dataset):
         return handles
 
     def __getitem__(self, bbox: Any) -> dict[str, Any]:
+        from pipekit.geo.bbox import from_slices
+
+        bbox = from_slices(bbox)  # sampler items are TorchGeo 0.8 slices (x, y, t)
         h = self._handles()
         xres, yres = self.res
         files = None
@@ -286,8 +289,10 @@ class FloorDataset(Dataset):
 
 def boxes_digest(boxes: list[Any]) -> str:
     h = hashlib.sha1()
-    for b in boxes:
-        h.update(repr(tuple(round(float(v), 6) for v in b)).encode())
+    from pipekit.geo.bbox import from_slices
+
+    for b in boxes:  # BoundingBoxes or TorchGeo 0.8 slices: the same digest for the same box
+        h.update(repr(tuple(round(float(v), 6) for v in from_slices(b))).encode())
     return h.hexdigest()[:12]
 
 

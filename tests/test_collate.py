@@ -356,3 +356,49 @@ class TestOneRuleForSampleDicts:
         data = [{"a": torch.ones(2, dtype=torch.uint8), "n": 1}, {"a": torch.ones(2), "n": 2}]
         [result] = list(torch.utils.data.DataLoader(data, batch_size=2, num_workers=1, collate_fn=check))
         assert result == [(torch.float32, True, "Tensor"), (torch.float32, True, "list")]
+
+
+class TestStackFastPaths:
+    """The main-process fast paths of the shared collation give what the general path gave."""
+
+    def test_main_process_batch_is_a_fresh_ordinary_tensor(self):
+        from pipekit.collate import collate
+        from pipekit.geo import stack_samples
+
+        images = [torch.arange(12, dtype=torch.float32).reshape(3, 2, 2) + i for i in range(3)]
+        for batch in (collate(images), collate([{"image": t} for t in images])["image"],
+                      stack_samples([{"image": t} for t in images])["image"]):
+            assert torch.equal(batch, torch.stack(images))
+            assert batch.is_contiguous() and not batch.is_shared() and batch.dtype == torch.float32
+            batch.zero_()  # a copy: the samples are untouched
+            assert images[1][0, 0, 0].item() == 1.0
+
+    def test_mixed_dtypes_and_arrays_are_promoted_in_the_main_process(self):
+        from pipekit.collate import collate
+
+        batch = collate([torch.ones(2, dtype=torch.uint8), np.full(2, 0.5, dtype=np.float64), torch.zeros(2)])
+        assert batch.dtype == torch.float64 and batch.tolist() == [[1, 1], [0.5, 0.5], [0, 0]]
+
+    def test_tensors_requiring_grad_keep_it(self):
+        from pipekit.collate import collate
+
+        leaves = [torch.ones(2, requires_grad=True), torch.zeros(2, requires_grad=True)]
+        batch = collate(leaves)
+        assert batch.requires_grad
+        batch.sum().backward()
+        assert leaves[0].grad.tolist() == [1.0, 1.0]
+
+    @pytest.mark.parametrize(
+        ("values", "dtype"),
+        [([1, 2], torch.int64), ([1.0, 2.5], torch.float64), ([True, False], torch.bool), ([1, 2.5], None),
+         ([np.int16(1), np.int16(2)], torch.int16), ([1, np.float32(2.0)], None)],
+    )
+    def test_numbers_collate_as_default_collate(self, values, dtype):
+        from torch.utils.data import default_collate
+
+        from pipekit.collate import collate
+
+        out = collate([{"n": v} for v in values])["n"]
+        expected = default_collate(values)
+        assert out.dtype == expected.dtype and out.tolist() == expected.tolist()
+        assert dtype is None or out.dtype == dtype

@@ -85,6 +85,10 @@ def _is_stackable(value: Any) -> bool:
     return isinstance(value, torch.Tensor) or (isinstance(value, np.ndarray) and value.dtype.kind in "biufc")
 
 
+#: Exact types :func:`_is_number` accepts, checked first without ``numbers.Number``'s ABC machinery.
+_PLAIN_NUMBERS = (int, float, bool)
+
+
 def _is_number(value: Any) -> bool:
     """A real number (Python or NumPy scalar, bools included), as :func:`default_collate` turns into a tensor."""
     return isinstance(value, numbers.Number) and not isinstance(value, complex)
@@ -221,18 +225,29 @@ def pad_stack(
 
 def _stack(tensors: list[torch.Tensor], name: str, stage: str, pin_memory: bool = False) -> torch.Tensor:
     """``torch.stack`` of same-shape tensors into a fresh batch: pinned, or in shared memory inside a worker."""
-    shapes = sorted({tuple(t.shape) for t in tensors})
+    shapes = {t.shape for t in tensors}
     if len(shapes) > 1:
         hint = "list it in keys to pad it" if stage == _STAGE else "use pad_collate to pad them"
-        raise ValueError(f"{stage}: cannot stack {name}: its tensors have different shapes {shapes[:4]}; {hint}")
-    dtype = _common_dtype(tensors)
-    ts = [t.to(dtype) for t in tensors]
+        listed = sorted(tuple(shape) for shape in shapes)
+        raise ValueError(f"{stage}: cannot stack {name}: its tensors have different shapes {listed[:4]}; {hint}")
+    dtypes = {t.dtype for t in tensors}
+    if len(dtypes) == 1:  # the usual case: no conversion (``t.to`` of its own dtype is ``t`` anyway)
+        (dtype,) = dtypes
+        ts = tensors
+    else:
+        dtype = _common_dtype(tensors)
+        ts = [t.to(dtype) for t in tensors]
     try:
-        if all(t.device.type == "cpu" for t in ts) and not any(t.requires_grad for t in ts):
-            return torch.stack(ts, out=empty_host((len(ts), *shapes[0]), dtype, pin_memory=pin_memory))
-        return torch.stack(ts)
+        if _special_memory(pin_memory) and all(t.device.type == "cpu" and not t.requires_grad for t in ts):
+            return torch.stack(ts, out=empty_host((len(ts), *tensors[0].shape), dtype, pin_memory=pin_memory))
+        return torch.stack(ts)  # ordinary memory: torch allocates it (faster than stacking into ``out=``)
     except RuntimeError as exc:  # tensors on different devices...
         raise ValueError(f"{stage}: cannot stack {name}: {exc}") from exc
+
+
+def _special_memory(pin_memory: bool) -> bool:
+    """Whether :func:`empty_host` gives other than ordinary memory: pinned (with CUDA), or shared in a worker."""
+    return (pin_memory and torch.cuda.is_available()) or torch.utils.data.get_worker_info() is not None
 
 
 def _collate_column(
@@ -247,9 +262,11 @@ def _collate_column(
         if all(isinstance(v, torch.Tensor) for v in values):
             return _stack(values, name, stage, pin_memory)
         return list(values)
+    if all(isinstance(v, torch.Tensor) for v in values):  # the usual case, checked first
+        return _stack(values, name, stage, pin_memory)
     if all(_is_stackable(v) for v in values):
         return _stack([torch.as_tensor(v) for v in values], name, stage, pin_memory)
-    if all(_is_number(v) for v in values):
+    if all(type(v) in _PLAIN_NUMBERS for v in values) or all(_is_number(v) for v in values):
         return default_collate(values)
     return list(values)
 

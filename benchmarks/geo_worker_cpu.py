@@ -1,0 +1,127 @@
+"""Where the CPU goes when geo patches come through DataLoader workers: main process vs workers.
+
+Wall-clock rates on the shared 2-core machine move 2-3x with the load (other
+sessions); CPU time per sample does not depend much on it.  This runs the
+``geo_sampling`` chain -- ``Landsat8 & CDL`` random 256 px patches,
+``RandomGeoSampler -> dataset[...] -> stack_samples`` in a
+``torch.utils.data.DataLoader(batch_size=8)`` -- with the given number of
+workers and prints, per pass, samples/s, the CPU time per sample of the main
+process (its own reads with 0 workers; unpickling the batches, the sampler and
+the loop with workers) and of the workers (from ``/proc``, all threads).  If
+the workers' total CPU per sample is close to the 0-worker process's, nothing
+is lost by going through workers (no extra copy of the batch); a 2-worker run
+is then faster than a 0-worker run wherever two cores are free.
+
+``--profile`` runs cProfile inside each worker (started in ``worker_init_fn``,
+written when the worker exits) and prints the top functions of worker 0.
+
+Run: ``PYTHONPATH=src python benchmarks/geo_worker_cpu.py --workers 0 2``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader
+
+sys.path.insert(0, str(Path(__file__).parent))
+import geo_sampling as gs  # the same corpus, dataset and process settings
+
+PROFILE_DIR = os.environ.get("GEO_WORKER_CPU_PROFILE_DIR", "")
+
+
+def _profile_worker(_worker_id: int) -> None:
+    """``worker_init_fn``: profile this worker until it exits."""
+    from multiprocessing import util
+
+    profile = cProfile.Profile()
+    profile.enable()
+    wid = torch.utils.data.get_worker_info().id
+
+    def dump() -> None:
+        profile.disable()
+        profile.dump_stats(os.path.join(PROFILE_DIR, f"worker{wid}.prof"))
+
+    util.Finalize(None, dump, exitpriority=100)  # runs when the worker process exits
+
+
+def dataset(root: Path, dtype: str) -> object:
+    """``geo_sampling``'s ``Landsat8 & CDL``; ``dtype="native"`` keeps the files' integer dtypes (uint16, uint8)."""
+    if dtype == "torchgeo":
+        return gs.pipekit_dataset(root)
+    from pipekit import datasets
+
+    landsat = datasets.Landsat8(root=str(root / "landsat8"), bands=datasets.Landsat8.all_bands[1:-2], dtype=dtype)
+    return landsat & datasets.CDL(root=str(root / "cdl"), dtype=dtype)
+
+
+def run(root: Path, workers: int, length: int, passes: int, batch_size: int, cachemax: int, profile: bool,
+        dtype: str = "torchgeo") -> None:
+    gs.configure_gdal(cachemax)
+    from pipekit.geo import RandomGeoSampler, stack_samples
+
+    ds = dataset(root, dtype)
+    sampler = RandomGeoSampler(ds, size=gs.PATCH, length=length, seed=0)  # fresh boxes every pass
+    # Persistent workers, as in geo_sampling: their GDAL and warp caches stay warm from pass to pass.
+    loader = DataLoader(ds, batch_size=batch_size, sampler=sampler, collate_fn=stack_samples, num_workers=workers,
+                        persistent_workers=workers > 0, worker_init_fn=_profile_worker if profile and workers else None)
+    for p in range(passes):
+        start, cpu0 = time.perf_counter(), time.process_time()
+        it = iter(loader)
+        pids = [w.pid for w in getattr(it, "_workers", [])]
+        worker_cpu0 = gs.cpu_seconds(pids) if pids else 0.0  # persistent workers: their CPU time so far
+        n, worker_cpu = 0, 0.0
+        for batch in it:
+            n += batch["image"].shape[0]
+            if pids and n > length - batch_size:  # the workers are still alive: read their CPU time now
+                worker_cpu = gs.cpu_seconds(pids) - worker_cpu0
+        wall, main_cpu = time.perf_counter() - start, time.process_time() - cpu0
+        del it
+        if p == 0:
+            print(f"  batch: image {batch['image'].dtype} {list(batch['image'].shape)}, mask {batch['mask'].dtype}")
+        print(f"  pass {p + 1}, {workers} worker(s): {n / wall:7.1f} samples/s; CPU ms/sample: main "
+              f"{1e3 * main_cpu / n:.2f}, workers {1e3 * worker_cpu / n:.2f}, total "
+              f"{1e3 * (main_cpu + worker_cpu) / n:.2f}", flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--workers", type=int, nargs="+", default=[0, 2])
+    p.add_argument("--length", type=int, default=400, help="samples per pass")
+    p.add_argument("--passes", type=int, default=3, help="passes (fresh boxes each; the first warms the caches)")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--cachemax", type=int, default=512, help="GDAL_CACHEMAX in MiB")
+    p.add_argument("--size", type=int, default=3000, help="Landsat scene side in pixels (geo_sampling's corpus)")
+    p.add_argument("--scenes", type=int, default=2)
+    p.add_argument("--profile", action="store_true", help="cProfile inside the workers")
+    p.add_argument("--dtype", default="torchgeo", choices=["torchgeo", "native"],
+                   help="sample dtypes: TorchGeo's (float32 image, int64 mask; the default) or the files' own")
+    p.add_argument("--cache", default=None, help="corpus cache folder (default: pipekit's)")
+    args = p.parse_args()
+    from pipekit.synthetic import default_cache_dir
+    from pipekit.synthetic_geo import write_landsat_cdl_corpus
+
+    cache = Path(args.cache) if args.cache else default_cache_dir()
+    root = write_landsat_cdl_corpus(cache / f"bench-geo-landsat-cdl-{args.size}x{args.scenes}",
+                                    size=args.size, scenes=args.scenes, progress=False)
+    print(f"# geo_worker_cpu: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {root}")
+    for workers in args.workers:
+        with tempfile.TemporaryDirectory() as tmp:
+            global PROFILE_DIR
+            PROFILE_DIR = os.environ["GEO_WORKER_CPU_PROFILE_DIR"] = tmp  # workers inherit it (fork or spawn)
+            run(root, workers, args.length, args.passes, args.batch_size, args.cachemax, args.profile, args.dtype)
+            prof = Path(tmp) / "worker0.prof"
+            if args.profile and prof.exists():
+                pstats.Stats(str(prof)).sort_stats("tottime").print_stats(20)
+
+
+if __name__ == "__main__":
+    main()
