@@ -1,33 +1,44 @@
-"""A real STAC API server for the tests: ``rustac serve`` (in-memory backend) on loopback.
+"""A real STAC API server for the tests: ``rustac serve`` on loopback, in-memory or over stac-geoparquet (DuckDB).
 
 The ``rustac`` package (in the ``dev`` extra) installs the ``rustac`` binary
 into the environment's ``bin`` folder.  :func:`start_stac_server` starts it
-on a free loopback port with the collections and item collections of the
-given JSON files loaded, waits until ``/search`` answers, and returns a
+on a free loopback port, waits until ``/search`` answers, and returns a
 :class:`StacServer`; ``stop()`` terminates it (killed after a timeout).
+
+* Given collection and item-collection JSON files, it serves them from its
+  in-memory backend: ``collections``, ``ids``, ``bbox``, ``intersects``,
+  ``datetime`` and paging (``limit`` + ``next`` links).  That backend
+  answers every ``filter`` with no item, and does not implement ``query``.
+* Given one stac-geoparquet file, it serves it with its DuckDB backend,
+  which evaluates CQL2 ``filter`` (text and JSON) as SQL; ``query`` answers
+  500 "query is not implemented".  DuckDB loads its ``spatial``, ``icu``
+  and ``parquet`` extensions, which it would download at start-up (no
+  network here): :func:`duckdb_home` lays the extension files of the
+  ``duckdb-extension-*`` packages (``dev`` extra, the version matching the
+  DuckDB that rustac bundles: rustac 0.9.17 <-> DuckDB v1.5.5) into a
+  private ``$HOME/.duckdb/extensions/<version>/<platform>/`` for the server.
 
 Tests use it through the ``stac_server_factory`` fixture of ``tests/conftest.py``::
 
     def test_search(stac_server_factory, tmp_path):
         paths = write_collection_files(items, tmp_path)
-        server = stac_server_factory(paths)
+        server = stac_server_factory(paths)  # or [write_geoparquet(items, ...)] for filters
         ds = STACDataset(server.url, assets=["red"], collections=["c"])
-
-The memory backend answers ``collections``, ``ids``, ``bbox``,
-``intersects``, ``datetime`` and paging (``limit`` + ``next`` links); it
-does not conform to the ``query`` or ``filter`` extensions.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
 import sysconfig
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +47,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from s3server import _die_with_parent, _free_ports
 
-__all__ = ["StacServer", "RustacNotFoundError", "find_rustac", "start_stac_server"]
+__all__ = ["StacServer", "RustacNotFoundError", "find_rustac", "duckdb_home", "start_stac_server"]
+
+#: the DuckDB extensions rustac's DuckDB backend loads
+DUCKDB_EXTENSIONS = ("spatial", "icu", "parquet")
 
 
 class RustacNotFoundError(RuntimeError):
@@ -88,14 +102,69 @@ class StacServer:
                 self.process.wait(timeout=timeout)
 
 
+def _duckdb_platform() -> str:
+    machine = platform.machine().lower()
+    arch = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(machine, machine)
+    return f"{'osx' if sys.platform == 'darwin' else 'linux'}_{arch}"
+
+
+def duckdb_home(rustac: str, folder: str | Path) -> Path:
+    """A ``$HOME`` for ``rustac serve``'s DuckDB backend, holding the extensions it would otherwise download.
+
+    The extension files come from the ``duckdb-extension-{spatial,icu,parquet}``
+    packages installed next to ``rustac`` (its environment's site-packages) or
+    on ``sys.path``; each lands under the DuckDB version its package names.
+
+    Raises:
+        RustacNotFoundError: an extension package is missing (names the packages and where it looked).
+    """
+    env_root = Path(rustac).resolve().parent.parent
+    roots = [*glob.glob(str(env_root / "lib" / "python*" / "site-packages")), *sys.path]
+    home = Path(folder)
+    for name in DUCKDB_EXTENSIONS:
+        found = []
+        for root in roots:
+            found = sorted(
+                glob.glob(
+                    os.path.join(root, f"duckdb_extension_{name}", "extensions", "v*", f"{name}.duckdb_extension")
+                )
+            )
+            if found:
+                break
+        if not found:
+            raise RustacNotFoundError(
+                f"the DuckDB {name!r} extension was not found (looked for duckdb_extension_{name} in "
+                f"{env_root} and on sys.path); rustac serve's DuckDB backend needs the "
+                f"duckdb-extension-{{{','.join(DUCKDB_EXTENSIONS)}}} packages of the 'dev' extra"
+            )
+        source = Path(found[-1])
+        target = home / ".duckdb" / "extensions" / source.parent.name / _duckdb_platform() / source.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.exists():
+            shutil.copyfile(source, target)
+    return home
+
+
 def start_stac_server(hrefs: list[str], log_dir: str | Path, timeout: float = 60.0) -> StacServer:
-    """Serve the collections/item collections in ``hrefs`` on a free loopback port; wait until it answers."""
+    """Serve ``hrefs`` on a free loopback port; wait until it answers.
+
+    ``hrefs``: collection/item-collection JSON files (the in-memory backend),
+    or one stac-geoparquet file (the DuckDB backend, which evaluates ``filter``).
+    """
     (port,) = _free_ports(1)
     log_path = Path(log_dir) / f"rustac-{port}.log"
-    cmd = [find_rustac(), "serve", "--addr", f"127.0.0.1:{port}", "--create-collections", *map(str, hrefs)]
+    rustac = find_rustac()
+    hrefs = [str(h) for h in hrefs]
+    env = None
+    if len(hrefs) == 1 and hrefs[0].endswith(".parquet"):
+        home = duckdb_home(rustac, Path(log_dir) / "duckdb-home")
+        env = {**os.environ, "HOME": str(home)}
+        cmd = [rustac, "serve", "--addr", f"127.0.0.1:{port}", "--use-duckdb", "true", hrefs[0]]
+    else:
+        cmd = [rustac, "serve", "--addr", f"127.0.0.1:{port}", "--create-collections", *hrefs]
     log = open(log_path, "wb")  # noqa: SIM115 - the child writes it for its whole life
     try:
-        process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+        process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent, env=env)
     finally:
         log.close()
     server = StacServer(f"http://127.0.0.1:{port}/", log_path, process)
@@ -104,9 +173,22 @@ def start_stac_server(hrefs: list[str], log_dir: str | Path, timeout: float = 60
         if process.poll() is not None:
             raise RuntimeError(f"rustac serve exited with {process.returncode}: {' '.join(cmd)}\n{server.log_tail()}")
         try:
-            with urllib.request.urlopen(server.url + "search?limit=1", timeout=5) as response:
+            with urllib.request.urlopen(server.url + "search?limit=1", timeout=40) as response:
                 json.loads(response.read())
             return server
+        except urllib.error.HTTPError as exc:  # it answers, but cannot search (DuckDB without its extensions)
+            server.stop()
+            hint = ""
+            if env is not None:
+                placed = sorted(str(p.relative_to(env["HOME"])) for p in Path(env["HOME"]).rglob("*.duckdb_extension"))
+                hint = (
+                    f" (DuckDB's extensions must be those of the DuckDB version rustac bundles; {placed} were "
+                    "laid out: pin rustac and the duckdb-extension-* packages to matching versions)"
+                )
+            raise RuntimeError(
+                f"rustac serve answers /search with {exc.code}: {exc.read()[:300]!r}{hint}: "
+                f"{' '.join(cmd)}\n{server.log_tail()}"
+            ) from None
         except OSError:
             if time.monotonic() > deadline:
                 server.stop()

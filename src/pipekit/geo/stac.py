@@ -37,10 +37,10 @@ from pipekit.geo.stac_items import (
     search_api,
     walk_catalog,
 )
+from pipekit.geo.stac_search import SEARCH_KEYS, ItemFilter
 
 __all__ = ["STACDataset"]
 
-_SEARCH_KEYS = ("collections", "bbox", "intersects", "datetime", "query", "filter", "max_items", "limit", "ids")
 
 #: the item whose assets the current thread reads (for error messages)
 _CURRENT = threading.local()
@@ -109,9 +109,10 @@ def select_assets(record: ItemRecord, wanted: Sequence[str]) -> list[tuple[str, 
         if not matches:
             where = f" (read from {record.href})" if record.href else ""
             raise ReadError(
-                "select STAC asset", record.href or record.id, "STACDataset",
-                f"item {record.id!r} has no asset or band {name!r}{where}; its assets are "
-                f"{sorted(record.assets)}",
+                "select STAC asset",
+                record.href or record.id,
+                "STACDataset",
+                f"item {record.id!r} has no asset or band {name!r}{where}; its assets are {sorted(record.assets)}",
             )
         _, key, index = min(matches)
         out.append((key, (index,)))
@@ -216,14 +217,19 @@ class STACDataset(RasterDataset):
             ``skip_log`` (a failed read leaves the query without sample, as
             :class:`RasterDataset`).
         collections, bbox, intersects, datetime, query, filter, max_items, limit, ids:
-            STAC API search parameters (a ``source`` that is an API only).
+            STAC API search parameters (pystac-client's spellings).  An API
+            evaluates them; on any other source they are evaluated client-side
+            as each item is read (:class:`~pipekit.geo.stac_search.ItemFilter`:
+            ``filter`` with the ``cql2`` package, ``query``'s comparisons and
+            ``in``), selecting the same items an API would.
         client_options: extra arguments of ``pystac_client.Client.open`` (``headers``...).
         cache, vsi, gdal_options: as :class:`RasterDataset`.
 
     Raises:
         DatasetNotFoundError: no item could be indexed.
         ReadError: a document, item or asset cannot be read (names the item id and the href).
-        ParseError: a catalog has a cycle or a document is not JSON (names the link).
+        ParseError: a catalog has a cycle or a document is not JSON (names the link); a search
+            parameter is malformed, or a filter evaluated client-side is not CQL2 or cannot be evaluated.
 
     Example:
         >>> import datetime, tempfile, numpy as np, pystac, rasterio
@@ -287,13 +293,24 @@ class STACDataset(RasterDataset):
         self.is_image = is_image
         self.href_modifier = href_modifier
         local = locals()
-        self._search = {k: local[k] for k in _SEARCH_KEYS if local[k] is not None}
+        self._search = {k: local[k] for k in SEARCH_KEYS if local[k] is not None}
         self._client_options = dict(client_options or {})
         self._source = source
         self.requests = 0
         super().__init__(
-            _describe(source), crs, res, list(assets), transforms, cache, storage_options,
-            nodata=nodata, dtype=dtype, resampling=resampling, on_error=on_error, vsi=vsi, gdal_options=gdal_options,
+            _describe(source),
+            crs,
+            res,
+            list(assets),
+            transforms,
+            cache,
+            storage_options,
+            nodata=nodata,
+            dtype=dtype,
+            resampling=resampling,
+            on_error=on_error,
+            vsi=vsi,
+            gdal_options=gdal_options,
         )
         del self._source  # the items are indexed: nothing of their JSON is kept
 
@@ -313,22 +330,21 @@ class STACDataset(RasterDataset):
         return list(self.bands)
 
     # -- indexing -----------------------------------------------------------------------------
+    def _item_filter(self, source: str) -> ItemFilter | None:
+        """The search parameters, evaluated client-side on a source that is not an API (``None``: none given)."""
+        keep = ItemFilter(self._search, source) if self._search else None
+        return keep if keep else None
+
     def _records(self) -> list[ItemRecord]:
         source = self._source
-        if self._search and not (isinstance(source, str) and source.startswith(("http://", "https://"))):
-            raise ValueError(
-                f"search parameters {sorted(self._search)} need a STAC API URL as source, got {_describe(source)!r} "
-                "(filter dataset.index instead)"
-            )
         if isinstance(source, (str, os.PathLike)):
             href = os.fspath(source)
             if is_geoparquet(href):
                 self.requests += 1
-                return read_geoparquet(href, self.storage_options, self.bands)
+                return read_geoparquet(href, self.storage_options, self.bands, self._item_filter(href))
             is_url = href.startswith(("http://", "https://"))
-            if is_url and not self._search:
-                self.requests += 1  # the landing page or root document, read to tell an API from a static catalog
-            if is_url and (self._search or _is_api(href, self._client_options)):
+            self.requests += is_url  # the landing page or root document, read to tell an API from a static catalog
+            if is_url and _is_api(href, self._client_options):
                 counter = [0]
                 try:
                     return search_api(href, self._search, self._client_options, counter)
@@ -338,18 +354,19 @@ class STACDataset(RasterDataset):
 
             stac_io = FsspecStacIO(self.storage_options)
             try:
-                return walk_catalog(href, self.storage_options, stac_io=stac_io)
+                return walk_catalog(href, self.storage_options, stac_io=stac_io, keep=self._item_filter(href))
             finally:
                 self.requests += stac_io.requests
+        what = _describe(source)
         try:
             import pystac
 
             if isinstance(source, pystac.Catalog):
-                return records_from_items(source.get_items(recursive=True))
+                return records_from_items(source.get_items(recursive=True), self._item_filter(what))
         except ImportError:  # pragma: no cover
             pass
         if isinstance(source, Iterable) and not isinstance(source, (bytes, Mapping)):
-            return records_from_items(source)
+            return records_from_items(source, self._item_filter(what))
         raise TypeError(
             "source must be a catalog/collection path or URL, a STAC API URL, a stac-geoparquet file, "
             f"a pystac.Catalog or an iterable of pystac.Items, got {type(source).__name__}"
@@ -393,14 +410,17 @@ class STACDataset(RasterDataset):
             hrefs.append(item_hrefs)
             layout_ids.append(layouts.setdefault(layout, len(layouts)))
         if not ids:
+            searched = f" matching the search {self._search}" if self._search else ""
             raise DatasetNotFoundError(
-                f"{self.name}: none of the {len(records)} item(s) of {self.root!r} could be indexed "
+                f"{self.name}: none of the {len(records)} item(s) of {self.root!r}{searched} could be indexed "
                 f"({self.skip_log.count} skipped, see skip_log)"
             )
         channels = {sum(len(idx) for _, idx in layout) for layout in layouts}
         if len(channels) > 1:
-            raise ValueError(f"{self.name}: the items' assets {self.bands} give different channel counts "
-                             f"{sorted(channels)} (multi-band assets differ between items)")
+            raise ValueError(
+                f"{self.name}: the items' assets {self.bands} give different channel counts "
+                f"{sorted(channels)} (multi-band assets differ between items)"
+            )
         flat = [h for item in hrefs for h in item]
         prefix = os.path.commonprefix(flat) if len(flat) > 1 else ""  # noqa: RUF071
         self._href_prefix = prefix
@@ -410,7 +430,7 @@ class STACDataset(RasterDataset):
         self._href_ids = np.full((len(hrefs), width), -1, dtype=np.int32)
         for row, item in enumerate(hrefs):
             for col, h in enumerate(item):
-                self._href_ids[row, col] = unique.setdefault(h[len(prefix):], len(unique))
+                self._href_ids[row, col] = unique.setdefault(h[len(prefix) :], len(unique))
         self._href_table = list(unique)
         self._layouts = list(layouts)
         self._layout_ids = np.asarray(layout_ids, dtype=np.int32)
@@ -445,9 +465,14 @@ class STACDataset(RasterDataset):
         except ReadError as exc:
             error = exc
         if error is not None:
-            self._skip_or_raise(ReadError(error.action, error.url, error.stage,
-                                          f"item {record.id!r} asset {key!r} (no projection extension): "
-                                          f"{error.reason}"))
+            self._skip_or_raise(
+                ReadError(
+                    error.action,
+                    error.url,
+                    error.stage,
+                    f"item {record.id!r} asset {key!r} (no projection extension): {error.reason}",
+                )
+            )
             return None
         return header
 
@@ -498,8 +523,15 @@ class STACDataset(RasterDataset):
         else:
             self._read_item(i, parts, grid, out, valid, prefilled)
 
-    def _read_item(self, i: int, parts: list[tuple[str, list[int]]], grid: Grid, out: np.ndarray,
-                   valid: np.ndarray | None, prefilled: bool) -> None:
+    def _read_item(
+        self,
+        i: int,
+        parts: list[tuple[str, list[int]]],
+        grid: Grid,
+        out: np.ndarray,
+        valid: np.ndarray | None,
+        prefilled: bool,
+    ) -> None:
         _CURRENT.entry = (self, i, [url for url, _ in parts])
         try:
             self._read_parts(parts, grid, out, valid, prefilled)

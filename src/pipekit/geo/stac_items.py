@@ -24,9 +24,12 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipekit.errors import ParseError, ReadError
+
+if TYPE_CHECKING:
+    from pipekit.geo.stac_search import ItemFilter
 
 __all__ = [
     "ItemRecord",
@@ -87,7 +90,8 @@ def parse_time(text: str | None, what: str, item_id: str) -> float | None:
     return value.timestamp()
 
 
-def _interval(item_id: str, props: Mapping[str, Any]) -> tuple[float, float]:
+def item_interval(item_id: str, props: Mapping[str, Any]) -> tuple[float, float]:
+    """An item's ``(start, end)`` in POSIX seconds: ``start_datetime``/``end_datetime``, else ``datetime`` twice."""
     start = parse_time(props.get("start_datetime"), "start_datetime", item_id)
     end = parse_time(props.get("end_datetime"), "end_datetime", item_id)
     moment = parse_time(props.get("datetime"), "datetime", item_id)
@@ -114,10 +118,11 @@ def record_from_dict(item: Mapping[str, Any], base: str | None = None) -> ItemRe
     """An :class:`ItemRecord` of an item's JSON dict (relative asset hrefs resolved against ``base``)."""
     item_id = str(item.get("id"))
     if item.get("type") != "Feature" or "id" not in item:
-        raise ParseError("read STAC item", base, "STACDataset",
-                         f"not a STAC item (type {item.get('type')!r}, id {item.get('id')!r})")
+        raise ParseError(
+            "read STAC item", base, "STACDataset", f"not a STAC item (type {item.get('type')!r}, id {item.get('id')!r})"
+        )
     props = item.get("properties") or {}
-    start, end = _interval(item_id, props)
+    start, end = item_interval(item_id, props)
     assets = {}
     for key, asset in (item.get("assets") or {}).items():
         fields = dict(asset)
@@ -127,8 +132,8 @@ def record_from_dict(item: Mapping[str, Any], base: str | None = None) -> ItemRe
     return ItemRecord(item_id, item.get("collection"), start, end, proj, assets, base)
 
 
-def records_from_items(items: Iterable[Any]) -> list[ItemRecord]:
-    """Records of ``pystac.Item`` objects or item dicts.
+def records_from_items(items: Iterable[Any], keep: ItemFilter | None = None) -> list[ItemRecord]:
+    """Records of ``pystac.Item`` objects or item dicts (those ``keep`` selects, if given).
 
     Example:
         >>> import pystac, datetime
@@ -143,7 +148,7 @@ def records_from_items(items: Iterable[Any]) -> list[ItemRecord]:
     for item in items:
         if isinstance(item, pystac.Item):
             props = item.properties
-            start, end = _interval(item.id, {**props, "datetime": props.get("datetime")})
+            start, end = item_interval(item.id, {**props, "datetime": props.get("datetime")})
             assets = {}
             for key, asset in item.assets.items():
                 fields = dict(asset.extra_fields)
@@ -151,12 +156,18 @@ def records_from_items(items: Iterable[Any]) -> list[ItemRecord]:
                 if asset.media_type:
                     fields["type"] = asset.media_type
                 assets[key] = fields
+            if keep and not keep.matches(item.to_dict(include_self_link=False, transform_hrefs=False), (start, end)):
+                continue
             proj = {k: props[k] for k in PROJ_KEYS if props.get(k) is not None}
             records.append(ItemRecord(item.id, item.collection_id, start, end, proj, assets, item.get_self_href()))
         elif isinstance(item, Mapping):
-            records.append(record_from_dict(item))
+            record = record_from_dict(item)
+            if not keep or keep.matches(item, (record.start, record.end)):
+                records.append(record)
         else:
             raise TypeError(f"items must be pystac.Item objects or item dicts, got {type(item).__name__}")
+        if keep and keep.max_items is not None and len(records) >= keep.max_items:
+            break
     return records
 
 
@@ -228,8 +239,7 @@ def _read_document(stac_io: Any, href: str, linked_from: str | None, rel: str) -
     except FileNotFoundError as exc:
         raise ReadError("read STAC document", href, "STACDataset", f"broken link{where}: not found ({exc})") from exc
     except Exception as exc:
-        raise ReadError("read STAC document", href, "STACDataset",
-                        f"{type(exc).__name__}: {exc}{where}") from exc
+        raise ReadError("read STAC document", href, "STACDataset", f"{type(exc).__name__}: {exc}{where}") from exc
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -237,8 +247,11 @@ def _read_document(stac_io: Any, href: str, linked_from: str | None, rel: str) -
 
 
 def walk_catalog(
-    href: str, storage_options: Mapping[str, Any] | None = None, threads: int = 16,
+    href: str,
+    storage_options: Mapping[str, Any] | None = None,
+    threads: int = 16,
     stac_io: Any = None,
+    keep: ItemFilter | None = None,
 ) -> list[ItemRecord]:
     """The items of a static catalog or collection (its ``child`` and ``item`` links followed).
 
@@ -247,6 +260,8 @@ def walk_catalog(
         storage_options: fsspec options for remote hrefs.
         threads: items read concurrently (they are one request each).
         stac_io: the ``FsspecStacIO`` to read with (its ``requests`` counts the documents read).
+        keep: an :class:`~pipekit.geo.stac_search.ItemFilter`: only the items it selects are returned
+            (every item is still read: a static catalog has no index to search).
 
     Raises:
         ReadError: a document cannot be read (a broken link names the link and the document holding it).
@@ -275,12 +290,18 @@ def walk_catalog(
     while stack:
         current, parent, rel = stack.pop()
         if current in seen:
-            raise ParseError("walk STAC catalog", current, "STACDataset",
-                             f"the catalog has a cycle: the {rel!r} link of {parent!r} leads back to it")
+            raise ParseError(
+                "walk STAC catalog",
+                current,
+                "STACDataset",
+                f"the catalog has a cycle: the {rel!r} link of {parent!r} leads back to it",
+            )
         seen.add(current)
         doc = _read_document(stac_io, current, parent, rel)
         if doc.get("type") == "Feature":
-            records.append(record_from_dict(doc, current))
+            record = _kept(record_from_dict(doc, current), doc, keep)
+            if record is not None:
+                records.append(record)
             continue
         children = []
         for link in doc.get("links") or []:
@@ -294,24 +315,36 @@ def walk_catalog(
                 item_links.append((target, current))
         stack.extend(reversed(children))
 
-    def load(link: tuple[str, str]) -> ItemRecord:
+    def load(link: tuple[str, str]) -> ItemRecord | None:
         target, parent = link
-        return record_from_dict(_read_document(stac_io, target, parent, "item"), target)
+        doc = _read_document(stac_io, target, parent, "item")
+        return _kept(record_from_dict(doc, target), doc, keep)
 
     if threads > 1 and len(item_links) > 1:
         with concurrent.futures.ThreadPoolExecutor(min(threads, len(item_links))) as pool:
-            records.extend(pool.map(load, item_links))
+            loaded = list(pool.map(load, item_links))
     else:
-        records.extend(load(link) for link in item_links)
+        loaded = [load(link) for link in item_links]
+    records.extend(r for r in loaded if r is not None)
+    if keep and keep.max_items is not None:
+        del records[keep.max_items :]
     return records
+
+
+def _kept(record: ItemRecord, doc: Mapping[str, Any], keep: ItemFilter | None) -> ItemRecord | None:
+    return record if not keep or keep.matches(doc, (record.start, record.end)) else None
 
 
 # ---------------------------------------------------------------------------------------------
 # STAC API search
 
 
-def search_api(url: str, search: Mapping[str, Any], client_options: Mapping[str, Any] | None = None,
-               counter: list[int] | None = None) -> list[ItemRecord]:
+def search_api(
+    url: str,
+    search: Mapping[str, Any],
+    client_options: Mapping[str, Any] | None = None,
+    counter: list[int] | None = None,
+) -> list[ItemRecord]:
     """The items a STAC API search returns (pystac-client; every page followed).
 
     Args:
@@ -323,6 +356,10 @@ def search_api(url: str, search: Mapping[str, Any], client_options: Mapping[str,
     """
     from pystac_client import Client
 
+    from pipekit.geo.stac_search import parse_filter
+
+    if search.get("filter") is not None:
+        parse_filter(search["filter"], url)  # a clear error before any request
     options = dict(client_options or {})
     modifier = options.pop("request_modifier", None)
 
@@ -379,8 +416,12 @@ def _asset_columns(assets: Any, wanted: Sequence[str] | None) -> list[dict[str, 
                 if not len(child) or not child.is_valid()[0].as_py():
                     continue
                 names = [f.name for f in child.type]
-                bands = [b for band_key in ("bands", "eo:bands") if band_key in names
-                         for b in (child.field(band_key)[0].as_py() or [])]
+                bands = [
+                    b
+                    for band_key in ("bands", "eo:bands")
+                    if band_key in names
+                    for b in (child.field(band_key)[0].as_py() or [])
+                ]
                 if any(name in (b.get("name"), b.get("common_name")) for b in bands):
                     chosen.append(key)
                     break
@@ -398,20 +439,84 @@ def _asset_columns(assets: Any, wanted: Sequence[str] | None) -> list[dict[str, 
                 if present[i] and rows[i] is not None:
                     rows[i][key] = {}
             continue
-        fields = {f.name: child.field(f.name).to_pylist() for f in child.type
-                  if wanted is None or f.name in _ASSET_FIELDS or f.name.startswith("proj:")}
+        fields = {
+            f.name: child.field(f.name).to_pylist()
+            for f in child.type
+            if wanted is None or f.name in _ASSET_FIELDS or f.name.startswith("proj:")
+        }
         for i in range(n):
             if present[i] and rows[i] is not None:
                 rows[i][key] = {f: values[i] for f, values in fields.items() if values[i] is not None}
     return rows
 
 
-def read_geoparquet(href: str, storage_options: Mapping[str, Any] | None = None,
-                    assets: Sequence[str] | None = None) -> list[ItemRecord]:
+def _python_value(value: Any) -> Any:
+    """A parquet cell as an item property would hold it (timestamps as RFC 3339 text)."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    return value
+
+
+def _filter_rows(table: Any, keep: ItemFilter) -> Any:
+    """The rows of ``table`` that ``keep`` selects (its ``max_items`` first), as a pyarrow table."""
+    import pyarrow as pa
+
+    n = table.num_rows
+    ids = [str(v) for v in table.column("id").to_pylist()]
+    collections = table.column("collection").to_pylist() if "collection" in table.column_names else [None] * n
+    times = {
+        c: _seconds(table.column(c)) if c in table.column_names else [None] * n
+        for c in ("datetime", "start_datetime", "end_datetime")
+    }
+    names = sorted(keep.properties - {"id", "collection", "geometry"})
+    values = {c: [_python_value(v) for v in table.column(c).to_pylist()] for c in names if c in table.column_names}
+    geometries: list[Any] = [None] * n
+    if keep.needs_geometry and "geometry" in table.column_names:
+        import shapely
+
+        column = table.column("geometry").combine_chunks()
+        geometries = list(shapely.from_wkb(column.to_numpy(zero_copy_only=False)))
+    mask = []
+    kept = 0
+    for i in range(n):
+        if keep.max_items is not None and kept >= keep.max_items:
+            mask.append(False)
+            continue
+        start = times["start_datetime"][i]
+        end = times["end_datetime"][i]
+        moment = times["datetime"][i]
+        start, end = moment if start is None else start, moment if end is None else end
+        props = {c: column[i] for c, column in values.items() if column[i] is not None}
+        item = {
+            "type": "Feature",
+            "id": ids[i],
+            "collection": collections[i],
+            "geometry": geometries[i],
+            "properties": props,
+        }
+        ok = keep.matches(item, (-math.inf if start is None else start, math.inf if end is None else end))
+        kept += ok
+        mask.append(ok)
+    return table.filter(pa.array(mask, type=pa.bool_()))
+
+
+def read_geoparquet(
+    href: str,
+    storage_options: Mapping[str, Any] | None = None,
+    assets: Sequence[str] | None = None,
+    keep: ItemFilter | None = None,
+) -> list[ItemRecord]:
     """The items of a stac-geoparquet file, read column-wise with pyarrow (one file read, no per-item request).
 
-    ``assets``: the asset keys or band names a dataset reads; only those
-    assets' fields are converted to Python (the others' keys are kept).
+    Args:
+        href: the file, local or an fsspec URL.
+        storage_options: fsspec options for a remote ``href``.
+        assets: the asset keys or band names a dataset reads; only those
+            assets' fields are converted to Python (the others' keys are kept).
+        keep: an :class:`~pipekit.geo.stac_search.ItemFilter`: only the rows it
+            selects are returned (the columns its ``filter``/``query`` name are read too).
 
     Raises:
         ReadError: the file cannot be read.
@@ -424,20 +529,31 @@ def read_geoparquet(href: str, storage_options: Mapping[str, Any] | None = None,
     try:
         with fsspec.open(href, "rb", **_storage_options_for(href, storage_options)) as f:
             schema = pq.read_schema(f)
-            columns = [c for c in _ITEM_COLUMNS if c in schema.names]
+            wanted = list(_ITEM_COLUMNS)
+            if keep:
+                wanted += sorted(keep.properties) + (["geometry"] if keep.needs_geometry else [])
+            columns = [c for c in dict.fromkeys(wanted) if c in schema.names]
             f.seek(0)
             table = pq.read_table(f, columns=columns)
     except Exception as exc:
         raise ReadError("read stac-geoparquet", href, "STACDataset", f"{type(exc).__name__}: {exc}") from exc
     for needed in ("id", "assets"):
         if needed not in table.column_names:
-            raise ParseError("read stac-geoparquet", href, "STACDataset",
-                             f"no {needed!r} column: not a stac-geoparquet file (columns {table.column_names})")
+            raise ParseError(
+                "read stac-geoparquet",
+                href,
+                "STACDataset",
+                f"no {needed!r} column: not a stac-geoparquet file (columns {table.column_names})",
+            )
+    if keep:
+        table = _filter_rows(table, keep)
     n = table.num_rows
     ids = [str(v) for v in table.column("id").to_pylist()]
     collections = table.column("collection").to_pylist() if "collection" in columns else [None] * n
-    times = {c: _seconds(table.column(c)) if c in columns else [None] * n
-             for c in ("datetime", "start_datetime", "end_datetime")}
+    times = {
+        c: _seconds(table.column(c)) if c in columns else [None] * n
+        for c in ("datetime", "start_datetime", "end_datetime")
+    }
     proj = {k: table.column(k).to_pylist() for k in PROJ_KEYS if k in columns}
     asset_rows = _asset_columns(table.column("assets").combine_chunks(), assets)
     records = []
@@ -448,8 +564,15 @@ def read_geoparquet(href: str, storage_options: Mapping[str, Any] | None = None,
         start = moment if start is None else start
         end = moment if end is None else end
         item_assets = asset_rows[i] or {}
-        records.append(ItemRecord(
-            ids[i], collections[i], -math.inf if start is None else start, math.inf if end is None else end,
-            {k: values[i] for k, values in proj.items() if values[i] is not None}, item_assets, href,
-        ))
+        records.append(
+            ItemRecord(
+                ids[i],
+                collections[i],
+                -math.inf if start is None else start,
+                math.inf if end is None else end,
+                {k: values[i] for k, values in proj.items() if values[i] is not None},
+                item_assets,
+                href,
+            )
+        )
     return records
