@@ -206,6 +206,12 @@ class STACDataset(RasterDataset):
         res: pixel size (default: the first item's first asset's).
         transforms: a callable applied to every sample dict.
         is_image: samples hold ``"image"`` (default) or ``"mask"``.
+        time_series: stack, rather than mosaic, the items a query's time
+            overlaps (as :class:`RasterDataset`): ``sample["image"]`` is
+            ``[T, C, H, W]`` (a mask ``[T, H, W]``), one step per distinct
+            item time (the tiles of one date, in any UTM zone, are mosaicked
+            into one step), oldest first, and ``sample["dates"]`` the ``[T]``
+            float64 POSIX seconds of each step's start.
         nodata: override the assets' nodata value (also the fill value).
         dtype: as :class:`RasterDataset` (float32 images, int64 masks, or ``"native"``).
         resampling: as :class:`RasterDataset`.
@@ -258,6 +264,7 @@ class STACDataset(RasterDataset):
         transforms: Callable[[Sample], Sample] | None = None,
         *,
         is_image: bool = True,
+        time_series: bool = False,
         nodata: float | None = None,
         dtype: torch.dtype | str | None = None,
         resampling: Resampling | str | None = None,
@@ -311,6 +318,7 @@ class STACDataset(RasterDataset):
             on_error=on_error,
             vsi=vsi,
             gdal_options=gdal_options,
+            time_series=time_series,
         )
         del self._source  # the items are indexed: nothing of their JSON is kept
 
