@@ -70,6 +70,8 @@ def _still_selects(record: ItemRecord, wanted: Sequence[str], parts: Sequence[tu
                 return False
             continue
         bands = _bands_of(asset)
+        if len(bands) > 1:  # a band of a multi-band asset: this item may hold it alone too (preferred)
+            return False
         if len(indexes) != 1 or len(bands) < indexes[0] or name not in _band_names(bands[indexes[0] - 1]):
             return False
     return True
@@ -423,11 +425,16 @@ class STACDataset(RasterDataset):
                 f"{self.name}: none of the {len(records)} item(s) of {self.root!r}{searched} could be indexed "
                 f"({self.skip_log.count} skipped, see skip_log)"
             )
-        channels = {sum(len(idx) for _, idx in layout) for layout in layouts}
-        if len(channels) > 1:
+        found = list(layouts)
+        counts = [sum(len(idx) for _, idx in layout) for layout in found]
+        if len(set(counts)) > 1:  # name the first item of two layouts that differ
+            first = layout_ids.index(0)
+            other = next(row for row, k in enumerate(layout_ids) if counts[k] != counts[0])
             raise ValueError(
-                f"{self.name}: the items' assets {self.bands} give different channel counts "
-                f"{sorted(channels)} (multi-band assets differ between items)"
+                f"{self.name}: the items' assets {self.bands} give different channel counts: {counts[0]} in item "
+                f"{ids[first]!r} (asset bands {dict(found[0])}), {counts[layout_ids[other]]} in item "
+                f"{ids[other]!r} ({dict(found[layout_ids[other]])}); a multi-band asset differs between items: "
+                "choose single bands by name"
             )
         flat = [h for item in hrefs for h in item]
         prefix = os.path.commonprefix(flat) if len(flat) > 1 else ""  # noqa: RUF071

@@ -398,36 +398,41 @@ def _seconds(column: Any) -> list[float | None]:
 _ASSET_FIELDS = ("href", "type", "bands", "eo:bands", "raster:bands")
 
 
+def _band_names_in(child: Any) -> set[str]:
+    """Every band ``name``/``common_name`` an asset column carries in any row (``bands`` or ``eo:bands``)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names: set[str] = set()
+    fields = [f.name for f in child.type]
+    for band_key in ("bands", "eo:bands"):
+        if band_key not in fields:
+            continue
+        lists = child.field(band_key)
+        if not (pa.types.is_list(lists.type) or pa.types.is_large_list(lists.type)):
+            continue
+        flat = pc.list_flatten(lists)
+        if not pa.types.is_struct(flat.type):
+            continue
+        for sub in ("name", "common_name", "eo:common_name"):
+            if flat.type.get_field_index(sub) >= 0:
+                names.update(str(v) for v in pc.unique(flat.field(sub)).to_pylist() if v is not None)
+    return names
+
+
 def _asset_columns(assets: Any, wanted: Sequence[str] | None) -> list[dict[str, Any] | None]:
-    """Per row, ``{asset key: fields}`` -- converting only the assets ``wanted`` names (keys, or band names the
-    first row's assets carry); the other assets present in a row are kept as empty placeholders (their keys
-    still show in error messages)."""
+    """Per row, ``{asset key: fields}`` -- converting only the assets ``wanted`` may select: its asset keys, and
+    every asset whose bands carry a wanted band name in any row (each row's own assets are then chosen per row,
+    by :func:`~pipekit.geo.stac.select_assets`, as for items read any other way); the other assets present in
+    a row are kept as empty placeholders (their keys still show in error messages)."""
     keys = [field.name for field in assets.type]
     if wanted is None:
-        chosen = keys
+        chosen = set(keys)
     else:
-        chosen = []
-        for name in wanted:
-            if name in keys:
-                chosen.append(name)
-                continue
-            for key in keys:
-                child = assets.field(key)
-                if not len(child) or not child.is_valid()[0].as_py():
-                    continue
-                names = [f.name for f in child.type]
-                bands = [
-                    b
-                    for band_key in ("bands", "eo:bands")
-                    if band_key in names
-                    for b in (child.field(band_key)[0].as_py() or [])
-                ]
-                if any(name in (b.get("name"), b.get("common_name")) for b in bands):
-                    chosen.append(key)
-                    break
-            else:
-                chosen = keys  # a name the first row does not resolve: convert everything, let selection report it
-                break
+        names = [name for name in wanted if name not in keys]
+        chosen = {name for name in wanted if name in keys}
+        if names:
+            chosen.update(key for key in keys if _band_names_in(assets.field(key)).intersection(names))
     n = len(assets)
     valid_rows = assets.is_valid().to_pylist()
     rows: list[dict[str, Any] | None] = [{} if ok else None for ok in valid_rows]
