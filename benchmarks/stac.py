@@ -14,6 +14,12 @@ What is measured (issue 11, "Measure"):
      default page size, and 1,000);
    * a stac-geoparquet file (written by rustac) on the same S3 server, read with pyarrow.
 
+   With ``--filters``, the same opening with a search (``filter="eo:cloud_cover
+   < 10"``, a ``datetime`` range and a ``bbox``): evaluated client-side on the
+   stac-geoparquet file (and the static catalog), and server-side by a STAC API
+   that evaluates CQL2 (``rustac serve`` over the same stac-geoparquet, its DuckDB
+   backend); the three selections are checked equal.
+
    Seconds (wall, and the process's CPU time: steadier on a shared machine)
    to a ready ``STACDataset(source, assets=["red", "green", "blue",
    "nir"])`` and the requests made (documents read; API pages; the one file).
@@ -75,10 +81,16 @@ def build(label: str, make) -> dict:
     start, cpu = time.perf_counter(), time.process_time()
     ds = make()
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
-    print(f"  {label:<34} {len(ds):>6} items  {seconds:7.2f} s (CPU {cpu:5.2f} s)  {ds.requests:>6} requests",
-          flush=True)
-    return {"source": label, "items": len(ds), "seconds": round(seconds, 3), "cpu_seconds": round(cpu, 3),
-            "requests": ds.requests}
+    print(
+        f"  {label:<34} {len(ds):>6} items  {seconds:7.2f} s (CPU {cpu:5.2f} s)  {ds.requests:>6} requests", flush=True
+    )
+    return {
+        "source": label,
+        "items": len(ds),
+        "seconds": round(seconds, 3),
+        "cpu_seconds": round(cpu, 3),
+        "requests": ds.requests,
+    }
 
 
 def patch_rate(ds, boxes_seed: int, n: int, size: int, workers: int) -> float:
@@ -100,9 +112,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--patches", type=int, default=None, help="patches per timed pass")
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
-    parser.add_argument("--skip-catalog", action="store_true",
-                        help="no static catalog (writing 10,000 item files to S3 takes minutes)")
+    parser.add_argument(
+        "--skip-catalog", action="store_true", help="no static catalog (writing 10,000 item files to S3 takes minutes)"
+    )
     parser.add_argument("--skip-patches", action="store_true", help="only the opening figures")
+    parser.add_argument(
+        "--filters",
+        action="store_true",
+        help="also open with a search: client-side (stac-geoparquet, catalog) vs a CQL2 API",
+    )
     args = parser.parse_args(argv)
     n_items = args.items or (1_000 if args.quick else 10_000)
     n_patches = args.patches or (96 if args.quick else 320)
@@ -133,27 +151,52 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 print("opening:")
                 if not args.skip_catalog:
-                    results["open"].append(build("static catalog (S3)", lambda: STACDataset(
-                        f"s3://{bucket}/catalog/collection.json", assets=ASSETS, storage_options=so)))
+                    results["open"].append(
+                        build(
+                            "static catalog (S3)",
+                            lambda: STACDataset(
+                                f"s3://{bucket}/catalog/collection.json", assets=ASSETS, storage_options=so
+                            ),
+                        )
+                    )
                 for limit in (100, 1000):
-                    results["open"].append(build(f"STAC API search (limit {limit})", lambda limit=limit: STACDataset(
-                        api.url, assets=ASSETS, collections=["sentinel-2-l2a-synthetic"], limit=limit)))
-                results["open"].append(build("stac-geoparquet (S3)", lambda: STACDataset(
-                    f"s3://{bucket}/items.parquet", assets=ASSETS, storage_options=so)))
+                    results["open"].append(
+                        build(
+                            f"STAC API search (limit {limit})",
+                            lambda limit=limit: STACDataset(
+                                api.url, assets=ASSETS, collections=["sentinel-2-l2a-synthetic"], limit=limit
+                            ),
+                        )
+                    )
+                results["open"].append(
+                    build(
+                        "stac-geoparquet (S3)",
+                        lambda: STACDataset(f"s3://{bucket}/items.parquet", assets=ASSETS, storage_options=so),
+                    )
+                )
             finally:
                 api.stop()
+            if args.filters:
+                results["filtered"] = open_filtered(items, work, bucket, so, args)
 
             if args.skip_patches:
                 return _finish(results, args)
             first_date = [i for i in items if "20240501" in i["id"]]
             stac = STACDataset(first_date, assets=ASSETS, storage_options=so)
-            plain = TileBands(f"s3://{bucket}/cogs/", crs=stac.crs, res=stac.res, bands=["B04", "B03", "B02", "B08"],
-                              storage_options=so)
+            plain = TileBands(
+                f"s3://{bucket}/cogs/",
+                crs=stac.crs,
+                res=stac.res,
+                bands=["B04", "B03", "B02", "B08"],
+                storage_options=so,
+            )
             assert len(stac) == len(plain) == 4, (len(stac), len(plain))
             box = stac.bounds
             same = bool((stac[box]["image"] == plain[box]["image"]).all())
-            print(f"patches/s ({n_patches} random 128 px patches of 4 bands per pass, S3 /vsis3/); "
-                  f"identical mosaics: {same}")
+            print(
+                f"patches/s ({n_patches} random 128 px patches of 4 bands per pass, S3 /vsis3/); "
+                f"identical mosaics: {same}"
+            )
             for workers in (0, 2):
                 patch_rate(stac, 99, min(32, n_patches), 128, workers)  # warm-up
                 patch_rate(plain, 99, min(32, n_patches), 128, workers)
@@ -163,14 +206,67 @@ def main(argv: list[str] | None = None) -> int:
                     for name, ds in order:
                         rates[name].append(patch_rate(ds, r, n_patches, 128, workers))
                 s, p = statistics.median(rates["stac"]), statistics.median(rates["plain"])
-                print(f"  workers={workers}: STACDataset {s:7.1f}/s  RasterDataset {p:7.1f}/s  ratio {s / p:.2f} "
-                      f"(rounds: stac {[round(x) for x in rates['stac']]}, plain {[round(x) for x in rates['plain']]})",
-                      flush=True)
-                results["patches"].append({"workers": workers, "stac": round(s, 1), "plain": round(p, 1),
-                                           "ratio": round(s / p, 3), "identical": same})
+                print(
+                    f"  workers={workers}: STACDataset {s:7.1f}/s  RasterDataset {p:7.1f}/s  ratio {s / p:.2f} "
+                    f"(rounds: stac {[round(x) for x in rates['stac']]}, plain {[round(x) for x in rates['plain']]})",
+                    flush=True,
+                )
+                results["patches"].append(
+                    {
+                        "workers": workers,
+                        "stac": round(s, 1),
+                        "plain": round(p, 1),
+                        "ratio": round(s / p, 3),
+                        "identical": same,
+                    }
+                )
     finally:
         s3.stop(timeout=3.0)
     return _finish(results, args)
+
+
+#: a search selecting about a tenth of the items: clear scenes of the summer over the zone boundary
+SEARCH = {"filter": "eo:cloud_cover < 10", "datetime": "2024-05-01/2025-12-31", "bbox": [5.9, 47.4, 6.1, 47.6]}
+
+
+def open_filtered(items: list, work: Path, bucket: str, so: dict, args: argparse.Namespace) -> list[dict]:
+    """Open with :data:`SEARCH`: client-side on stac-geoparquet (and the catalog), server-side by a CQL2 API."""
+    from stacserver import start_stac_server
+
+    local = write_geoparquet(items, str(work / "filtered" / "items.parquet"))
+    api = start_stac_server([local], work / "filtered")  # the DuckDB backend: evaluates the filter
+    rows, selections = [], {}
+    print(f"opening with {SEARCH}:")
+    try:
+        cases = [
+            (
+                "stac-geoparquet (S3), client-side",
+                lambda: STACDataset(f"s3://{bucket}/items.parquet", assets=ASSETS, storage_options=so, **SEARCH),
+            )
+        ]
+        if not args.skip_catalog:
+            cases.append(
+                (
+                    "static catalog (S3), client-side",
+                    lambda: STACDataset(
+                        f"s3://{bucket}/catalog/collection.json", assets=ASSETS, storage_options=so, **SEARCH
+                    ),
+                )
+            )
+        cases.append(
+            ("STAC API (rustac DuckDB), limit 1000", lambda: STACDataset(api.url, assets=ASSETS, limit=1000, **SEARCH))
+        )
+        for label, make in cases:
+            holder = []
+            rows.append(build(label, lambda make=make, holder=holder: holder.append(make()) or holder[0]))
+            selections[label] = sorted(holder[0].item_ids)
+    finally:
+        api.stop()
+    same = len({tuple(v) for v in selections.values()}) == 1
+    print(f"  the same {len(next(iter(selections.values())))} items selected by every path: {same}")
+    if not same:
+        raise AssertionError(f"the selections differ: { {k: len(v) for k, v in selections.items()} }")
+    return rows
 
 
 def _finish(results: dict, args: argparse.Namespace) -> int:
