@@ -51,10 +51,15 @@ from pipekit.synthetic.stac import (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--source", choices=["catalog", "api", "geoparquet"], default="catalog",
-                        help="how the items are found (default: walk the static catalog)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--source",
+        choices=["catalog", "api", "geoparquet"],
+        default="catalog",
+        help="how the items are found (default: walk the static catalog)",
+    )
     parser.add_argument("--api-url", default=None, help="search this STAC API instead of serving the items")
     parser.add_argument("--items", type=int, default=8, help="synthetic items (4 tiles x dates)")
     parser.add_argument("--tile-size", type=int, default=512, help="pixels per side of each COG")
@@ -111,8 +116,11 @@ def serve(files: list[str], log: Path) -> tuple[subprocess.Popen, str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with open(log, "wb") as out:
-        process = subprocess.Popen([binary, "serve", "--addr", f"127.0.0.1:{port}", "--create-collections", *files],
-                                   stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            [binary, "serve", "--addr", f"127.0.0.1:{port}", "--create-collections", *files],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}/"
     deadline = time.monotonic() + 60
     while True:
@@ -139,9 +147,15 @@ def main(argv: list[str] | None = None) -> int:
                 url = args.api_url
                 if url is None:
                     server, url = serve(corpus["api_files"], work / "rustac.log")
-                images = STACDataset(url, assets=assets, collections=["sentinel-2-l2a-synthetic"],
-                                     bbox=[5.9, 47.4, 6.1, 47.6], datetime="2024-05-01/2024-12-31", limit=4,
-                                     storage_options=so)
+                images = STACDataset(
+                    url,
+                    assets=assets,
+                    collections=["sentinel-2-l2a-synthetic"],
+                    bbox=[5.9, 47.4, 6.1, 47.6],
+                    datetime="2024-05-01/2024-12-31",
+                    limit=4,
+                    storage_options=so,
+                )
             elif args.source == "geoparquet":
                 images = STACDataset(corpus["parquet"], assets=assets, storage_options=so)
             else:
@@ -152,8 +166,10 @@ def main(argv: list[str] | None = None) -> int:
                 server.wait(timeout=10)
         found = set(images.item_ids)
         zones = sorted({i["properties"]["proj:epsg"] for i in corpus["items"] if i["id"] in found})
-        print(f"{args.source}: {len(images)} items in EPSG {zones} ({images.requests} requests), "
-              f"read in EPSG:{images.crs.to_epsg()}")
+        print(
+            f"{args.source}: {len(images)} items in EPSG {zones} ({images.requests} requests), "
+            f"read in EPSG:{images.crs.to_epsg()}"
+        )
         labels = RasterDataset(write_label_raster(work / "labels" / "labels.tif", size=args.tile_size))
         labels.is_image = False
         data = images & labels
@@ -175,8 +191,10 @@ def main(argv: list[str] | None = None) -> int:
             if step == 1 or step % 10 == 0:
                 print(f"step {step}: loss {loss.item():.3f}")
         rate = seen / (time.perf_counter() - start)
-        print(f"trained on {seen} patches of {args.patch}x{args.patch} px ({rate:.0f} patches/s); "
-              f"skipped reads: {loader.skip_report() or 'none'}")
+        print(
+            f"trained on {seen} patches of {args.patch}x{args.patch} px ({rate:.0f} patches/s); "
+            f"skipped reads: {loader.skip_report() or 'none'}"
+        )
     return 0
 
 

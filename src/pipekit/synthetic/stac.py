@@ -53,17 +53,26 @@ def _pattern(size: int, band: int, seed: int) -> np.ndarray:
     return np.clip(fields + rng.normal(0, 80, (size, size)), 1, 10000).astype(np.uint16)
 
 
-def _write_cog(path: Path, data: np.ndarray, epsg: int, origin: tuple[float, float], res: float,
-               nodata: float | None) -> None:
+def _write_cog(
+    path: Path, data: np.ndarray, epsg: int, origin: tuple[float, float], res: float, nodata: float | None
+) -> None:
     import rasterio
     from rasterio.io import MemoryFile
     from rasterio.shutil import copy as rio_copy
     from rasterio.transform import from_origin
 
     profile = {
-        "driver": "GTiff", "width": data.shape[-1], "height": data.shape[-2], "count": 1, "dtype": data.dtype.name,
-        "crs": f"EPSG:{epsg}", "transform": from_origin(origin[0], origin[1], res, res), "nodata": nodata,
-        "tiled": True, "blockxsize": 256, "blockysize": 256,
+        "driver": "GTiff",
+        "width": data.shape[-1],
+        "height": data.shape[-2],
+        "count": 1,
+        "dtype": data.dtype.name,
+        "crs": f"EPSG:{epsg}",
+        "transform": from_origin(origin[0], origin[1], res, res),
+        "nodata": nodata,
+        "tiled": True,
+        "blockxsize": 256,
+        "blockysize": 256,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     with MemoryFile() as memfile:
@@ -74,8 +83,9 @@ def _write_cog(path: Path, data: np.ndarray, epsg: int, origin: tuple[float, flo
             rio_copy(src, str(path), driver="COG", blocksize=256, compress="DEFLATE", overviews="FORCE_USE_EXISTING")
 
 
-def write_sentinel2_cogs(root: str | Path, size: int = 512, res: float = 10.0,
-                         tiles: Sequence[str] = tuple(S2_TILES), seed: int = 0) -> dict[str, dict[str, str]]:
+def write_sentinel2_cogs(
+    root: str | Path, size: int = 512, res: float = 10.0, tiles: Sequence[str] = tuple(S2_TILES), seed: int = 0
+) -> dict[str, dict[str, str]]:
     """Write one COG per tile and band under ``root/{tile}/{band}.tif`` (uint16, nodata 0, 256 px tiles, overviews).
 
     Returns:
@@ -102,8 +112,14 @@ def write_sentinel2_cogs(root: str | Path, size: int = 512, res: float = 10.0,
 
 
 def sentinel2_items(
-    cogs: Mapping[str, Mapping[str, str]], href_root: str, n_items: int, size: int = 512, res: float = 10.0,
-    start: _dt.date = _dt.date(2024, 5, 1), collection: str = "sentinel-2-l2a-synthetic", seed: int = 0,
+    cogs: Mapping[str, Mapping[str, str]],
+    href_root: str,
+    n_items: int,
+    size: int = 512,
+    res: float = 10.0,
+    start: _dt.date = _dt.date(2024, 5, 1),
+    collection: str = "sentinel-2-l2a-synthetic",
+    seed: int = 0,
 ) -> list[dict[str, Any]]:
     """``n_items`` STAC item dicts over the tiles of ``cogs``, one per tile and date (every 5 days, tile by tile).
 
@@ -127,11 +143,15 @@ def sentinel2_items(
         epsg, (x0, y0) = S2_TILES[tile]
         to_lonlat = Transformer.from_crs(epsg, 4326, always_xy=True)
         extent = size * res
-        ring = [to_lonlat.transform(x, y) for x, y in
-                ((x0, y0), (x0 + extent, y0), (x0 + extent, y0 - extent), (x0, y0 - extent), (x0, y0))]
+        ring = [
+            to_lonlat.transform(x, y)
+            for x, y in ((x0, y0), (x0 + extent, y0), (x0 + extent, y0 - extent), (x0, y0 - extent), (x0, y0))
+        ]
         lons, lats = zip(*ring)
-        footprints[tile] = ({"type": "Polygon", "coordinates": [[list(p) for p in ring]]},
-                            [min(lons), min(lats), max(lons), max(lats)])
+        footprints[tile] = (
+            {"type": "Polygon", "coordinates": [[list(p) for p in ring]]},
+            [min(lons), min(lats), max(lons), max(lats)],
+        )
     items = []
     for n in range(n_items):
         tile = tiles[n % len(tiles)]
@@ -149,31 +169,33 @@ def sentinel2_items(
                 "eo:bands": [{"name": band, "common_name": common, "center_wavelength": centre}],
                 "raster:bands": [{"data_type": "uint16", "nodata": 0, "spatial_resolution": res}],
             }
-        items.append({
-            "type": "Feature",
-            "stac_version": "1.0.0",
-            "stac_extensions": [
-                "https://stac-extensions.github.io/eo/v1.1.0/schema.json",
-                "https://stac-extensions.github.io/projection/v1.1.0/schema.json",
-                "https://stac-extensions.github.io/raster/v1.1.0/schema.json",
-            ],
-            "id": f"S2B_MSIL2A_{stamp}T103629_R108_{tile}_{stamp}T120000",
-            "collection": collection,
-            "geometry": geometry,
-            "bbox": bbox,
-            "properties": {
-                "datetime": f"{day.isoformat()}T10:36:29Z",
-                "platform": "sentinel-2b",
-                "eo:cloud_cover": round(float(rng.uniform(0, 100)), 2),
-                "proj:epsg": epsg,
-                "proj:code": f"EPSG:{epsg}",
-                "proj:transform": [res, 0.0, x0, 0.0, -res, y0],
-                "proj:shape": [size, size],
-                "s2:mgrs_tile": tile[1:],
-            },
-            "links": [],
-            "assets": assets,
-        })
+        items.append(
+            {
+                "type": "Feature",
+                "stac_version": "1.0.0",
+                "stac_extensions": [
+                    "https://stac-extensions.github.io/eo/v1.1.0/schema.json",
+                    "https://stac-extensions.github.io/projection/v1.1.0/schema.json",
+                    "https://stac-extensions.github.io/raster/v1.1.0/schema.json",
+                ],
+                "id": f"S2B_MSIL2A_{stamp}T103629_R108_{tile}_{stamp}T120000",
+                "collection": collection,
+                "geometry": geometry,
+                "bbox": bbox,
+                "properties": {
+                    "datetime": f"{day.isoformat()}T10:36:29Z",
+                    "platform": "sentinel-2b",
+                    "eo:cloud_cover": round(float(rng.uniform(0, 100)), 2),
+                    "proj:epsg": epsg,
+                    "proj:code": f"EPSG:{epsg}",
+                    "proj:transform": [res, 0.0, x0, 0.0, -res, y0],
+                    "proj:shape": [size, size],
+                    "s2:mgrs_tile": tile[1:],
+                },
+                "links": [],
+                "assets": assets,
+            }
+        )
     return items
 
 
@@ -188,13 +210,15 @@ def _collection(items: Sequence[Mapping[str, Any]], collection_id: str) -> Any:
         pystac.SpatialExtent([[min(lons), min(lats), max(lons), max(lats)]]),
         pystac.TemporalExtent([[parse(times[0].replace("Z", "+00:00")), parse(times[-1].replace("Z", "+00:00"))]]),
     )
-    return pystac.Collection(collection_id, "Synthetic Sentinel-2 L2A-like COGs (pipekit)", extent,
-                             license="CC0-1.0")
+    return pystac.Collection(collection_id, "Synthetic Sentinel-2 L2A-like COGs (pipekit)", extent, license="CC0-1.0")
 
 
-def write_static_catalog(items: Sequence[Mapping[str, Any]], href: str,
-                         storage_options: Mapping[str, Any] | None = None,
-                         collection_id: str = "sentinel-2-l2a-synthetic") -> str:
+def write_static_catalog(
+    items: Sequence[Mapping[str, Any]],
+    href: str,
+    storage_options: Mapping[str, Any] | None = None,
+    collection_id: str = "sentinel-2-l2a-synthetic",
+) -> str:
     """Save ``items`` as a self-contained pystac collection at ``href`` (a folder: local or an fsspec URL).
 
     Returns the ``collection.json`` href.  Item JSON files go to
@@ -213,8 +237,9 @@ def write_static_catalog(items: Sequence[Mapping[str, Any]], href: str,
     return f"{root}/collection.json"
 
 
-def write_collection_files(items: Sequence[Mapping[str, Any]], folder: str | Path,
-                           collection_id: str = "sentinel-2-l2a-synthetic") -> list[str]:
+def write_collection_files(
+    items: Sequence[Mapping[str, Any]], folder: str | Path, collection_id: str = "sentinel-2-l2a-synthetic"
+) -> list[str]:
     """Write ``collection.json`` and ``items.json`` (a FeatureCollection) into ``folder`` (for ``rustac serve``)."""
     import json
 
@@ -227,8 +252,9 @@ def write_collection_files(items: Sequence[Mapping[str, Any]], folder: str | Pat
     return [str(folder / "collection.json"), str(folder / "items.json")]
 
 
-def write_geoparquet(items: Sequence[Mapping[str, Any]], href: str,
-                     storage_options: Mapping[str, Any] | None = None) -> str:
+def write_geoparquet(
+    items: Sequence[Mapping[str, Any]], href: str, storage_options: Mapping[str, Any] | None = None
+) -> str:
     """Write ``items`` as stac-geoparquet with rustac (to a local path, or uploaded to an fsspec URL)."""
     import rustac
 
@@ -245,8 +271,9 @@ def write_geoparquet(items: Sequence[Mapping[str, Any]], href: str,
     return href
 
 
-def write_label_raster(path: str | Path, tile: str = "T31TGN", size: int = 512, res: float = 10.0,
-                       classes: int = 4, seed: int = 0) -> str:
+def write_label_raster(
+    path: str | Path, tile: str = "T31TGN", size: int = 512, res: float = 10.0, classes: int = 4, seed: int = 0
+) -> str:
     """A uint8 class raster (a GeoTIFF) over ``tile``'s footprint, e.g. the labels of a segmentation example."""
     import rasterio
     from rasterio.transform import from_origin
@@ -256,8 +283,19 @@ def write_label_raster(path: str | Path, tile: str = "T31TGN", size: int = 512, 
     y, x = np.mgrid[0:size, 0:size]
     data = ((x // 64 + y // 64 + rng.integers(0, 2, (size, size))) % classes).astype(np.uint8)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with rasterio.open(path, "w", driver="GTiff", width=size, height=size, count=1, dtype="uint8",
-                       crs=f"EPSG:{epsg}", transform=from_origin(*origin, res, res), tiled=True,
-                       blockxsize=256, blockysize=256) as dst:
+    with rasterio.open(
+        path,
+        "w",
+        driver="GTiff",
+        width=size,
+        height=size,
+        count=1,
+        dtype="uint8",
+        crs=f"EPSG:{epsg}",
+        transform=from_origin(*origin, res, res),
+        tiled=True,
+        blockxsize=256,
+        blockysize=256,
+    ) as dst:
         dst.write(data, 1)
     return str(path)
