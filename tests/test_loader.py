@@ -539,7 +539,9 @@ class TestNothingLostAcrossWorkers:
             list(loader)
         readable = pipe.load_from_tar().map(read_pair)
         assert sorted(tuple(pair) for pair in pipekit.DataLoader(readable, num_workers=2)) == [
-            (f"{shard}/0.cls", b"x"), (f"{shard}/0.jpg", b"x")]
+            (f"{shard}/0.cls", b"x"),
+            (f"{shard}/0.jpg", b"x"),
+        ]
 
     def test_killed_worker_is_named_with_its_last_file(self, tmp_path):
         urls = write_files(tmp_path / "files", [f"f{i}.txt" for i in range(6)])  # worker 1: f1, f3, f5
@@ -563,3 +565,41 @@ class TestNothingLostAcrossWorkers:
         assert f"worker 1 (pid {err.pid}) killed by SIGKILL" in str(err)
         assert repr(urls[3]) in str(err) and "exited unexpectedly" in str(err)
         assert urls[3] in got
+
+    def test_worker_killed_mid_transfer_is_named_not_a_connection_error(self, tmp_path, monkeypatch):
+        # A worker killed while the main process rebuilds a batch it sent (the tensor's fd is
+        # fetched from the worker's socket) surfaces as ConnectionResetError / EOFError before
+        # torch has reaped the worker; it must still read as the worker's death.
+        batches = IterableWrapper(list(range(40))).sharding_filter().map(torch.tensor).batch(2)
+        loader = pipekit.DataLoader(batches, num_workers=2, timeout=60)
+        it = iter(loader)
+        next(it)
+        real_get = it._data_queue.get
+
+        def get_after_killing_a_worker(*args, **kwargs):
+            os.kill(it._workers[1].pid, signal.SIGKILL)
+            raise ConnectionResetError(104, "Connection reset by peer")
+
+        monkeypatch.setattr(it._data_queue, "get", get_after_killing_a_worker)
+        with pytest.raises(pipekit.errors.WorkerDiedError) as info:
+            list(it)
+        err = info.value
+        assert (err.worker_id, err.signal) == (1, "SIGKILL")
+        assert isinstance(err.__cause__, ConnectionResetError) or isinstance(
+            err.__cause__.__cause__, ConnectionResetError
+        )
+        monkeypatch.setattr(it._data_queue, "get", real_get)
+
+    def test_connection_error_with_every_worker_alive_is_raised_as_is(self, monkeypatch):
+        loader = pipekit.DataLoader(IterableWrapper(list(range(8))).sharding_filter(), num_workers=2, timeout=60)
+        it = iter(loader)
+        next(it)
+
+        def refused(*args, **kwargs):
+            raise ConnectionRefusedError(111, "Connection refused")
+
+        monkeypatch.setattr(it._data_queue, "get", refused)
+        with pytest.raises(ConnectionRefusedError):
+            list(it)
+        assert all(w.is_alive() for w in it._workers)
+        it._shutdown_workers()

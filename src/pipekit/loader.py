@@ -55,6 +55,7 @@ import inspect
 import logging
 import re
 import signal
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -95,6 +96,8 @@ def _skip_logs(pipes: list[Any]) -> list[tuple[int, SkipLog]]:
 def _stage_name(pipe: Any) -> str:
     name = getattr(type(pipe), "functional_name", None)
     return f"{name} ({type(pipe).__name__})" if name else type(pipe).__name__
+
+
 # torch >= 2.14 warns on every call of its deprecated set_vital, which StatefulDataLoader.__init__ makes.
 _SET_VITAL = r"'set_vital' is deprecated"
 
@@ -335,6 +338,32 @@ class _WorkersIter(_StatefulMultiProcessingDataLoaderIter):
             if died is None:
                 raise
             raise died from exc
+        except (OSError, EOFError) as exc:
+            # A worker killed while this process rebuilds a batch it sent (its tensors' file
+            # descriptors come over the worker's socket) surfaces as a connection error before
+            # torch has reaped the worker. Give the death a moment to show, then name it.
+            try:
+                dead = self._dead_workers(wait=_DEATH_GRACE_S)
+            except RuntimeError as signalled:  # torch's SIGCHLD handler: "DataLoader worker (pid N) is killed by ..."
+                died = self._describe_death(signalled)
+            else:
+                if not dead:
+                    raise
+                pids = ", ".join(str(w.pid) for w in dead)
+                message = f"DataLoader worker (pid(s) {pids}) exited unexpectedly while sending a batch ({exc!r})"
+                died = self._describe_death(RuntimeError(message))
+            if died is None:
+                raise
+            raise died from exc
+
+    def _dead_workers(self, wait: float) -> list[Any]:
+        workers = list(getattr(self, "_workers", None) or [])
+        deadline = time.monotonic() + wait
+        while True:
+            dead = [w for w in workers if not w.is_alive()]
+            if dead or time.monotonic() >= deadline:
+                return dead
+            time.sleep(0.05)
 
     def _describe_death(self, exc: RuntimeError) -> WorkerDiedError | None:
         message = str(exc)
@@ -360,12 +389,19 @@ class _WorkersIter(_StatefulMultiProcessingDataLoaderIter):
                 text += "; it had reported no file opened yet"
             parts.append(text)
             if not fields:
-                fields = {"worker_id": wid, "pid": proc.pid, "signal": sig,
-                          "url": last[0] if last else None, "stage": last[1] if last else None}
+                fields = {
+                    "worker_id": wid,
+                    "pid": proc.pid,
+                    "signal": sig,
+                    "url": last[0] if last else None,
+                    "stage": last[1] if last else None,
+                }
         return WorkerDiedError(f"{message}: {'; '.join(parts)}", **fields)
 
 
 _SIGNALS = frozenset(int(s) for s in signal.Signals)
+# How long a connection error from the data queue waits for a worker's death to show.
+_DEATH_GRACE_S = 2.0
 
 
 def _worker_init(user_fn: Callable[[int], None] | None, threads: int | None, worker_id: int) -> None:
