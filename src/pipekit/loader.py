@@ -51,8 +51,10 @@ Two more things torch's loader does silently, pipekit's does not:
 from __future__ import annotations
 
 import functools
+import gc
 import inspect
 import logging
+import os
 import re
 import signal
 import time
@@ -330,6 +332,15 @@ def _worker_reports(iterator: Any) -> dict[int, dict[str, Any]]:
 class _WorkersIter(_StatefulMultiProcessingDataLoaderIter):
     """torchdata's multi-process iterator, naming the worker (and its last file) when one dies."""
 
+    def _shutdown_workers(self) -> None:
+        # An iterator left to the garbage collector (e.g. held by a caught WorkerDiedError's
+        # traceback) can be collected inside the next loader's forked workers: there its
+        # workers are not children, and torch's shutdown fails ("can only test a child process")
+        # or signals the owner's queues. Only the process that started the workers shuts them down.
+        if getattr(self, "_owner_pid", os.getpid()) != os.getpid():
+            return
+        super()._shutdown_workers()
+
     def _get_data(self) -> Any:
         try:
             return super()._get_data()
@@ -501,9 +512,22 @@ class DataLoader(StatefulDataLoader):
         old = getattr(self, "_iterator", None)
         if old is not None and getattr(old, "_worker_snapshots", None):
             self._skip_reports_before = [*getattr(self, "_skip_reports_before", []), *_skip_summaries(old)]
-        it = super()._get_iterator()
+        # Workers are forked here. Garbage this process has not collected yet (say a dead run's
+        # iterator, held in a cycle by a caught exception's traceback) would otherwise be
+        # collected inside every worker, running its finalizers there: torch's shutdown of
+        # workers that are not that process's children, torch's temporary files unlinked twice.
+        # Frozen objects are never collected by the children (the gc.freeze recipe for a fork
+        # without exec); this process unfreezes them once the workers have started.
+        frozen_before = gc.get_freeze_count()
+        gc.freeze()
+        try:
+            it = super()._get_iterator()
+        finally:
+            if frozen_before == 0:
+                gc.unfreeze()
         if type(it) is _StatefulMultiProcessingDataLoaderIter:
             it.__class__ = _WorkersIter
+            it._owner_pid = os.getpid()
         return it
 
     def skip_report(self) -> SkipReport:
