@@ -168,8 +168,7 @@ REMOTE = [(n, c) for n, c in PYTHON if "AWS_ENDPOINT_URL" in c]
 def _params(blocks: list[tuple[str, str]]) -> list:
     # blocks that write a synthetic raster corpus take seconds (GeoSegmentation computes statistics too)
     return [
-        pytest.param(n, c, id=n, marks=[pytest.mark.slow] if "write_landsat_cdl_corpus" in c else [])
-        for n, c in blocks
+        pytest.param(n, c, id=n, marks=[pytest.mark.slow] if "write_landsat_cdl_corpus" in c else []) for n, c in blocks
     ]
 
 
@@ -241,3 +240,60 @@ def test_reliability_page_names_tests_that_exist():
             ]
             assert found, f"reliability.md names {path}{names}, which has no {name}"
             scope = found[0].body
+
+
+def _migration_names(page: str, start: str) -> list[str]:
+    """The backticked identifiers of the table that starts with ``start`` on a migration page."""
+    text = (DOCS / "migration" / page).read_text()
+    table = text[text.index(start) :].split("\n\n", 1)[0]
+    return re.findall(r"`([A-Za-z_]\w*)`", table)
+
+
+def test_torchgeo_page_names_exist():
+    # the import map by kind lists TorchGeo 0.8 names that pipekit has: each must be importable
+    import pipekit.datasets
+    import pipekit.datasets.utils
+    import pipekit.samplers
+    import pipekit.transforms.indices
+
+    modules = (pipekit.datasets, pipekit.datasets.utils, pipekit.samplers, pipekit.transforms.indices)
+    names = _migration_names("torchgeo.md", "| kind | names")
+    assert len(names) >= 30
+    for name in names:
+        assert any(name in getattr(m, "__all__", ()) for m in modules), f"torchgeo.md lists {name}, not in pipekit"
+    # and every TorchGeo sampler name pipekit has is listed (GeoSamplerPipe is pipekit's own)
+    missing = [n for n in pipekit.samplers.__all__ if n not in names and n != "GeoSamplerPipe"]
+    assert missing == []
+    for fn in (
+        "random_bbox_assignment",
+        "random_bbox_splitting",
+        "random_grid_cell_assignment",
+        "roi_split",
+        "time_series_split",
+        "VectorDataset",
+        "NonGeoDataset",
+        "NonGeoClassificationDataset",
+        "EuroSAT",
+    ):
+        assert fn in names
+
+
+def test_torchgeo_page_not_in_pipekit_is_true():
+    import pipekit.datasets
+
+    text = (DOCS / "migration" / "torchgeo.md").read_text()
+    section = text[text.index("## Not in pipekit") :]
+    listed = re.findall(r"^- `(\w+)`", section, flags=re.M)
+    assert "XarrayDataset" in listed
+    for name in listed:
+        assert not hasattr(pipekit.datasets, name), f"torchgeo.md says {name} is not in pipekit, but it is"
+
+
+def test_torchdata_page_holds_the_port_tests_import_map():
+    # tests/test_torchdata_port.py rewrites exactly these import lines: the page must show the same map
+    spec = importlib.util.spec_from_file_location("torchdata_port", ROOT / "tests" / "test_torchdata_port.py")
+    port = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(port)
+    text = (DOCS / "migration" / "torchdata.md").read_text()
+    for old, new in port.IMPORT_MAP.items():
+        assert old.strip() in text and new.strip() in text, f"torchdata.md lacks {old!r} -> {new!r}"

@@ -450,6 +450,38 @@ def _kill_self_at(flag: str, victim: str, wait_for: str, item):
     return read_pair(item)
 
 
+def _numbered_batches():
+    return IterableWrapper(list(range(400))).sharding_filter().map(torch.tensor).batch(2)
+
+
+def _collect_garbage_logging(log: str, _worker_id: int) -> None:
+    """Collect garbage in a worker, appending what finalizers raised there to ``log``."""
+    import gc
+    import sys
+
+    def record(unraisable) -> None:
+        with open(log, "a") as f:
+            f.write(f"{unraisable.err_msg}: {unraisable.exc_value!r}\n")
+
+    sys.unraisablehook = record
+    with open(log, "a"):
+        pass
+    gc.collect()
+
+
+def _die_once_and_checkpoint():
+    loader = pipekit.DataLoader(_numbered_batches(), num_workers=2, timeout=60)
+    it = iter(loader)
+    next(it)
+    os.kill(it._workers[1].pid, signal.SIGKILL)
+    try:
+        list(it)
+    except pipekit.errors.WorkerDiedError as exc:
+        caught = exc  # noqa: F841  (frame -> exception -> traceback -> frame: only the collector frees it)
+        return loader.state_dict()
+    raise AssertionError("the worker did not die")
+
+
 class TestNothingLostAcrossWorkers:
     """Issue 13 (items 2, 3, 4): skip counts, open streams and dead workers, with DataLoader workers."""
 
@@ -539,7 +571,9 @@ class TestNothingLostAcrossWorkers:
             list(loader)
         readable = pipe.load_from_tar().map(read_pair)
         assert sorted(tuple(pair) for pair in pipekit.DataLoader(readable, num_workers=2)) == [
-            (f"{shard}/0.cls", b"x"), (f"{shard}/0.jpg", b"x")]
+            (f"{shard}/0.cls", b"x"),
+            (f"{shard}/0.jpg", b"x"),
+        ]
 
     def test_killed_worker_is_named_with_its_last_file(self, tmp_path):
         urls = write_files(tmp_path / "files", [f"f{i}.txt" for i in range(6)])  # worker 1: f1, f3, f5
@@ -563,3 +597,65 @@ class TestNothingLostAcrossWorkers:
         assert f"worker 1 (pid {err.pid}) killed by SIGKILL" in str(err)
         assert repr(urls[3]) in str(err) and "exited unexpectedly" in str(err)
         assert urls[3] in got
+
+    def test_worker_killed_mid_transfer_is_named_not_a_connection_error(self, tmp_path, monkeypatch):
+        # A worker killed while the main process rebuilds a batch it sent (the tensor's fd is
+        # fetched from the worker's socket) surfaces as ConnectionResetError / EOFError before
+        # torch has reaped the worker; it must still read as the worker's death.
+        batches = IterableWrapper(list(range(40))).sharding_filter().map(torch.tensor).batch(2)
+        loader = pipekit.DataLoader(batches, num_workers=2, timeout=60)
+        it = iter(loader)
+        next(it)
+        real_get = it._data_queue.get
+
+        def get_after_killing_a_worker(*args, **kwargs):
+            os.kill(it._workers[1].pid, signal.SIGKILL)
+            raise ConnectionResetError(104, "Connection reset by peer")
+
+        monkeypatch.setattr(it._data_queue, "get", get_after_killing_a_worker)
+        with pytest.raises(pipekit.errors.WorkerDiedError) as info:
+            list(it)
+        err = info.value
+        assert (err.worker_id, err.signal) == (1, "SIGKILL")
+        assert isinstance(err.__cause__, ConnectionResetError) or isinstance(
+            err.__cause__.__cause__, ConnectionResetError
+        )
+        monkeypatch.setattr(it._data_queue, "get", real_get)
+
+    def test_resume_after_a_worker_death_is_quiet_in_the_new_workers(self, tmp_path):
+        # The dead run's iterator is only freed by the garbage collector (a caught exception's
+        # traceback holds it). Collected inside the new loader's forked workers, torch's iterator
+        # tried to shut down workers that are not theirs ("can only test a child process") and
+        # torch's temporary files were unlinked twice: each worker printed tracebacks.
+        import gc
+
+        log = tmp_path / "unraisable.log"
+        gc.disable()  # the dead iterator must still be uncollected when the new workers fork
+        try:
+            state = _die_once_and_checkpoint()
+            loader = pipekit.DataLoader(
+                _numbered_batches(),
+                num_workers=2,
+                timeout=60,
+                worker_init_fn=functools.partial(_collect_garbage_logging, str(log)),
+            )
+            loader.load_state_dict(state)
+            got = [int(x) for batch in loader for x in batch]
+        finally:
+            gc.enable()
+        assert len(got) == len(set(got)) and max(got) == 399
+        assert log.exists() and log.read_text() == ""  # both workers collected, nothing to report
+
+    def test_connection_error_with_every_worker_alive_is_raised_as_is(self, monkeypatch):
+        loader = pipekit.DataLoader(IterableWrapper(list(range(8))).sharding_filter(), num_workers=2, timeout=60)
+        it = iter(loader)
+        next(it)
+
+        def refused(*args, **kwargs):
+            raise ConnectionRefusedError(111, "Connection refused")
+
+        monkeypatch.setattr(it._data_queue, "get", refused)
+        with pytest.raises(ConnectionRefusedError):
+            list(it)
+        assert all(w.is_alive() for w in it._workers)
+        it._shutdown_workers()

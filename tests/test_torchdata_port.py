@@ -4,7 +4,7 @@
 ``FileOpener``, ``parse_csv``, ``load_from_tar``, ``shuffle`` then ``sharding_filter``, ``map``,
 ``batch``, a ``dp.map.SequenceWrapper`` lookup, and ``DataLoader2`` with
 ``MultiProcessingReadingService(num_workers=2)``, ``seed``, ``state_dict``, ``shutdown``.  The test
-rewrites its import lines (the README's mapping, nothing else), imports the result as a module and
+rewrites its import lines (docs/migration/torchdata.md's mapping, nothing else), imports the result as a module and
 runs it on real CSV and tar files.
 """
 
@@ -127,7 +127,7 @@ def resume(state):
     return rest
 """
 
-# The README's "Coming from torchdata" mapping: the only lines the port changes.
+# docs/migration/torchdata.md's import mapping: the only lines the port changes.
 IMPORT_MAP = {
     "import torchdata.datapipes as dp": "import pipekit.pipes as dp",
     "from torchdata.datapipes.iter import ": "from pipekit.pipes.iter import ",

@@ -51,10 +51,13 @@ Two more things torch's loader does silently, pipekit's does not:
 from __future__ import annotations
 
 import functools
+import gc
 import inspect
 import logging
+import os
 import re
 import signal
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -95,6 +98,8 @@ def _skip_logs(pipes: list[Any]) -> list[tuple[int, SkipLog]]:
 def _stage_name(pipe: Any) -> str:
     name = getattr(type(pipe), "functional_name", None)
     return f"{name} ({type(pipe).__name__})" if name else type(pipe).__name__
+
+
 # torch >= 2.14 warns on every call of its deprecated set_vital, which StatefulDataLoader.__init__ makes.
 _SET_VITAL = r"'set_vital' is deprecated"
 
@@ -327,6 +332,15 @@ def _worker_reports(iterator: Any) -> dict[int, dict[str, Any]]:
 class _WorkersIter(_StatefulMultiProcessingDataLoaderIter):
     """torchdata's multi-process iterator, naming the worker (and its last file) when one dies."""
 
+    def _shutdown_workers(self) -> None:
+        # An iterator left to the garbage collector (e.g. held by a caught WorkerDiedError's
+        # traceback) can be collected inside the next loader's forked workers: there its
+        # workers are not children, and torch's shutdown fails ("can only test a child process")
+        # or signals the owner's queues. Only the process that started the workers shuts them down.
+        if getattr(self, "_owner_pid", os.getpid()) != os.getpid():
+            return
+        super()._shutdown_workers()
+
     def _get_data(self) -> Any:
         try:
             return super()._get_data()
@@ -335,6 +349,32 @@ class _WorkersIter(_StatefulMultiProcessingDataLoaderIter):
             if died is None:
                 raise
             raise died from exc
+        except (OSError, EOFError) as exc:
+            # A worker killed while this process rebuilds a batch it sent (its tensors' file
+            # descriptors come over the worker's socket) surfaces as a connection error before
+            # torch has reaped the worker. Give the death a moment to show, then name it.
+            try:
+                dead = self._dead_workers(wait=_DEATH_GRACE_S)
+            except RuntimeError as signalled:  # torch's SIGCHLD handler: "DataLoader worker (pid N) is killed by ..."
+                died = self._describe_death(signalled)
+            else:
+                if not dead:
+                    raise
+                pids = ", ".join(str(w.pid) for w in dead)
+                message = f"DataLoader worker (pid(s) {pids}) exited unexpectedly while sending a batch ({exc!r})"
+                died = self._describe_death(RuntimeError(message))
+            if died is None:
+                raise
+            raise died from exc
+
+    def _dead_workers(self, wait: float) -> list[Any]:
+        workers = list(getattr(self, "_workers", None) or [])
+        deadline = time.monotonic() + wait
+        while True:
+            dead = [w for w in workers if not w.is_alive()]
+            if dead or time.monotonic() >= deadline:
+                return dead
+            time.sleep(0.05)
 
     def _describe_death(self, exc: RuntimeError) -> WorkerDiedError | None:
         message = str(exc)
@@ -360,12 +400,19 @@ class _WorkersIter(_StatefulMultiProcessingDataLoaderIter):
                 text += "; it had reported no file opened yet"
             parts.append(text)
             if not fields:
-                fields = {"worker_id": wid, "pid": proc.pid, "signal": sig,
-                          "url": last[0] if last else None, "stage": last[1] if last else None}
+                fields = {
+                    "worker_id": wid,
+                    "pid": proc.pid,
+                    "signal": sig,
+                    "url": last[0] if last else None,
+                    "stage": last[1] if last else None,
+                }
         return WorkerDiedError(f"{message}: {'; '.join(parts)}", **fields)
 
 
 _SIGNALS = frozenset(int(s) for s in signal.Signals)
+# How long a connection error from the data queue waits for a worker's death to show.
+_DEATH_GRACE_S = 2.0
 
 
 def _worker_init(user_fn: Callable[[int], None] | None, threads: int | None, worker_id: int) -> None:
@@ -465,9 +512,22 @@ class DataLoader(StatefulDataLoader):
         old = getattr(self, "_iterator", None)
         if old is not None and getattr(old, "_worker_snapshots", None):
             self._skip_reports_before = [*getattr(self, "_skip_reports_before", []), *_skip_summaries(old)]
-        it = super()._get_iterator()
+        # Workers are forked here. Garbage this process has not collected yet (say a dead run's
+        # iterator, held in a cycle by a caught exception's traceback) would otherwise be
+        # collected inside every worker, running its finalizers there: torch's shutdown of
+        # workers that are not that process's children, torch's temporary files unlinked twice.
+        # Frozen objects are never collected by the children (the gc.freeze recipe for a fork
+        # without exec); this process unfreezes them once the workers have started.
+        frozen_before = gc.get_freeze_count()
+        gc.freeze()
+        try:
+            it = super()._get_iterator()
+        finally:
+            if frozen_before == 0:
+                gc.unfreeze()
         if type(it) is _StatefulMultiProcessingDataLoaderIter:
             it.__class__ = _WorkersIter
+            it._owner_pid = os.getpid()
         return it
 
     def skip_report(self) -> SkipReport:

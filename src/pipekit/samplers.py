@@ -11,7 +11,7 @@ shapely ``Polygon``, ``toi`` a ``pandas.Interval``, ``units=Units.PIXELS``,
 :meth:`~pipekit.geo.samplers.GeoSampler.as_pipe` for pipe-native pipelines
 with exact mid-epoch resume.  Where pipekit differs on purpose (every
 in-footprint position can be drawn; the grid's last row and column end at
-the footprint's edge) the README's "Coming from TorchGeo" section says so.
+the footprint's edge) the migration guide (``docs/migration/torchgeo.md``) says so.
 
 Example:
     >>> from types import SimpleNamespace

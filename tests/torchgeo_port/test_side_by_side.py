@@ -6,7 +6,7 @@ user code is, and run with ``torchgeo.datasets``/``torchgeo.samplers`` and
 with ``pipekit.datasets``/``pipekit.samplers`` on the tutorials' synthetic
 data (``conftest.py``).  Pixel values may differ where the libraries resample
 differently (pipekit reprojects labels in one nearest-neighbour step; see the
-README's differences), so the checks are the ones a port relies on: sample
+docs/migration/torchgeo.md's differences), so the checks are the ones a port relies on: sample
 keys, shapes and dtypes, the types of bounds, sampler items and indexes, and
 the set of labels.
 """

@@ -21,8 +21,8 @@ pipekit's own geo dataset: :class:`STACDataset`, the assets of STAC items
 objects), needing the ``stac`` extra.
 
 Samples, ``dataset.bounds``, ``dataset.index`` and sampler items are
-TorchGeo 0.8's (see the README's "Coming from TorchGeo" section for the
-import map and the differences).
+TorchGeo 0.8's (see the migration guide, ``docs/migration/torchgeo.md``,
+for the import map and the differences).
 
 Recipes, ready pipelines for the common cases (each a pipe for
 :class:`pipekit.DataLoader`, ``train=True/False`` choosing shuffling and

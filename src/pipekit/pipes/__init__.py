@@ -7,8 +7,8 @@ Every pipe is also exported under torchdata 0.9's class name, so
 the map-style pipes of ``torchdata.datapipes.map`` whose names clash with
 iterable ones are exported with a ``Map`` prefix (``MapBatcher``,
 ``MapInMemoryCacheHolder``, ``MapUnZipper``...).  The torchdata 0.9 pipes
-pipekit does not have, and why, are listed in the README ("Not in pipekit,
-deliberately").
+pipekit does not have, and why, are listed in the migration guide
+(``docs/migration/torchdata.md``, "Not in pipekit, deliberately").
 
 Where each pipe lives (functional name -> module):
 
