@@ -818,11 +818,15 @@ class TileCounter:
 
 def child_s3(spec: dict[str, Any]) -> dict[str, Any]:
     """One S3/local-COG variant: build, two passes; bytes through a counting proxy in this process."""
+    import pipekit.geo.io as geo_io
     from pipekit.geo import RandomGeoSampler, stack_samples
+    from pipekit.geo.bbox import from_slices
 
     variant = spec["variant"]
     caches_off = variant.endswith("-nocache")
     configure_gdal(spec["small_cachemax"] if caches_off else spec["cachemax"])
+    if variant.endswith("-serial"):  # pipekit before issue 12: a sample's band files read one after another
+        geo_io.CONCURRENT_PARTS = False
     cog_root = Path(spec["cog_root"])
     proxy = None
     if variant.startswith("local"):
@@ -833,9 +837,11 @@ def child_s3(spec: dict[str, Any]) -> dict[str, Any]:
         options = {"key": spec["key"], "secret": spec["secret"],
                    "client_kwargs": {"endpoint_url": proxy.endpoint_url, "region_name": spec["region"]}}
         ds_root = f"s3://{spec['bucket']}"
-        build_args = {"storage_options": options, "vsi": None if variant.startswith("vsi") else False}
+        build_args = {"storage_options": options, "vsi": None if variant.startswith("vsi") else False,
+                      "gdal_options": dict(spec.get("gdal_options") or {})}
         if caches_off:  # no per-file VSI cache, no /vsicurl/ region cache (the GDAL block cache is small)
-            build_args["gdal_options"] = {"VSI_CACHE": "FALSE", "CPL_VSIL_CURL_NON_CACHED": f"/vsis3/{spec['bucket']}/"}
+            build_args["gdal_options"].update(
+                {"VSI_CACHE": "FALSE", "CPL_VSIL_CURL_NON_CACHED": f"/vsis3/{spec['bucket']}/"})
     counter = TileCounter(cog_root)
     start = time.perf_counter()
     ds = pipekit_dataset(ds_root, **build_args)
@@ -843,23 +849,30 @@ def child_s3(spec: dict[str, Any]) -> dict[str, Any]:
     if proxy is not None:
         result["build_bytes"], result["build_requests"] = proxy.snapshot()
     sampler = RandomGeoSampler(ds, size=PATCH, length=spec["length"], seed=spec["seed"])
-    loader = DataLoader(ds, batch_size=spec["batch_size"], sampler=sampler, collate_fn=stack_samples, num_workers=0)
+    workers = spec.get("workers", 0)
+    loader = DataLoader(ds, batch_size=spec["batch_size"], sampler=sampler, collate_fn=stack_samples,
+                        num_workers=workers, persistent_workers=workers > 0)
     for name in ("pass1", "pass2"):
         before = proxy.snapshot() if proxy is not None else (0, 0)
         n = 0
         bounds: list[Any] = []
         start = time.perf_counter()
-        for batch in loader:
+        it = iter(loader)
+        pids = [os.getpid()] + [w.pid for w in getattr(it, "_workers", [])]
+        cpu = cpu_seconds(pids), cpu_seconds([spec["server_pid"]])
+        for batch in it:
             n += batch["image"].shape[0]
             bounds.extend(batch["bounds"])
         elapsed = time.perf_counter() - start
+        cpu = cpu_seconds(pids) - cpu[0], cpu_seconds([spec["server_pid"]]) - cpu[1]
         after = proxy.snapshot() if proxy is not None else (0, 0)
         touched = new = 0
         for b in bounds:
-            t, w = counter.patch(b, ds.crs)
+            t, w = counter.patch(from_slices(b), ds.crs)
             touched += t
             new += w
         result[name] = {"samples": n, "rate": n / elapsed, "bytes": after[0] - before[0],
+                        "cpu_ms": 1e3 * cpu[0] / n, "server_cpu_ms": 1e3 * cpu[1] / n,
                         "requests": after[1] - before[1], "touched": touched, "new": new,
                         "digest": boxes_digest(bounds)}
     if proxy is not None:
@@ -870,6 +883,7 @@ def child_s3(spec: dict[str, Any]) -> dict[str, Any]:
 S3_LABELS = {
     "local": "local COGs",
     "vsi": "S3, GDAL /vsis3/",
+    "vsi-serial": "S3, /vsis3/, band files one by one",
     "fsspec": "S3, fsspec (vsi=False)",
     "local-nocache": "local COGs, small cache",
     "vsi-nocache": "S3, /vsis3/, caches off",
@@ -877,9 +891,18 @@ S3_LABELS = {
 }
 
 
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 def s3_section(args: argparse.Namespace, root: Path) -> None:
+    variants = [v for v in S3_LABELS if v in args.s3_variants]
+    gdal_options = dict(item.split("=", 1) for item in args.s3_gdal)
     print(f"\n== 4. From S3: COGs ({args.cog_blocksize} px tiles) on a local SeaweedFS server vs local disk, "
-          f"{args.s3_length} samples per pass, 0 workers ==")
+          f"{args.s3_length} samples per pass, {args.s3_workers} workers, {args.s3_repeat} round(s) of "
+          f"{', '.join(variants)}{f'; S3 gdal_options {gdal_options}' if gdal_options else ''} ==")
     cog_root = cog_corpus(root, Path(f"{root}-cog{args.cog_blocksize}"), args.cog_blocksize)
     sys.path.insert(0, str(REPO / "tests"))
     try:
@@ -892,6 +915,7 @@ def s3_section(args: argparse.Namespace, root: Path) -> None:
     except Exception as exc:  # WeedNotFoundError, or it did not come up
         print(f"  skipped: the S3 server did not start: {exc}")
         return
+    rounds: list[dict[str, dict[str, Any]]] = []
     try:
         bucket = server.create_bucket("bench-geo")
         fs = server.fs()
@@ -901,18 +925,28 @@ def s3_section(args: argparse.Namespace, root: Path) -> None:
         total = sum(p.stat().st_size for p in cog_root.rglob("*.*") if p.is_file())
         print(f"  uploaded {total / MIB:.0f} MiB in {time.perf_counter() - start:.1f} s to s3://{bucket}/", flush=True)
         port = int(server.endpoint_url.rsplit(":", 1)[1])
-        results = {}
-        for variant in S3_LABELS:
-            spec = {"mode": "s3", "variant": variant, "cog_root": str(cog_root), "s3_port": port, "key": server.key,
-                    "secret": server.secret, "region": server.region, "bucket": bucket, "length": args.s3_length,
-                    "batch_size": args.batch_size, "seed": args.seed, "cachemax": None,
-                    "small_cachemax": args.small_cachemax}
-            results[variant] = run_child(spec, timeout=args.child_timeout)
-            if "error" in results[variant]:
-                print(f"  {S3_LABELS[variant]}: {results[variant]['error']}")
+        for _ in range(args.s3_repeat):  # the variants side by side, round after round: load shifts hit them all
+            results = {}
+            for variant in variants:
+                spec = {"mode": "s3", "variant": variant, "cog_root": str(cog_root), "s3_port": port,
+                        "key": server.key, "secret": server.secret, "region": server.region, "bucket": bucket,
+                        "length": args.s3_length, "batch_size": args.batch_size, "seed": args.seed, "cachemax": None,
+                        "small_cachemax": args.small_cachemax, "workers": args.s3_workers,
+                        "gdal_options": gdal_options, "server_pid": server.process.pid}
+                results[variant] = run_child(spec, timeout=args.child_timeout)
+                if "error" in results[variant]:
+                    print(f"  {S3_LABELS[variant]}: {results[variant]['error']}")
+            rounds.append(results)
+            load = " ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
+            rates = ", ".join(f"{v} {r['pass1']['rate']:.0f}/{r['pass2']['rate']:.0f} "
+                              f"({r['pass1']['cpu_ms']:.0f}+{r['pass1']['server_cpu_ms']:.0f} ms)"
+                              for v, r in results.items() if "error" not in r)
+            print(f"  round {len(rounds)}: {rates} samples/s pass 1/2 (pass 1 CPU per sample: reader + S3 server); "
+                  f"load average {load}", flush=True)
     finally:
         server.stop(timeout=3.0)
 
+    results = rounds[0]
     rows = []
     for variant, r in results.items():
         if "error" in r:
@@ -921,9 +955,10 @@ def s3_section(args: argparse.Namespace, root: Path) -> None:
             p = r[name]
             n = p["samples"]
             remote = not variant.startswith("local")
+            rate = _median([rd[variant][name]["rate"] for rd in rounds if "error" not in rd.get(variant, {"error": 1})])
             rows.append([
                 f"{S3_LABELS[variant]}, pass {name[-1]}",
-                fmt_rate(p["rate"]),
+                fmt_rate(rate),
                 f"{p['bytes'] / n / MIB:.2f}" if remote else "-",
                 f"{p['requests'] / n:.1f}" if remote else "-",
                 f"{p['touched'] / n / MIB:.2f}",
@@ -933,7 +968,8 @@ def s3_section(args: argparse.Namespace, root: Path) -> None:
             ])
     print()
     print(table(["", "samples/s", "MiB/patch", "GET/patch", "touched MiB", "/touched", "new MiB", "/new"], rows))
-    print("  MiB/patch: bytes received from the server per patch (HTTP headers included); touched MiB: compressed "
+    print("  samples/s: the median of the rounds; bytes and requests: of the first round.\n"
+          "  MiB/patch: bytes received from the server per patch (HTTP headers included); touched MiB: compressed "
           "size of\n  the full-resolution tiles each patch touches (6 band files + the CDL); new MiB: of those, "
           "tiles no earlier\n  patch of the run touched. Pass 1 includes opening the files (headers) in the reading "
           f"threads.\n  pipekit's defaults: GDAL_CACHEMAX {pipekit_cachemax()} MiB, VSI_CACHE 8 MiB per file; "
@@ -943,17 +979,19 @@ def s3_section(args: argparse.Namespace, root: Path) -> None:
         if "error" not in r and not variant.startswith("local"):
             print(f"  {S3_LABELS[variant]}: dataset built (listing + headers) in {r['build']:.2f} s, "
                   f"{r['build_bytes'] / 1024:,.0f} KiB in {r['build_requests']} requests")
-    good = {k: r for k, r in results.items() if "error" not in r}
-    for variant in ("vsi", "fsspec", "vsi-nocache", "fsspec-nocache"):
-        if variant not in good:
+    for variant in ("vsi", "vsi-serial", "fsspec", "vsi-nocache", "fsspec-nocache"):
+        if variant not in results or "error" in results[variant]:
             continue
-        r = good[variant]
-        local = good.get("local-nocache" if variant.endswith("-nocache") else "local")
+        r = results[variant]
+        base = "local-nocache" if variant.endswith("-nocache") else "local"
         speed = ""
-        if local is not None:
-            speed = (f"samples/s {fmt_ratio(r['pass1']['rate'] / local['pass1']['rate'])} (pass 1), "
-                     f"{fmt_ratio(r['pass2']['rate'] / local['pass2']['rate'])} (pass 2) "
-                     f"of {S3_LABELS[local['variant']]}; ")
+        ratios = {name: [rd[variant][name]["rate"] / rd[base][name]["rate"] for rd in rounds
+                         if "error" not in rd.get(variant, {"error": 1}) and "error" not in rd.get(base, {"error": 1})]
+                  for name in ("pass1", "pass2")}
+        if ratios["pass1"]:
+            each = "" if len(rounds) == 1 else f" [rounds: {', '.join(f'{x:.2f}' for x in ratios['pass1'])}]"
+            speed = (f"samples/s {fmt_ratio(_median(ratios['pass1']))} (pass 1{each}), "
+                     f"{fmt_ratio(_median(ratios['pass2']))} (pass 2) of {S3_LABELS[base]}; ")
         if variant.endswith("-nocache"):
             p = r["pass2"]
             x = p["bytes"] / p["touched"]
@@ -964,7 +1002,7 @@ def s3_section(args: argparse.Namespace, root: Path) -> None:
             data = (f"bytes {fmt_ratio(x)} the tiles first touched (pass 1, headers included; "
                     f"target <= 2x: {verdict(x <= 2)})")
         print(f"  {S3_LABELS[variant]}: {speed}{data}")
-    digests = {r["pass2"]["digest"] for r in results.values() if "error" not in r}
+    digests = {r["pass2"]["digest"] for rd in rounds for r in rd.values() if "error" not in r}
     print(f"  all variants read the same boxes: {'yes' if len(digests) == 1 else 'NO'}")
 
 
@@ -993,6 +1031,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tg-index-cap", type=int, default=10000, help="largest file count TorchGeo indexes")
     p.add_argument("--s3-length", type=int, default=160, help="samples per pass from S3 (default 160)")
     p.add_argument("--cog-blocksize", type=int, default=512)
+    p.add_argument("--s3-variants", nargs="+", choices=list(S3_LABELS), default=list(S3_LABELS),
+                   help="S3 section variants (default all); e.g. local vsi for the first-pass ratio")
+    p.add_argument("--s3-repeat", type=int, default=1, help="rounds of the S3 variants, side by side (default 1)")
+    p.add_argument("--s3-workers", type=int, default=0, help="DataLoader workers in the S3 section (default 0)")
+    p.add_argument("--s3-gdal", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="extra gdal_options for the S3 variants (e.g. GDAL_HTTP_MULTIPLEX=NO)")
     p.add_argument("--skip-torchgeo", action="store_true")
     p.add_argument("--skip-s3", action="store_true")
     p.add_argument("--skip-index", action="store_true")

@@ -8,6 +8,7 @@ import os
 import pickle
 import re
 import threading
+import time
 
 import fsspec
 import numpy as np
@@ -264,3 +265,63 @@ class TestS3:
         bucket = s3_server.create_bucket()
         with pytest.raises(FileNotFoundError, match=f"s3://{bucket}/nothing"):
             RasterDataset(f"s3://{bucket}/nothing", storage_options=s3_server.storage_options)
+
+
+class TestRunParts:
+    """``geo_io.run_parts``: the parts of one read at once, part ``k`` on I/O thread ``k``, errors in part order."""
+
+    def test_parts_run_at_once_on_their_own_io_threads(self):
+        n = geo_io.REMOTE_IO_THREADS
+        barrier = threading.Barrier(n, timeout=10)  # broken unless all parts run at the same time
+
+        def part(k: int) -> tuple[int, str]:
+            barrier.wait()
+            return k, threading.current_thread().name
+
+        got = geo_io.run_parts(part, n)
+        assert [k for k, _ in got] == list(range(n))
+        names = [name for _, name in got]
+        assert all(name.startswith("pipekit-geo-io") for name in names)
+        assert len(set(names)) == n
+        # part k goes to the same thread every time (its handles are cached there)
+        assert [name for _, name in geo_io.run_parts(lambda k: (k, threading.current_thread().name), n)] == names
+
+    def test_first_failure_in_part_order_raised_after_every_part_finished(self):
+        finished: list[int] = []
+        failed: list[int] = []
+
+        def part(k: int) -> int:
+            if k == 3:
+                raise KeyError("part 3")
+            if k == 1:
+                time.sleep(0.2)  # fails after part 3 did
+                raise ValueError("part 1")
+            time.sleep(0.3)
+            finished.append(k)
+            return k
+
+        with pytest.raises(ValueError, match="part 1"):
+            geo_io.run_parts(part, 4, failed.append)
+        assert failed == [1]
+        assert sorted(finished) == [0, 2]  # nobody still runs (and writes into the caller's arrays)
+
+    def test_on_an_io_thread_parts_run_inline(self):
+        def nested() -> list[str]:
+            return geo_io.run_parts(lambda k: threading.current_thread().name, 3)
+
+        names = geo_io.run_remote(nested)  # would deadlock if queued behind the running part
+        assert len(set(names)) == 1 and names[0].startswith("pipekit-geo-io")
+        failed: list[int] = []
+        with pytest.raises(ZeroDivisionError):
+            geo_io.run_remote(geo_io.run_parts, lambda k: 1 // (k - 1), 3, failed.append)
+        assert failed == [1]
+
+    def test_forked_child_gets_its_own_io_threads(self):
+        parent = geo_io.run_parts(lambda k: threading.get_ident(), 2)
+        ctx = multiprocessing.get_context("fork")
+        queue = ctx.Queue()
+        child = ctx.Process(target=lambda: queue.put(geo_io.run_parts(lambda k: os.getpid(), 2)))
+        child.start()
+        got = queue.get(timeout=30)
+        child.join(30)
+        assert got == [child.pid, child.pid] and len(parent) == 2

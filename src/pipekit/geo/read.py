@@ -37,6 +37,8 @@ import math
 import threading
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from affine import Affine
@@ -60,6 +62,7 @@ __all__ = [
     "transform_bounds_fast",
     "patch_shape",
     "read_into",
+    "native_offsets",
     "SNAP_TOLERANCE",
     "valid_mask",
     "resampling_from",
@@ -111,6 +114,22 @@ def _read_window(handle: RasterHandle, indexes: list[int], window: Window, out: 
         return handle.ds.read(indexes, window=window, out=out)
     except Exception as exc:
         raise SourceReadError(handle.url, exc) from exc
+
+
+#: Runs ``fn(0), ..., fn(count - 1)`` (the parts of one read, possibly at once) and returns their results in order.
+PartRunner = Callable[[Callable[[int], Any], int], list[Any]]
+
+
+def _run_serially(fn: Callable[[int], Any], count: int) -> list[Any]:
+    return [fn(k) for k in range(count)]
+
+
+def _read_windows(parts: list[tuple[RasterHandle, list[int]]], window: Window, run: PartRunner | None) -> np.ndarray:
+    """The window of each part, bands stacked in part order (read through ``run``: at once, where it can)."""
+    if len(parts) == 1:
+        return _read_window(parts[0][0], parts[0][1], window)
+    run = run or _run_serially
+    return np.concatenate(run(lambda k: _read_window(parts[k][0], parts[k][1], window), len(parts)))
 
 
 def resampling_from(value: Resampling | str | int) -> Resampling:
@@ -235,8 +254,11 @@ def _same_crs(handle: RasterHandle, grid: Grid) -> bool:
     return cached
 
 
-def _native_offsets(handle: RasterHandle, grid: Grid, resampling: Resampling) -> tuple[int, int] | None:
-    """The (column, row) of the grid's origin in the file's pixels when a native read is exact, else None."""
+def native_offsets(handle: RasterHandle, grid: Grid, resampling: Resampling) -> tuple[int, int] | None:
+    """The (column, row) of the grid's origin in the file's pixels when a native read is exact, else None.
+
+    A file read natively is never warped together with others by :func:`read_stack_into`.
+    """
     t = handle.transform
     g = grid.transform
     if t.b != 0.0 or t.d != 0.0 or t.a <= 0.0 or t.e >= 0.0:
@@ -292,7 +314,7 @@ def read_into(
     """
     if not prefilled and valid is not None:
         raise ValueError("prefilled=False is only for a single file (valid=None)")
-    offsets = _native_offsets(handle, grid, resampling)
+    offsets = native_offsets(handle, grid, resampling)
     if offsets is not None:
         return _read_native(handle, indexes, grid, out, valid, nodata, fill, prefilled, *offsets)
     if not prefilled:
@@ -320,6 +342,7 @@ def read_stack_into(
     resampling: Resampling,
     fill: float = 0,
     prefilled: bool = True,
+    run: PartRunner | None = None,
 ) -> bool:
     """Like :func:`read_into` for bands spread over several files (one scene, one file per band).
 
@@ -327,29 +350,34 @@ def read_stack_into(
     share a grid that has to be warped, their windows are stacked and
     warped in a single call (one GDAL warp setup instead of one per band).
 
+    ``run`` runs the per-part work (``run(fn, count)``: ``fn(k)`` for each
+    part ``k``, results in order), e.g. each part on its own I/O thread at
+    once (:func:`pipekit.geo.io.run_parts`); parts write disjoint slices of
+    ``out`` and ``valid``.  Default: one after another, on this thread.
+
     Returns:
         whether any file covered part of the grid.
     """
     first = parts[0][0]
     if (
         len(parts) > 1
-        and _native_offsets(first, grid, resampling) is None
+        and native_offsets(first, grid, resampling) is None
         and all(n == nodatas[0] or (n is not None and nodatas[0] is not None and _same_value(n, nodatas[0]))
                 for n in nodatas)
         and all(same_grid(first, h) and h.dtype == first.dtype for h, _ in parts[1:])
     ):
         if not prefilled:
             out[...] = fill
-        return _read_warped(parts, grid, out, valid, resampling, nodatas[0], fill)
-    covered = False
-    offset = 0
-    for (handle, indexes), nodata in zip(parts, nodatas):
-        n = len(indexes)
-        part_valid = None if valid is None else valid[offset:offset + n]
-        covered |= read_into(handle, indexes, grid, out[offset:offset + n], part_valid, resampling, nodata, fill,
-                             prefilled)
-        offset += n
-    return covered
+        return _read_warped(parts, grid, out, valid, resampling, nodatas[0], fill, run)
+    offsets = np.cumsum([0] + [len(indexes) for _, indexes in parts]).tolist()
+
+    def read_part(k: int) -> bool:
+        handle, indexes = parts[k]
+        part = slice(offsets[k], offsets[k + 1])
+        return read_into(handle, indexes, grid, out[part], None if valid is None else valid[part], resampling,
+                         nodatas[k], fill, prefilled)
+
+    return any((run or _run_serially)(read_part, len(parts)))
 
 
 def _read_native(
@@ -569,7 +597,7 @@ def _lattice_indices(
 
 
 def _take_nearest(
-    parts: list[tuple[RasterHandle, list[int]]], cols: np.ndarray, rows: np.ndarray
+    parts: list[tuple[RasterHandle, list[int]]], cols: np.ndarray, rows: np.ndarray, run: PartRunner | None = None
 ) -> tuple[np.ndarray, np.ndarray | None] | None:
     """The source pixels at integer ``(cols, rows)``: ``(data [bands, H, W], inside [H, W] or None)``.
 
@@ -581,11 +609,7 @@ def _take_nearest(
     r0, r1 = max(int(rows.min()), 0), min(int(rows.max()) + 1, height)
     if c0 >= c1 or r0 >= r1:
         return None
-    window = Window(c0, r0, c1 - c0, r1 - r0)
-    if len(parts) == 1:
-        data = _read_window(handle, parts[0][1], window)
-    else:
-        data = np.concatenate([_read_window(h, indexes, window) for h, indexes in parts])
+    data = _read_windows(parts, Window(c0, r0, c1 - c0, r1 - r0), run)
     inside: np.ndarray | None = None
     lc, lr = cols - c0, rows - r0
     if c0 > cols.min() or c1 <= cols.max() or r0 > rows.min() or r1 <= rows.max():
@@ -606,6 +630,7 @@ def _warp_fast(
     parts: list[tuple[RasterHandle, list[int]]],
     grid: Grid,
     resampling: Resampling,
+    run: PartRunner | None = None,
 ) -> object:
     """Warp the parts with :mod:`pipekit.geo.warp` (nearest neighbour: through :mod:`pipekit.geo.warpcache`).
 
@@ -626,10 +651,7 @@ def _warp_fast(
         return _USE_GDAL
 
     def read(c0: int, r0: int, c1: int, r1: int) -> np.ndarray:
-        window = Window(c0, r0, c1 - c0, r1 - r0)
-        if len(parts) == 1:
-            return _read_window(handle, parts[0][1], window)
-        return np.concatenate([_read_window(h, indexes, window) for h, indexes in parts])
+        return _read_windows(parts, Window(c0, r0, c1 - c0, r1 - r0), run)
 
     def warp_grid(transform: Affine, shape: tuple[int, int]) -> object:
         if resampling == Resampling.nearest:
@@ -638,7 +660,7 @@ def _warp_fast(
                 indices = _lattice_indices(handle, grid, *found, shape)
                 if indices is None:
                     return _USE_GDAL
-                return _take_nearest(parts, *indices)
+                return _take_nearest(parts, *indices, run)
         src_key = _crs_key(handle)
         coef = warp.source_affine(transform, grid.crs, shape, t, handle.crs, grid.crs_key, src_key)
         if coef is not None:
@@ -679,11 +701,15 @@ def _read_warped(
     resampling: Resampling,
     nodata: float | None,
     fill: float,
+    run: PartRunner | None = None,
 ) -> bool:
-    """Warp the part of the file(s) under the grid; ``parts`` share one grid (their bands are stacked)."""
+    """Warp the part of the file(s) under the grid; ``parts`` share one grid (their bands are stacked).
+
+    ``run``: how the parts' windows are read (see :func:`read_stack_into`).
+    """
     handle = parts[0][0]
     if FAST_WARP and warp.supports(resampling):
-        fast = _warp_fast(parts, grid, resampling)
+        fast = _warp_fast(parts, grid, resampling, run)
         if fast is not _USE_GDAL:
             if fast is None:
                 return False
@@ -696,11 +722,7 @@ def _read_warped(
     if box is None:
         return False
     c0, r0, c1, r1 = box
-    window = Window(c0, r0, c1 - c0, r1 - r0)
-    if len(parts) == 1:
-        data = _read_window(handle, parts[0][1], window)
-    else:
-        data = np.concatenate([_read_window(h, indexes, window) for h, indexes in parts])
+    data = _read_windows(parts, Window(c0, r0, c1 - c0, r1 - r0), run)
     src_transform = window_transform(handle.transform, c0, r0)
     count = data.shape[0]
     src_nodata = _nodata_in(data, nodata)
