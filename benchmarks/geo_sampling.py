@@ -833,12 +833,14 @@ def child_s3(spec: dict[str, Any]) -> dict[str, Any]:
         ds_root: str | Path = cog_root
         build_args: dict[str, Any] = {}
     else:
-        proxy = CountingProxy(("127.0.0.1", spec["s3_port"]))
+        # the counting proxy copies every byte through Python threads of this process: --s3-direct leaves it out
+        proxy = None if spec.get("direct") else CountingProxy(("127.0.0.1", spec["s3_port"]))
+        endpoint = f"http://127.0.0.1:{spec['s3_port']}" if proxy is None else proxy.endpoint_url
         options = {"key": spec["key"], "secret": spec["secret"],
-                   "client_kwargs": {"endpoint_url": proxy.endpoint_url, "region_name": spec["region"]}}
+                   "client_kwargs": {"endpoint_url": endpoint, "region_name": spec["region"]}}
         ds_root = f"s3://{spec['bucket']}"
         build_args = {"storage_options": options, "vsi": None if variant.startswith("vsi") else False,
-                      "gdal_options": dict(spec.get("gdal_options") or {})}
+                      "gdal_options": dict(spec["gdal_options"]) if variant.endswith("-gdal") else {}}
         if caches_off:  # no per-file VSI cache, no /vsicurl/ region cache (the GDAL block cache is small)
             build_args["gdal_options"].update(
                 {"VSI_CACHE": "FALSE", "CPL_VSIL_CURL_NON_CACHED": f"/vsis3/{spec['bucket']}/"})
@@ -884,6 +886,7 @@ S3_LABELS = {
     "local": "local COGs",
     "vsi": "S3, GDAL /vsis3/",
     "vsi-serial": "S3, /vsis3/, band files one by one",
+    "vsi-gdal": "S3, /vsis3/ with --s3-gdal options",
     "fsspec": "S3, fsspec (vsi=False)",
     "local-nocache": "local COGs, small cache",
     "vsi-nocache": "S3, /vsis3/, caches off",
@@ -902,7 +905,7 @@ def s3_section(args: argparse.Namespace, root: Path) -> None:
     gdal_options = dict(item.split("=", 1) for item in args.s3_gdal)
     print(f"\n== 4. From S3: COGs ({args.cog_blocksize} px tiles) on a local SeaweedFS server vs local disk, "
           f"{args.s3_length} samples per pass, {args.s3_workers} workers, {args.s3_repeat} round(s) of "
-          f"{', '.join(variants)}{f'; S3 gdal_options {gdal_options}' if gdal_options else ''} ==")
+          f"{', '.join(variants)}{f'; vsi-gdal: gdal_options {gdal_options}' if gdal_options else ''} ==")
     cog_root = cog_corpus(root, Path(f"{root}-cog{args.cog_blocksize}"), args.cog_blocksize)
     sys.path.insert(0, str(REPO / "tests"))
     try:
@@ -932,7 +935,7 @@ def s3_section(args: argparse.Namespace, root: Path) -> None:
                         "key": server.key, "secret": server.secret, "region": server.region, "bucket": bucket,
                         "length": args.s3_length, "batch_size": args.batch_size, "seed": args.seed, "cachemax": None,
                         "small_cachemax": args.small_cachemax, "workers": args.s3_workers,
-                        "gdal_options": gdal_options, "server_pid": server.process.pid}
+                        "gdal_options": gdal_options, "server_pid": server.process.pid, "direct": args.s3_direct}
                 results[variant] = run_child(spec, timeout=args.child_timeout)
                 if "error" in results[variant]:
                     print(f"  {S3_LABELS[variant]}: {results[variant]['error']}")
@@ -954,7 +957,7 @@ def s3_section(args: argparse.Namespace, root: Path) -> None:
         for name in ("pass1", "pass2"):
             p = r[name]
             n = p["samples"]
-            remote = not variant.startswith("local")
+            remote = not variant.startswith("local") and not args.s3_direct
             rate = _median([rd[variant][name]["rate"] for rd in rounds if "error" not in rd.get(variant, {"error": 1})])
             rows.append([
                 f"{S3_LABELS[variant]}, pass {name[-1]}",
@@ -976,10 +979,10 @@ def s3_section(args: argparse.Namespace, root: Path) -> None:
           f"small cache / caches off: GDAL_CACHEMAX {args.small_cachemax} MiB,\n  and for S3 VSI_CACHE=FALSE and "
           "CPL_VSIL_CURL_NON_CACHED (gdal_options=), so every patch fetches its tiles again.")
     for variant, r in results.items():
-        if "error" not in r and not variant.startswith("local"):
+        if "error" not in r and not variant.startswith("local") and not args.s3_direct:
             print(f"  {S3_LABELS[variant]}: dataset built (listing + headers) in {r['build']:.2f} s, "
                   f"{r['build_bytes'] / 1024:,.0f} KiB in {r['build_requests']} requests")
-    for variant in ("vsi", "vsi-serial", "fsspec", "vsi-nocache", "fsspec-nocache"):
+    for variant in ("vsi", "vsi-serial", "vsi-gdal", "fsspec", "vsi-nocache", "fsspec-nocache"):
         if variant not in results or "error" in results[variant]:
             continue
         r = results[variant]
@@ -992,7 +995,9 @@ def s3_section(args: argparse.Namespace, root: Path) -> None:
             each = "" if len(rounds) == 1 else f" [rounds: {', '.join(f'{x:.2f}' for x in ratios['pass1'])}]"
             speed = (f"samples/s {fmt_ratio(_median(ratios['pass1']))} (pass 1{each}), "
                      f"{fmt_ratio(_median(ratios['pass2']))} (pass 2) of {S3_LABELS[base]}; ")
-        if variant.endswith("-nocache"):
+        if args.s3_direct:
+            data = "bytes not counted (--s3-direct)"
+        elif variant.endswith("-nocache"):
             p = r["pass2"]
             x = p["bytes"] / p["touched"]
             data = f"bytes per patch {fmt_ratio(x)} the tiles it touches (pass 2; target <= 2x: {verdict(x <= 2)})"
@@ -1031,12 +1036,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tg-index-cap", type=int, default=10000, help="largest file count TorchGeo indexes")
     p.add_argument("--s3-length", type=int, default=160, help="samples per pass from S3 (default 160)")
     p.add_argument("--cog-blocksize", type=int, default=512)
-    p.add_argument("--s3-variants", nargs="+", choices=list(S3_LABELS), default=list(S3_LABELS),
+    p.add_argument("--s3-variants", nargs="+", choices=list(S3_LABELS),
+                   default=[v for v in S3_LABELS if v != "vsi-gdal"],
                    help="S3 section variants (default all); e.g. local vsi for the first-pass ratio")
     p.add_argument("--s3-repeat", type=int, default=1, help="rounds of the S3 variants, side by side (default 1)")
     p.add_argument("--s3-workers", type=int, default=0, help="DataLoader workers in the S3 section (default 0)")
+    p.add_argument("--s3-direct", action="store_true",
+                   help="S3 variants connect to the server directly, without the byte-counting proxy (no byte counts)")
     p.add_argument("--s3-gdal", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="extra gdal_options for the S3 variants (e.g. GDAL_HTTP_MULTIPLEX=NO)")
+                   help="gdal_options of the vsi-gdal variant (e.g. VSI_CACHE=FALSE)")
     p.add_argument("--skip-torchgeo", action="store_true")
     p.add_argument("--skip-s3", action="store_true")
     p.add_argument("--skip-index", action="store_true")
