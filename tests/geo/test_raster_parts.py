@@ -112,9 +112,22 @@ def scene(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root.mkdir()
     rng = np.random.default_rng(0)
     for band in BANDS:
-        with rasterio.open(root / f"{SCENE}_{band}.TIF", "w", driver="GTiff", width=SIZE, height=SIZE, count=1,
-                           dtype="uint16", crs="EPSG:32615", transform=Affine(30.0, 0.0, X0, 0.0, -30.0, Y0),
-                           nodata=0, tiled=True, blockxsize=TILE, blockysize=TILE, compress="deflate") as f:
+        with rasterio.open(
+            root / f"{SCENE}_{band}.TIF",
+            "w",
+            driver="GTiff",
+            width=SIZE,
+            height=SIZE,
+            count=1,
+            dtype="uint16",
+            crs="EPSG:32615",
+            transform=Affine(30.0, 0.0, X0, 0.0, -30.0, Y0),
+            nodata=0,
+            tiled=True,
+            blockxsize=TILE,
+            blockysize=TILE,
+            compress="deflate",
+        ) as f:
             f.write(rng.integers(1, 60_000, (1, SIZE, SIZE), dtype=np.uint16))
     return root
 
@@ -158,7 +171,7 @@ def _upload(server: Any, scene: Path, broken: dict[str, int] | None = None) -> s
             with rasterio.open(path) as src:
                 offset = int(src.get_tag_item(f"BLOCK_OFFSET_{col}_{row}", "TIFF", bidx=1))
                 size = int(src.get_tag_item(f"BLOCK_SIZE_{col}_{row}", "TIFF", bidx=1))
-            data[offset:offset + size] = b"\xff" * size
+            data[offset : offset + size] = b"\xff" * size
         fs.pipe(f"{bucket}/l8/{SCENE}/{path.name}", bytes(data))
     return bucket
 
@@ -204,8 +217,11 @@ def test_band_files_are_requested_at_once(s3_server, scene, serial):
         proxy.close()
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"crs": "EPSG:5070"}, {"cache": False}, {"crs": "EPSG:5070", "cache": False}],
-                         ids=["native", "warped", "uncached", "warped-uncached"])
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"crs": "EPSG:5070"}, {"cache": False}, {"crs": "EPSG:5070", "cache": False}],
+    ids=["native", "warped", "uncached", "warped-uncached"],
+)
 def test_same_pixels_as_the_serial_path(s3_server, scene, serial, kwargs):
     """Native windows, bands warped together (another CRS), handles opened per read: identical samples."""
     bucket = _upload(s3_server, scene)
@@ -219,8 +235,9 @@ def test_same_pixels_as_the_serial_path(s3_server, scene, serial, kwargs):
         x = b[0].start + rng.uniform(0, b[0].stop - b[0].start - span)
         y = b[1].start + rng.uniform(0, b[1].stop - b[1].start - span)
         boxes.append(BoundingBox(x, x + span, y, y + span))
-    boxes.append(BoundingBox(b[0].stop - span / 2, b[0].stop + span / 2, b[1].start - span / 2,
-                             b[1].start + span / 2))  # a corner: partly outside the scene
+    boxes.append(
+        BoundingBox(b[0].stop - span / 2, b[0].stop + span / 2, b[1].start - span / 2, b[1].start + span / 2)
+    )  # a corner: partly outside the scene
     concurrent = [ds[q]["image"].numpy() for q in boxes]
     with serial():
         serial_ds = _s3_dataset(s3_server, bucket, **kwargs)
