@@ -248,6 +248,44 @@ def test_same_pixels_as_the_serial_path(s3_server, scene, serial, kwargs):
         np.testing.assert_array_equal(got, local[q]["image"].numpy())
 
 
+def test_a_band_on_another_grid_is_warped_on_its_own_thread(s3_server, scene, serial, tmp_path):
+    """Bands read natively and one band at 60 m (warped alone, after the others): as serially, as locally."""
+    coarse = tmp_path / SCENE
+    coarse.mkdir()
+    for path in scene.iterdir():
+        if not path.name.endswith("_SR_B4.TIF"):
+            (coarse / path.name).write_bytes(path.read_bytes())
+    rng = np.random.default_rng(2)
+    with rasterio.open(
+        coarse / f"{SCENE}_SR_B4.TIF",
+        "w",
+        driver="GTiff",
+        width=SIZE // 2,
+        height=SIZE // 2,
+        count=1,
+        dtype="uint16",
+        crs="EPSG:32615",
+        transform=Affine(60.0, 0.0, X0, 0.0, -60.0, Y0),
+        nodata=0,
+        tiled=True,
+        blockxsize=TILE,
+        blockysize=TILE,
+    ) as f:
+        f.write(rng.integers(1, 60_000, (1, SIZE // 2, SIZE // 2), dtype=np.uint16))
+    bucket = _upload(s3_server, coarse)
+    ds = _s3_dataset(s3_server, bucket)
+    local = Landsat8(paths=tmp_path, bands=BANDS)
+    boxes = [_box(c, r) for c, r in ((0, 0), (3, 5), (7, 7))]
+    concurrent = [ds[q]["image"].numpy() for q in boxes]
+    with serial():
+        one_by_one = [_s3_dataset(s3_server, bucket)[q]["image"].numpy() for q in boxes]
+    for q, got, expected in zip(boxes, concurrent, one_by_one):
+        np.testing.assert_array_equal(got, expected)
+        np.testing.assert_array_equal(got, local[q]["image"].numpy())
+    counts = geo_io.run_parts(lambda k: geo_io.cached_handle_count(), geo_io.REMOTE_IO_THREADS)
+    assert counts[1:] == [1, 1, 1]  # the 60 m band's handle stayed on its own thread (lane 0: serial's too)
+
+
 @pytest.mark.parametrize("concurrent", [True, False], ids=["concurrent", "serial"])
 def test_a_broken_band_is_named_with_its_stage(s3_server, scene, serial, concurrent):
     """A tile that cannot be decoded in bands 2 and 4: the error names band 2's s3:// URL (the first in band
