@@ -68,6 +68,8 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
+from pipekit import shm
+
 __all__ = ["collate", "collate_dicts", "pad_collate", "pad_stack", "empty_host"]
 
 PadValue = int | float | bool
@@ -120,7 +122,9 @@ def empty_host(shape: Sequence[int], dtype: torch.dtype, pin_memory: bool = Fals
       allocator (blocks are reused after the tensors that held them are freed);
     * inside a DataLoader worker: in shared memory, as
       :func:`torch.utils.data.default_collate` does, so the batch reaches the
-      main process without being copied into shared memory on the way;
+      main process without being copied into shared memory on the way; the
+      memory is a buffer of an earlier batch once the main process has
+      released it (:func:`pipekit.shm.empty_shared`), instead of fresh pages;
     * otherwise ordinary memory.
     """
     shape = tuple(shape)
@@ -133,10 +137,9 @@ def empty_host(shape: Sequence[int], dtype: torch.dtype, pin_memory: bool = Fals
 
 def _empty_shared(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     try:
-        storage = torch.UntypedStorage._new_shared(math.prod(shape) * dtype.itemsize)
+        return shm.empty_shared(shape, dtype)
     except (AttributeError, RuntimeError):  # private API: fall back to the copy torch would make anyway
         return torch.empty(shape, dtype=dtype)
-    return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
 
 
 def _common_dtype(ts: Sequence[torch.Tensor]) -> torch.dtype:
