@@ -12,10 +12,14 @@ the workers' total CPU per sample is close to the 0-worker process's, nothing
 is lost by going through workers (no extra copy of the batch); a 2-worker run
 is then faster than a 0-worker run wherever two cores are free.
 
+``--pool on off`` runs each worker count with :mod:`pipekit.shm`'s reuse of
+shared-memory batch buffers on (the default) and off (fresh shared memory
+for every batch, as before), side by side.
+
 ``--profile`` runs cProfile inside each worker (started in ``worker_init_fn``,
 written when the worker exits) and prints the top functions of worker 0.
 
-Run: ``PYTHONPATH=src python benchmarks/geo_worker_cpu.py --workers 0 2``.
+Run: ``PYTHONPATH=src python benchmarks/geo_worker_cpu.py --workers 0 2 --pool on off``.
 """
 
 from __future__ import annotations
@@ -64,7 +68,11 @@ def dataset(root: Path, dtype: str) -> object:
 
 
 def run(root: Path, workers: int, length: int, passes: int, batch_size: int, cachemax: int, profile: bool,
-        dtype: str = "torchgeo") -> None:
+        dtype: str = "torchgeo", pool: str = "on", sharing: str = "file_descriptor") -> None:
+    from pipekit import shm
+
+    os.environ[shm.ENV_VAR] = "1" if pool == "on" else "0"  # workers inherit it
+    torch.multiprocessing.set_sharing_strategy(sharing)
     gs.configure_gdal(cachemax)
     from pipekit.geo import RandomGeoSampler, stack_samples
 
@@ -87,7 +95,8 @@ def run(root: Path, workers: int, length: int, passes: int, batch_size: int, cac
         del it
         if p == 0:
             print(f"  batch: image {batch['image'].dtype} {list(batch['image'].shape)}, mask {batch['mask'].dtype}")
-        print(f"  pass {p + 1}, {workers} worker(s): {n / wall:7.1f} samples/s; CPU ms/sample: main "
+        label = f"{workers} worker(s)" + (f", pool {pool}, {sharing}" if workers else "")
+        print(f"  pass {p + 1}, {label}: {n / wall:7.1f} samples/s; CPU ms/sample: main "
               f"{1e3 * main_cpu / n:.2f}, workers {1e3 * worker_cpu / n:.2f}, total "
               f"{1e3 * (main_cpu + worker_cpu) / n:.2f}", flush=True)
 
@@ -102,6 +111,11 @@ def main() -> None:
     p.add_argument("--size", type=int, default=3000, help="Landsat scene side in pixels (geo_sampling's corpus)")
     p.add_argument("--scenes", type=int, default=2)
     p.add_argument("--profile", action="store_true", help="cProfile inside the workers")
+    p.add_argument("--pool", nargs="+", default=["on"], choices=["on", "off"],
+                   help="reuse of shared-memory batch buffers in workers (pipekit.shm): on, off or both")
+    p.add_argument("--sharing", nargs="+", default=["file_descriptor"], choices=["file_descriptor", "file_system"],
+                   help="torch.multiprocessing sharing strategies to run (default file_descriptor, torch's)")
+    p.add_argument("--rounds", type=int, default=1, help="run the configurations this many times, interleaved")
     p.add_argument("--dtype", default="torchgeo", choices=["torchgeo", "native"],
                    help="sample dtypes: TorchGeo's (float32 image, int64 mask; the default) or the files' own")
     p.add_argument("--cache", default=None, help="corpus cache folder (default: pipekit's)")
@@ -113,11 +127,14 @@ def main() -> None:
     root = write_landsat_cdl_corpus(cache / f"bench-geo-landsat-cdl-{args.size}x{args.scenes}",
                                     size=args.size, scenes=args.scenes, progress=False)
     print(f"# geo_worker_cpu: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {root}")
-    for workers in args.workers:
+    configs = [(w, pool, sharing) for w in args.workers for pool in (args.pool if w else ["on"])
+               for sharing in (args.sharing if w else ["file_descriptor"])]
+    for workers, pool, sharing in configs * args.rounds:
         with tempfile.TemporaryDirectory() as tmp:
             global PROFILE_DIR
             PROFILE_DIR = os.environ["GEO_WORKER_CPU_PROFILE_DIR"] = tmp  # workers inherit it (fork or spawn)
-            run(root, workers, args.length, args.passes, args.batch_size, args.cachemax, args.profile, args.dtype)
+            run(root, workers, args.length, args.passes, args.batch_size, args.cachemax, args.profile, args.dtype,
+                pool, sharing)
             prof = Path(tmp) / "worker0.prof"
             if args.profile and prof.exists():
                 pstats.Stats(str(prof)).sort_stats("tottime").print_stats(20)
