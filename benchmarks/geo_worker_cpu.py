@@ -67,8 +67,18 @@ def dataset(root: Path, dtype: str) -> object:
     return landsat & datasets.CDL(root=str(root / "cdl"), dtype=dtype)
 
 
-def run(root: Path, workers: int, length: int, passes: int, batch_size: int, cachemax: int, profile: bool,
-        dtype: str = "torchgeo", pool: str = "on", sharing: str = "file_descriptor") -> None:
+def run(
+    root: Path,
+    workers: int,
+    length: int,
+    passes: int,
+    batch_size: int,
+    cachemax: int,
+    profile: bool,
+    dtype: str = "torchgeo",
+    pool: str = "on",
+    sharing: str = "file_descriptor",
+) -> None:
     from pipekit import shm
 
     os.environ[shm.ENV_VAR] = "1" if pool == "on" else "0"  # workers inherit it
@@ -79,8 +89,15 @@ def run(root: Path, workers: int, length: int, passes: int, batch_size: int, cac
     ds = dataset(root, dtype)
     sampler = RandomGeoSampler(ds, size=gs.PATCH, length=length, seed=0)  # fresh boxes every pass
     # Persistent workers, as in geo_sampling: their GDAL and warp caches stay warm from pass to pass.
-    loader = DataLoader(ds, batch_size=batch_size, sampler=sampler, collate_fn=stack_samples, num_workers=workers,
-                        persistent_workers=workers > 0, worker_init_fn=_profile_worker if profile and workers else None)
+    loader = DataLoader(
+        ds,
+        batch_size=batch_size,
+        sampler=sampler,
+        collate_fn=stack_samples,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+        worker_init_fn=_profile_worker if profile and workers else None,
+    )
     for p in range(passes):
         start, cpu0 = time.perf_counter(), time.process_time()
         it = iter(loader)
@@ -96,9 +113,12 @@ def run(root: Path, workers: int, length: int, passes: int, batch_size: int, cac
         if p == 0:
             print(f"  batch: image {batch['image'].dtype} {list(batch['image'].shape)}, mask {batch['mask'].dtype}")
         label = f"{workers} worker(s)" + (f", pool {pool}, {sharing}" if workers else "")
-        print(f"  pass {p + 1}, {label}: {n / wall:7.1f} samples/s; CPU ms/sample: main "
-              f"{1e3 * main_cpu / n:.2f}, workers {1e3 * worker_cpu / n:.2f}, total "
-              f"{1e3 * (main_cpu + worker_cpu) / n:.2f}", flush=True)
+        print(
+            f"  pass {p + 1}, {label}: {n / wall:7.1f} samples/s; CPU ms/sample: main "
+            f"{1e3 * main_cpu / n:.2f}, workers {1e3 * worker_cpu / n:.2f}, total "
+            f"{1e3 * (main_cpu + worker_cpu) / n:.2f}",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -111,30 +131,59 @@ def main() -> None:
     p.add_argument("--size", type=int, default=3000, help="Landsat scene side in pixels (geo_sampling's corpus)")
     p.add_argument("--scenes", type=int, default=2)
     p.add_argument("--profile", action="store_true", help="cProfile inside the workers")
-    p.add_argument("--pool", nargs="+", default=["on"], choices=["on", "off"],
-                   help="reuse of shared-memory batch buffers in workers (pipekit.shm): on, off or both")
-    p.add_argument("--sharing", nargs="+", default=["file_descriptor"], choices=["file_descriptor", "file_system"],
-                   help="torch.multiprocessing sharing strategies to run (default file_descriptor, torch's)")
+    p.add_argument(
+        "--pool",
+        nargs="+",
+        default=["on"],
+        choices=["on", "off"],
+        help="reuse of shared-memory batch buffers in workers (pipekit.shm): on, off or both",
+    )
+    p.add_argument(
+        "--sharing",
+        nargs="+",
+        default=["file_descriptor"],
+        choices=["file_descriptor", "file_system"],
+        help="torch.multiprocessing sharing strategies to run (default file_descriptor, torch's)",
+    )
     p.add_argument("--rounds", type=int, default=1, help="run the configurations this many times, interleaved")
-    p.add_argument("--dtype", default="torchgeo", choices=["torchgeo", "native"],
-                   help="sample dtypes: TorchGeo's (float32 image, int64 mask; the default) or the files' own")
+    p.add_argument(
+        "--dtype",
+        default="torchgeo",
+        choices=["torchgeo", "native"],
+        help="sample dtypes: TorchGeo's (float32 image, int64 mask; the default) or the files' own",
+    )
     p.add_argument("--cache", default=None, help="corpus cache folder (default: pipekit's)")
     args = p.parse_args()
     from pipekit.synthetic import default_cache_dir
     from pipekit.synthetic_geo import write_landsat_cdl_corpus
 
     cache = Path(args.cache) if args.cache else default_cache_dir()
-    root = write_landsat_cdl_corpus(cache / f"bench-geo-landsat-cdl-{args.size}x{args.scenes}",
-                                    size=args.size, scenes=args.scenes, progress=False)
+    root = write_landsat_cdl_corpus(
+        cache / f"bench-geo-landsat-cdl-{args.size}x{args.scenes}", size=args.size, scenes=args.scenes, progress=False
+    )
     print(f"# geo_worker_cpu: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {root}")
-    configs = [(w, pool, sharing) for w in args.workers for pool in (args.pool if w else ["on"])
-               for sharing in (args.sharing if w else ["file_descriptor"])]
+    configs = [
+        (w, pool, sharing)
+        for w in args.workers
+        for pool in (args.pool if w else ["on"])
+        for sharing in (args.sharing if w else ["file_descriptor"])
+    ]
     for workers, pool, sharing in configs * args.rounds:
         with tempfile.TemporaryDirectory() as tmp:
             global PROFILE_DIR
             PROFILE_DIR = os.environ["GEO_WORKER_CPU_PROFILE_DIR"] = tmp  # workers inherit it (fork or spawn)
-            run(root, workers, args.length, args.passes, args.batch_size, args.cachemax, args.profile, args.dtype,
-                pool, sharing)
+            run(
+                root,
+                workers,
+                args.length,
+                args.passes,
+                args.batch_size,
+                args.cachemax,
+                args.profile,
+                args.dtype,
+                pool,
+                sharing,
+            )
             prof = Path(tmp) / "worker0.prof"
             if args.profile and prof.exists():
                 pstats.Stats(str(prof)).sort_stats("tottime").print_stats(20)

@@ -57,7 +57,7 @@ def test_released_buffers_are_reused_and_held_batches_are_never_overwritten():
     # buffers and these checks would see other samples' values
     held = []
     last_stats = []
-    for epoch in range(2):
+    for _ in range(2):
         for k, batch in enumerate(loader(Numbered(), persistent_workers=False)):
             assert_intact(batch)
             if k % 3 == 0:

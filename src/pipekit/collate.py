@@ -59,7 +59,6 @@ where the batch is consumed (the main process), or let
 
 from __future__ import annotations
 
-import math
 import numbers
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
@@ -107,9 +106,7 @@ def _check_pad_fits(pad_value: PadValue, dtype: torch.dtype, name: str) -> None:
             raise ValueError(f"{_STAGE}: pad_value {pad_value!r} for {name} does not fit its dtype torch.bool")
     elif not (dtype.is_floating_point or dtype.is_complex):
         if isinstance(pad_value, float) and not float(pad_value).is_integer():
-            raise ValueError(
-                f"{_STAGE}: pad_value {pad_value!r} for {name} is not an integer but its dtype is {dtype}"
-            )
+            raise ValueError(f"{_STAGE}: pad_value {pad_value!r} for {name} is not an integer but its dtype is {dtype}")
         info = torch.iinfo(dtype)
         if not info.min <= int(pad_value) <= info.max:
             raise ValueError(f"{_STAGE}: pad_value {pad_value!r} for {name} is out of range for {dtype}")
@@ -515,9 +512,7 @@ def pad_collate(
         return _collate_dict(samples, pad_value, keys, pin_memory)
     if isinstance(first, (tuple, list)):
         return _collate_fields(samples, pad_value, keys, pin_memory)
-    raise TypeError(
-        f"{_STAGE}: samples must be tensors, tuples/lists or dicts, got {type(first).__name__}"
-    )
+    raise TypeError(f"{_STAGE}: samples must be tensors, tuples/lists or dicts, got {type(first).__name__}")
 
 
 def collate(samples: Sequence[Any], *, pin_memory: bool = False) -> Any:

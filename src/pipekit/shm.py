@@ -141,11 +141,11 @@ class _Pool:
     def take(self, nbytes: int) -> torch.UntypedStorage:
         best = -1
         for i, slot in enumerate(self.slots):  # the smallest free buffer that fits, at most twice the size
-            if nbytes <= slot.nbytes <= 2 * nbytes and (best < 0 or slot.nbytes < self.slots[best].nbytes):
-                if self.free(i):
-                    best = i
-                    if slot.nbytes == nbytes:
-                        break
+            fits = nbytes <= slot.nbytes <= 2 * nbytes and (best < 0 or slot.nbytes < self.slots[best].nbytes)
+            if fits and self.free(i):
+                best = i
+                if slot.nbytes == nbytes:
+                    break
         if best >= 0:
             self.reused += 1
             return self.slots[best].storage
@@ -224,8 +224,13 @@ def pool_stats() -> dict[str, int]:
     if pool is None:
         return {"buffers": 0, "bytes": 0, "reused": 0, "fresh": 0, "unpooled": 0}
     live = [s for s in pool.slots if s.nbytes]
-    return {"buffers": len(live), "bytes": sum(s.nbytes for s in live), "reused": pool.reused,
-            "fresh": pool.fresh, "unpooled": pool.unpooled}
+    return {
+        "buffers": len(live),
+        "bytes": sum(s.nbytes for s in live),
+        "reused": pool.reused,
+        "fresh": pool.fresh,
+        "unpooled": pool.unpooled,
+    }
 
 
 # ------------------------------------------------------------------------------------------ pickling
