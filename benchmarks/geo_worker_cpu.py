@@ -16,6 +16,10 @@ is then faster than a 0-worker run wherever two cores are free.
 shared-memory batch buffers on (the default) and off (fresh shared memory
 for every batch, as before), side by side.
 
+``--synthetic`` replaces the reads with samples of the same shapes and
+dtypes ready in memory (one copy each), which leaves the cost of building
+batches and handing them over.
+
 ``--profile`` runs cProfile inside each worker (started in ``worker_init_fn``,
 written when the worker exits) and prints the top functions of worker 0.
 
@@ -57,6 +61,23 @@ def _profile_worker(_worker_id: int) -> None:
     util.Finalize(None, dump, exitpriority=100)  # runs when the worker process exits
 
 
+class ReadySamples(torch.utils.data.Dataset):
+    """``--synthetic``: samples of the geo chain's shapes and dtypes, ready in memory (a copy per sample, no
+    reading): what is left is the cost of building batches and handing them to the main process."""
+
+    def __init__(self, dtype: str) -> None:
+        native = dtype == "native"
+        self.image = torch.rand(len(gs.BANDS), gs.PATCH, gs.PATCH).mul(10000)
+        self.image = self.image.to(torch.int16 if native else torch.float32)
+        self.mask = torch.randint(0, 255, (gs.PATCH, gs.PATCH), dtype=torch.uint8 if native else torch.int64)
+
+    def __len__(self) -> int:
+        return 1 << 30
+
+    def __getitem__(self, i: object) -> dict:
+        return {"image": self.image.clone(), "mask": self.mask.clone(), "crs": "EPSG:32615", "bounds": i}
+
+
 def dataset(root: Path, dtype: str) -> object:
     """``geo_sampling``'s ``Landsat8 & CDL``; ``dtype="native"`` keeps the files' integer dtypes (uint16, uint8)."""
     if dtype == "torchgeo":
@@ -78,6 +99,7 @@ def run(
     dtype: str = "torchgeo",
     pool: str = "on",
     sharing: str = "file_descriptor",
+    synthetic: bool = False,
 ) -> None:
     from pipekit import shm
 
@@ -86,8 +108,12 @@ def run(
     gs.configure_gdal(cachemax)
     from pipekit.geo import RandomGeoSampler, stack_samples
 
-    ds = dataset(root, dtype)
-    sampler = RandomGeoSampler(ds, size=gs.PATCH, length=length, seed=0)  # fresh boxes every pass
+    if synthetic:
+        ds = ReadySamples(dtype)
+        sampler = range(length)
+    else:
+        ds = dataset(root, dtype)
+        sampler = RandomGeoSampler(ds, size=gs.PATCH, length=length, seed=0)  # fresh boxes every pass
     # Persistent workers, as in geo_sampling: their GDAL and warp caches stay warm from pass to pass.
     loader = DataLoader(
         ds,
@@ -152,6 +178,11 @@ def main() -> None:
         choices=["torchgeo", "native"],
         help="sample dtypes: TorchGeo's (float32 image, int64 mask; the default) or the files' own",
     )
+    p.add_argument(
+        "--synthetic",
+        action="store_true",
+        help="samples of the same shapes ready in memory instead of read: the batch hand-over cost alone",
+    )
     p.add_argument("--cache", default=None, help="corpus cache folder (default: pipekit's)")
     args = p.parse_args()
     from pipekit.synthetic import default_cache_dir
@@ -183,6 +214,7 @@ def main() -> None:
                 args.dtype,
                 pool,
                 sharing,
+                args.synthetic,
             )
             prof = Path(tmp) / "worker0.prof"
             if args.profile and prof.exists():

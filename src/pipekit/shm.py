@@ -182,6 +182,7 @@ class _Pool:
 _EMPTY = torch.UntypedStorage(0)
 _pool: _Pool | None = None
 _pool_lock = threading.Lock()
+_take_lock = threading.Lock()
 
 
 def _worker_pool() -> _Pool:
@@ -214,7 +215,9 @@ def empty_shared(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes == 0 or not pool_enabled() or torch.utils.data.get_worker_info() is None:
         return _view(_fresh(max(nbytes, 1)), shape, dtype) if nbytes else torch.empty(shape, dtype=dtype)
-    return _view(_worker_pool().take(nbytes), shape, dtype)
+    pool = _worker_pool()
+    with _take_lock:  # the buffer is free until the view exists: one taker at a time
+        return _view(pool.take(nbytes), shape, dtype)
 
 
 def pool_stats() -> dict[str, int]:
