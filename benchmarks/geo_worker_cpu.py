@@ -16,6 +16,10 @@ is then faster than a 0-worker run wherever two cores are free.
 shared-memory batch buffers on (the default) and off (fresh shared memory
 for every batch, as before), side by side.
 
+``--main-threads 1 2`` runs the 0-worker configuration with that many torch
+intra-op threads (DataLoader workers always run with one): on a loaded
+machine the default threads' waiting costs the 0-worker process CPU.
+
 ``--synthetic`` replaces the reads with samples of the same shapes and
 dtypes ready in memory (one copy each), which leaves the cost of building
 batches and handing them over.
@@ -44,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import geo_sampling as gs  # the same corpus, dataset and process settings
 
 PROFILE_DIR = os.environ.get("GEO_WORKER_CPU_PROFILE_DIR", "")
+DEFAULT_THREADS = torch.get_num_threads()
 
 
 def _profile_worker(_worker_id: int) -> None:
@@ -100,8 +105,11 @@ def run(
     pool: str = "on",
     sharing: str = "file_descriptor",
     synthetic: bool = False,
+    main_threads: int = 0,
 ) -> None:
     from pipekit import shm
+
+    torch.set_num_threads(main_threads or DEFAULT_THREADS)  # the main process's intra-op threads
 
     os.environ[shm.ENV_VAR] = "1" if pool == "on" else "0"  # workers inherit it
     torch.multiprocessing.set_sharing_strategy(sharing)
@@ -139,6 +147,7 @@ def run(
         if p == 0:
             print(f"  batch: image {batch['image'].dtype} {list(batch['image'].shape)}, mask {batch['mask'].dtype}")
         label = f"{workers} worker(s)" + (f", pool {pool}, {sharing}" if workers else "")
+        label += f", {torch.get_num_threads()} main torch thread(s)" if not workers else ""
         print(
             f"  pass {p + 1}, {label}: {n / wall:7.1f} samples/s; CPU ms/sample: main "
             f"{1e3 * main_cpu / n:.2f}, workers {1e3 * worker_cpu / n:.2f}, total "
@@ -183,6 +192,13 @@ def main() -> None:
         action="store_true",
         help="samples of the same shapes ready in memory instead of read: the batch hand-over cost alone",
     )
+    p.add_argument(
+        "--main-threads",
+        type=int,
+        nargs="+",
+        default=[0],
+        help="with 0 workers: torch intra-op threads of the process (0: torch's default; workers always use 1)",
+    )
     p.add_argument("--cache", default=None, help="corpus cache folder (default: pipekit's)")
     args = p.parse_args()
     from pipekit.synthetic import default_cache_dir
@@ -194,12 +210,13 @@ def main() -> None:
     )
     print(f"# geo_worker_cpu: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {root}")
     configs = [
-        (w, pool, sharing)
+        (w, pool, sharing, threads)
         for w in args.workers
         for pool in (args.pool if w else ["on"])
         for sharing in (args.sharing if w else ["file_descriptor"])
+        for threads in (args.main_threads if not w else [0])
     ]
-    for workers, pool, sharing in configs * args.rounds:
+    for workers, pool, sharing, threads in configs * args.rounds:
         with tempfile.TemporaryDirectory() as tmp:
             global PROFILE_DIR
             PROFILE_DIR = os.environ["GEO_WORKER_CPU_PROFILE_DIR"] = tmp  # workers inherit it (fork or spawn)
@@ -215,6 +232,7 @@ def main() -> None:
                 pool,
                 sharing,
                 args.synthetic,
+                threads,
             )
             prof = Path(tmp) / "worker0.prof"
             if args.profile and prof.exists():
