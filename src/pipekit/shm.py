@@ -308,7 +308,8 @@ def _rebuild_pooled(
         _install_reducer()  # a re-send from this process must be a copy
     ptr = storage.data_ptr()
     _received[ptr] = weakref.ref(storage)
-    weakref.finalize(storage, _count_release, entry[1], _HEADER + slot, ptr)
+    release = weakref.finalize(storage, _count_release, entry[1], _HEADER + slot, ptr)
+    release.atexit = False  # at exit the workers are gone: nothing to count
     return storage
 
 
