@@ -47,7 +47,7 @@ Example:
 
 from __future__ import annotations
 
-import logging
+import functools
 import math
 import os
 import sys
@@ -62,8 +62,6 @@ import numpy as np
 import torch
 
 __all__ = ["MAX_BUFFERS", "MAX_BYTES", "ENV_VAR", "empty_shared", "pool_enabled", "pool_stats"]
-
-logger = logging.getLogger("pipekit")
 
 #: Most buffers one worker keeps (a batch of ``image`` and ``mask`` uses two; the DataLoader keeps
 #: ``prefetch_factor`` batches per worker in flight, and the main process holds one or two more).
@@ -81,10 +79,11 @@ def pool_enabled() -> bool:
     torch has the private functions the pool needs)."""
     if os.environ.get(ENV_VAR, "1").strip().lower() in ("0", "false", "no"):
         return False
-    return _HAVE_PRIVATE_API
+    return _have_private_api()
 
 
-def _check_private_api() -> bool:
+@functools.cache
+def _have_private_api() -> bool:
     try:
         storage = torch.UntypedStorage._new_shared(8)
         torch._C._storage_Use_Count(storage._cdata)
@@ -94,9 +93,6 @@ def _check_private_api() -> bool:
     except (AttributeError, RuntimeError, ImportError):
         return False
     return True
-
-
-_HAVE_PRIVATE_API = _check_private_api()
 
 
 def _fresh(nbytes: int) -> torch.UntypedStorage:
@@ -152,7 +148,7 @@ class _Pool:
         # a new buffer: in a retired slot or a new one, making room by retiring free buffers that do not fit
         total = sum(s.nbytes for s in self.slots)
         place = next((i for i, s in enumerate(self.slots) if s.nbytes == 0), None)
-        if place is None and len(self.slots) < MAX_BUFFERS:
+        if place is None and len(self.slots) < min(MAX_BUFFERS, len(self.counters) - _HEADER):
             place = len(self.slots)
         for i in range(len(self.slots)):
             if place is not None and total + nbytes <= MAX_BYTES:
