@@ -211,9 +211,10 @@ def main() -> None:
     torch.set_num_threads(1)
     root = default_cache_dir() / f"bench-shards-{args.samples}-{args.shards}"
     paths = write_shards(root, args.samples, args.shards, (320, 256))
+    mib = sum(p.stat().st_size for p in paths) / 2**20
     print(
-        f"# shards: {args.samples} JPEGs 320x256 in {args.shards} shards ({sum(p.stat().st_size for p in paths) / 2**20:.0f}"
-        f" MiB); shuffle buffer {args.buffer}; decode + RandomResizedCrop({args.size}) + flip; batch {args.batch}"
+        f"# shards: {args.samples} JPEGs 320x256 in {args.shards} shards ({mib:.0f} MiB); "
+        f"shuffle buffer {args.buffer}; decode + RandomResizedCrop({args.size}) + flip; batch {args.batch}"
     )
     print(
         f"# machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "

@@ -32,6 +32,7 @@ after a buffer.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing.context
 import queue
 import threading
@@ -76,10 +77,8 @@ class StateChannel:
     def close(self) -> None:
         """Stop the workers' answering threads and let the queues go without waiting for their feeders."""
         for q in self.requests:
-            try:
+            with contextlib.suppress(ValueError, OSError):  # already closed
                 q.put(_STOP)
-            except (ValueError, OSError):  # already closed
-                pass
             q.cancel_join_thread()
             q.close()
         self.replies.cancel_join_thread()
