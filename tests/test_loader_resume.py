@@ -178,6 +178,7 @@ class TestChannel:
         assert state["workers"]["w0"]["mode"] == DEFERRED  # the input is left as it was
         with pytest.raises(RuntimeError, match=r"worker 0: the position of batch 0 of iterator 1 is no longer kept"):
             resolve_deferred({"w0": tokens[0]}, channel, lambda w: True)
+        kept.stop()
         channel.close()
 
     def test_a_dead_worker_is_named(self):

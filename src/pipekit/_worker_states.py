@@ -160,6 +160,11 @@ class WorkerStates:
                 self._kept.popitem(last=False)
         return {"mode": DEFERRED, "worker": self.worker, "run": run, "seq": seq}
 
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the answering thread (the main process's :meth:`StateChannel.close` does it for workers)."""
+        self.channel.requests[self.worker].put(_STOP)
+        self._thread.join(timeout)
+
     def _answer(self) -> None:
         requests = self.channel.requests[self.worker]
         while True:
