@@ -92,11 +92,14 @@ class WdsSample:
 
 def register_wds_s3(storage_options: dict[str, Any]) -> None:
     """Let webdataset open ``s3://`` URLs with fsspec (it has no S3 handler of its own besides shell pipes)."""
+    import importlib
+
     import fsspec
-    import webdataset.gopen as gopen
+
+    gopen = importlib.import_module("webdataset.gopen")  # the package's `gopen` attribute is the function
 
     def open_s3(url: str, mode: str = "rb", bufsize: int = 8192, **kw: Any) -> Any:
-        return fsspec.open(url, mode, block_size=2**22, **storage_options).open()
+        return fsspec.open(url, mode, **storage_options).open()
 
     gopen.gopen_schemes["s3"] = open_s3
 
