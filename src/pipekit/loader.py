@@ -443,7 +443,11 @@ class DataLoader(StatefulDataLoader):
 
     ``state_dict()`` / ``load_state_dict()`` resume mid-epoch with no sample
     repeated or lost; for DataPipes the position of every pipe is restored
-    rather than replayed (see :mod:`pipekit.pipes.resume`).
+    rather than replayed (see :mod:`pipekit.pipes.resume`).  With workers,
+    each worker keeps its last few positions and sends one only when
+    ``state_dict()`` asks for it (see :mod:`pipekit._worker_states`), so
+    exact resume does not copy buffered items (a shuffle buffer) with every
+    batch; ``state_dict()`` then takes as long as pickling those buffers.
 
     Args:
         dataset: an ``IterDataPipe``, ``MapDataPipe`` or ``Dataset``.
