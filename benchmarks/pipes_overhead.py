@@ -170,8 +170,10 @@ def main() -> None:
     root = write_image_folder(default_cache_dir() / name, per_class=args.per_class, size=args.source_size)
     files = sorted(str(p) for p in root.rglob("*.jpg"))
     print(f"# pipes_overhead: {len(files)} JPEGs (~{args.source_size} px), resize to {args.size}, batch {args.batch}")
-    print(f"# machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch thread(s), "
-          f"torch {torch.__version__}, python {platform.python_version()}")
+    print(
+        f"# machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch thread(s), "
+        f"torch {torch.__version__}, python {platform.python_version()}"
+    )
     header = ("workers", "plain DataLoader", "pipekit", "pipekit/plain", "overhead/sample")
     print(" | ".join(f"{h:>{w}}" for h, w in zip(header, (7, 17, 12, 13, 15))))
     for workers in args.workers:
@@ -181,8 +183,10 @@ def main() -> None:
             args.epochs,
         )
         overhead_us = (1 / ours - 1 / plain) * 1e6 * max(workers, 1)
-        print(f"{workers:>7} | {plain:>11.1f} smp/s | {ours:>6.1f} smp/s | {ours / plain:>13.3f} | "
-              f"{overhead_us:>12.0f} us")
+        print(
+            f"{workers:>7} | {plain:>11.1f} smp/s | {ours:>6.1f} smp/s | {ours / plain:>13.3f} | "
+            f"{overhead_us:>12.0f} us"
+        )
     print(f"5-pipe chain (shuffle, sharding_filter, map, batch) in pipekit.DataLoader: {chain_cost():.1f} µs CPU/item")
     pk, pil = decode_rates(files, args.epochs)
     print(f"JPEG decode: pipekit decode_image {pk:.1f} img/s, PIL {pil:.1f} img/s, ratio {pk / pil:.2f}x")
