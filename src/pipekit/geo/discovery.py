@@ -462,7 +462,7 @@ class RasterHeader:
     @property
     def georeferenced(self) -> bool:
         """Whether the raster can be placed on the map: it has a CRS and a geotransform."""
-        return self.crs is not None and bool(self.crs.to_wkt()) and self.transform != Affine.identity()
+        return self.crs is not None and bool(_wkt(self.crs)) and self.transform != Affine.identity()
 
     @property
     def res(self) -> tuple[float, float]:
@@ -472,7 +472,7 @@ class RasterHeader:
 
     def index_error(self, stage: str) -> StageError | None:
         """Why this raster cannot be indexed by a geo dataset (no CRS, no geotransform, no bands), or ``None``."""
-        if self.crs is None or not self.crs.to_wkt():
+        if self.crs is None or not _wkt(self.crs):
             extra = " (it has ground control points; warp it to a CRS first, e.g. gdalwarp)" if self.has_gcps else ""
             return GeoReferenceError(
                 "index raster", self.url, stage, f"the raster has no CRS, so it cannot be placed on the map{extra}"
@@ -484,6 +484,24 @@ class RasterHeader:
         if self.count < 1:
             return ReadError("index raster", self.url, stage, "the raster has no bands")
         return None
+
+
+#: ``id(crs) -> (crs, its WKT)`` of recent CRS objects: headers read fast share one CRS object per
+#: kind of file, and ``to_wkt`` costs ~20-100 us (the CRS is held, so its id is not reused)
+_WKT_CACHE: dict[int, tuple[CRS, str]] = {}
+_WKT_CACHE_SIZE = 256
+
+
+def _wkt(crs: CRS) -> str:
+    """``crs.to_wkt()``, remembered for the CRS object (CRSs do not change)."""
+    found = _WKT_CACHE.get(id(crs))
+    if found is not None and found[0] is crs:
+        return found[1]
+    wkt = crs.to_wkt()
+    if len(_WKT_CACHE) >= _WKT_CACHE_SIZE:
+        _WKT_CACHE.clear()
+    _WKT_CACHE[id(crs)] = (crs, wkt)
+    return wkt
 
 
 def read_header(
@@ -816,7 +834,7 @@ class HeaderColumns:
         nodata = np.full(n, np.nan, dtype=np.float64)
         has_nodata = np.zeros(n, dtype=bool)
         for i, header in enumerate(headers):
-            wkt = header.crs.to_wkt()
+            wkt = _wkt(header.crs)
             if wkt not in crs_keys:
                 crs_keys[wkt] = len(crs_list)
                 crs_list.append(header.crs)

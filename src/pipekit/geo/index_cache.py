@@ -57,6 +57,7 @@ from pipekit.geo.discovery import (
     read_header,
     read_headers,
 )
+from pipekit.geo.tiff_header import FastHeaderReader
 
 __all__ = [
     "DEFAULT_NAME",
@@ -407,14 +408,19 @@ class IndexCacheMixin:
         )
 
     # -- reading headers ---------------------------------------------------------------------
-    def _header_or_error(self, path: str, changed: frozenset[str] = frozenset()) -> RasterHeader | StageError:
+    def _header_or_error(self, path: str, changed: frozenset[str] = frozenset(),
+                         reader: FastHeaderReader | None = None) -> RasterHeader | StageError:
         opener = self._opener  # type: ignore[attr-defined]
         if path in changed and not geo_io.is_local(path):
             # a remote file that changed since it was saved: GDAL's /vsis3/ and /vsicurl/ keep what they
             # read of a URL for the life of the process, so read the new bytes through fsspec instead
             opener = geo_io.RasterOpener(opener.storage_options, False, opener.gdal_options)
+            reader = None
         try:
-            header = read_header(opener, path, self.name)  # type: ignore[attr-defined]
+            if reader is not None:  # local GeoTIFFs parsed directly, anything else by rasterio
+                header = reader(path)
+            else:
+                header = read_header(opener, path, self.name)  # type: ignore[attr-defined]
         except ReadError as exc:
             return exc
         error = header.index_error(self.name)  # type: ignore[attr-defined]
@@ -443,8 +449,12 @@ class IndexCacheMixin:
         hit_rows = [saved.row(p, fp) if saved is not None else None for p, fp in zip(paths, prints)]
         misses = [i for i, row in enumerate(hit_rows) if row is None]
         changed = frozenset(paths[i] for i in misses if saved is not None and paths[i] in saved.rows)
-        results = read_headers([paths[i] for i in misses], lambda p: self._header_or_error(p, changed),
+        opener = self._opener  # type: ignore[attr-defined]
+        reader = FastHeaderReader(lambda p: read_header(opener, p, name))
+        results = read_headers([paths[i] for i in misses], lambda p: self._header_or_error(p, changed, reader),
                                self.index_workers, self.progress, desc=f"{name}: reading headers")
+        if misses:
+            logger.info("%s: %d header(s) parsed directly, %d read with rasterio", name, reader.fast, reader.slow)
         by_position = dict(zip(misses, results))
         ok: list[int] = []
         fresh: list[RasterHeader] = []
