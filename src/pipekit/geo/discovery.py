@@ -175,47 +175,31 @@ class _Lister:
 
         return fsspec.core.url_to_fs(url, **self.storage_options)
 
-    def expand(self, root: str, pattern: str) -> tuple[list[str], bool]:
-        """The files ``root`` stands for, and whether they were named explicitly (not found by a scan)."""
+    def expand(self, root: str, pattern: str) -> tuple[list[tuple[str, str]], bool]:
+        """``(path, file name)`` of the files ``root`` stands for, and whether they were named (not found by a scan)."""
         if geo_io.is_local(root):
             path = geo_io.local_path(root)
             if os.path.isdir(path):
+                match = _glob_matcher(pattern)
                 found = []
                 for dirpath, _, names in os.walk(path):
                     # the path relative to the root, built once per folder (relpath per file cost ~13 us)
                     rel_dir = os.path.relpath(dirpath, path)
                     rel_dir = "" if rel_dir == os.curdir else rel_dir + os.sep
                     head = os.path.join(dirpath, "")
-                    for fname in names:
-                        if fnmatch.fnmatchcase(fname, pattern) or (
-                            rel_dir and fnmatch.fnmatchcase(rel_dir + fname, pattern)
-                        ):
-                            found.append(head + fname)
+                    if rel_dir:
+                        found.extend((head + n, n) for n in names if match(n) or match(rel_dir + n))
+                    else:
+                        found.extend((head + n, n) for n in names if match(n))
                 return found, False
             if _has_magic(path):
-                return [p for p in globlib.glob(path, recursive=True) if os.path.isfile(p)], False
+                found = [p for p in globlib.glob(path, recursive=True) if os.path.isfile(p)]
+                return [(p, os.path.basename(p)) for p in found], False
             if os.path.isfile(path):
-                return [path], True
+                return [(path, os.path.basename(path))], True
             raise DatasetNotFoundError(f"no such file or directory: {root!r}")
-        return self._retrying(lambda: self._expand_remote(root, pattern), root)
-
-    def _expand_remote(self, root: str, pattern: str) -> tuple[list[str], bool]:
-        fs, path = self._fs(root)
-        fs.invalidate_cache(path)  # list what is there now, not an earlier listing fsspec kept
-        if _has_magic(path):
-            return [fs.unstrip_protocol(p) for p in fs.glob(path) if fs.isfile(p)], False
-        if fs.isdir(path):
-            base = path.rstrip("/")
-            found = []
-            for p in fs.find(base):
-                fname = p.rsplit("/", 1)[-1]
-                rel = p[len(base) + 1:]
-                if fnmatch.fnmatchcase(fname, pattern) or fnmatch.fnmatchcase(rel, pattern):
-                    found.append(fs.unstrip_protocol(p))
-            return found, False
-        if fs.isfile(path):
-            return [fs.unstrip_protocol(path)], True
-        raise DatasetNotFoundError(f"no such file or directory: {root!r}")
+        found, explicit = self._retrying(lambda: self._expand_remote(root, pattern), root)
+        return [(p, p.rsplit("/", 1)[-1]) for p in found], explicit
 
     def siblings(self, path: str) -> set[str]:
         """Names of the files in ``path``'s directory (listed once per directory)."""
@@ -247,6 +231,12 @@ class _Lister:
                     names = set()
             self._dirs[directory] = names
         return names
+
+
+@functools.lru_cache(maxsize=64)
+def _glob_matcher(pattern: str) -> Callable[[str], Any]:
+    """``fnmatch.fnmatchcase(name, pattern)`` as one compiled regex's ``match`` (the same translation)."""
+    return re.compile(fnmatch.translate(pattern)).match
 
 
 def _is_local(path: str) -> bool:
@@ -333,15 +323,17 @@ def find_files(
     lister = _Lister(storage_options or {}, retry, name)
     # where each candidate came from: "scan" (a directory or glob), "file" (named), "sibling"
     candidates: dict[str, str] = {}
+    names: dict[str, str] = {}  # each candidate's file name (known from the listing: not split again)
     sidecars = 0
     for item in _as_list(root):
         found, explicit = lister.expand(item, pattern)
-        for path in found:
-            if not explicit and _is_sidecar(_split_name(path)[1]):
+        for path, fname in found:
+            if not explicit and _is_sidecar(fname):
                 sidecars += 1  # hidden files and GDAL's side files are not rasters of their own
                 continue
             if explicit or path not in candidates:
                 candidates[path] = "file" if explicit else "scan"
+                names[path] = fname
     if sidecars:
         logger.info("%s: skipped %d hidden or GDAL side file(s) (.*, *.aux.xml, *.ovr, *.msk)", name, sidecars)
     if with_siblings or all_siblings:
@@ -351,10 +343,11 @@ def find_files(
             for sibling in sorted(lister.siblings(path)):
                 if not _is_sidecar(sibling):
                     candidates.setdefault(directory + sibling, "sibling")
+                    names.setdefault(directory + sibling, sibling)
     matched: list[tuple[str, re.Match[str]]] = []
     ignored: list[str] = []
     for path in sorted(candidates):
-        match = regex.match(_split_name(path)[1])
+        match = regex.match(names[path])
         if match is None:
             if candidates[path] == "file":
                 logger.warning("%s: ignoring %r: its name does not match filename_regex", name, path)
