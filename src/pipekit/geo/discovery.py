@@ -204,6 +204,25 @@ class _Lister:
         found, explicit = self._retrying(lambda: self._expand_remote(root, pattern), root)
         return [(p, p.rsplit("/", 1)[-1]) for p in found], explicit
 
+    def _expand_remote(self, root: str, pattern: str) -> tuple[list[str], bool]:
+        fs, path = self._fs(root)
+        fs.invalidate_cache(path)  # list what is there now, not an earlier listing fsspec kept
+        if _has_magic(path):
+            return [fs.unstrip_protocol(p) for p in fs.glob(path) if fs.isfile(p)], False
+        if fs.isdir(path):
+            base = path.rstrip("/")
+            found = []
+            for p in fs.find(base):
+                fname = p.rsplit("/", 1)[-1]
+                rel = p[len(base) + 1:]
+                if fnmatch.fnmatchcase(fname, pattern) or fnmatch.fnmatchcase(rel, pattern):
+                    found.append(fs.unstrip_protocol(p))
+            return found, False
+        if fs.isfile(path):
+            return [fs.unstrip_protocol(path)], True
+        raise DatasetNotFoundError(f"no such file or directory: {root!r}")
+
+
     def siblings(self, path: str) -> set[str]:
         """Names of the files in ``path``'s directory (listed once per directory)."""
         if geo_io.is_local(path):
@@ -360,11 +379,16 @@ def _find_files(root: Any, pattern: str, regex: re.Pattern[str], storage_options
                 with_siblings: bool, name: str, all_siblings: bool, origins: dict[str, str] | None,
                 retry: Any) -> list[tuple[str, re.Match[str]]]:
     lister = _Lister(storage_options or {}, retry, name)
+    roots = _as_list(root)
+    if len(roots) == 1 and not (with_siblings or all_siblings):
+        found, explicit = lister.expand(roots[0], pattern)
+        if not explicit:  # one folder or glob (the common case): no duplicates, no siblings
+            return _match_scan(found, pattern, regex, name, root, origins)
     # where each candidate came from: "scan" (a directory or glob), "file" (named), "sibling"
     candidates: dict[str, str] = {}
     names: dict[str, str] = {}  # each candidate's file name (known from the listing: not split again)
     sidecars = 0
-    for item in _as_list(root):
+    for item in roots:
         found, explicit = lister.expand(item, pattern)
         if explicit:
             for path, fname in found:
@@ -413,6 +437,30 @@ def _find_files(root: Any, pattern: str, regex: re.Pattern[str], storage_options
         raise DatasetNotFoundError(
             f"{name}: no files matching filename_glob {pattern!r} and filename_regex found in {root!r}"
         )
+    return matched
+
+
+def _match_scan(found: list[tuple[str, str]], pattern: str, regex: re.Pattern[str], name: str, root: Any,
+                origins: dict[str, str] | None) -> list[tuple[str, re.Match[str]]]:
+    """:func:`find_files` for the files of one scan: ``(path, name)`` pairs, each path once."""
+    # hidden files and GDAL's side files are not rasters of their own (_is_sidecar, inlined: called per file)
+    kept = [item for item in found if not (item[1][:1] == "." or item[1].lower().endswith(_SIDECAR_SUFFIXES))]
+    if len(kept) < len(found):
+        logger.info("%s: skipped %d hidden or GDAL side file(s) (.*, *.aux.xml, *.ovr, *.msk)", name,
+                    len(found) - len(kept))
+    kept.sort()  # by path (paths are unique, so names are never compared)
+    matches = list(map(regex.match, [fname for _, fname in kept]))
+    matched = [(item[0], match) for item, match in zip(kept, matches) if match is not None]
+    if len(matched) < len(kept):
+        ignored = [item[0] for item, match in zip(kept, matches) if match is None]
+        logger.info("%s: %d file(s) found by filename_glob %r do not match filename_regex, e.g. %s",
+                    name, len(ignored), pattern, ignored[:3])
+    if not matched:
+        raise DatasetNotFoundError(
+            f"{name}: no files matching filename_glob {pattern!r} and filename_regex found in {root!r}"
+        )
+    if origins is not None:
+        origins.update(dict.fromkeys([path for path, _ in matched], "scan"))
     return matched
 
 

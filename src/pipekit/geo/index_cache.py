@@ -523,7 +523,10 @@ class IndexCacheMixin:
         if saved is not None and len(cached_from):
             parts.append((saved.columns.take(cached_from), position[cached_at]))
         columns = _merge(parts, len(ok))
-        self._index_record = ([paths[i] for i in ok], sizes[ok], [stamps[i] for i in ok])
+        if len(ok) == len(paths):  # every file kept (the common case): no copies
+            self._index_record = (list(paths), sizes, stamps)
+        else:
+            self._index_record = ([paths[i] for i in ok], sizes[ok], [stamps[i] for i in ok])
         if url is not None:
             removed = len(saved) - len(cached_from) if saved is not None else 0
             changed = len(fresh) > 0 or removed > 0 or saved is None
