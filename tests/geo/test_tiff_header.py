@@ -39,7 +39,11 @@ def assert_same(fast: RasterHeader, expected: RasterHeader) -> None:
     assert tuple(fast.bounds) == tuple(expected.bounds)
     assert fast.res == expected.res
     assert (fast.width, fast.height, fast.count, fast.dtype) == (
-        expected.width, expected.height, expected.count, expected.dtype)
+        expected.width,
+        expected.height,
+        expected.count,
+        expected.dtype,
+    )
     if expected.nodata is None or fast.nodata is None:
         assert fast.nodata is expected.nodata
     else:
@@ -55,44 +59,107 @@ def read_twice(path: str | Path) -> tuple[FastHeaderReader, RasterHeader]:
     return reader, header
 
 
-def write(path: Path, *, crs: Any = "EPSG:32615", transform: Affine | None = None, dtype: str = "uint16",
-          count: int = 1, height: int = 37, width: int = 53, nodata: float | None = None, **profile: Any) -> Path:
+def write(
+    path: Path,
+    *,
+    crs: Any = "EPSG:32615",
+    transform: Affine | None = None,
+    dtype: str = "uint16",
+    count: int = 1,
+    height: int = 37,
+    width: int = 53,
+    nodata: float | None = None,
+    **profile: Any,
+) -> Path:
     transform = transform or Affine(30.0, 0.0, 399_990.0, 0.0, -30.0, 4_650_030.0)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with rasterio.open(path, "w", driver="GTiff", width=width, height=height, count=count, dtype=dtype,
-                       crs=CRS.from_user_input(crs) if crs is not None else None, transform=transform,
-                       nodata=nodata, **profile) as dst:
+    with rasterio.open(
+        path,
+        "w",
+        driver="GTiff",
+        width=width,
+        height=height,
+        count=count,
+        dtype=dtype,
+        crs=CRS.from_user_input(crs) if crs is not None else None,
+        transform=transform,
+        nodata=nodata,
+        **profile,
+    ) as dst:
         dst.write(np.ones((count, height, width), dtype=dtype))
     return path
 
 
 CASES: dict[str, dict[str, Any]] = {
     "utm striped uint16": {},
-    "utm tiled deflate nodata 0": {"tiled": True, "blockxsize": 16, "blockysize": 16, "compress": "deflate",
-                                   "nodata": 0},
-    "epsg4326 float32 nan": {"crs": "EPSG:4326", "dtype": "float32", "nodata": float("nan"),
-                             "transform": Affine(0.001, 0, -93.5, 0, -0.001, 42.1)},
-    "epsg4326 float32 -max": {"crs": "EPSG:4326", "dtype": "float32", "nodata": -3.4028234663852886e38,
-                              "transform": Affine(0.25, 0, -180, 0, -0.25, 90)},
-    "web mercator 3 bands lzw": {"crs": "EPSG:3857", "count": 3, "dtype": "uint8", "compress": "lzw",
-                                 "transform": Affine(152.87, 0, -10_400_000.5, 0, -152.87, 5_200_000.25)},
-    "albers conus (CDL) uint8 nodata 255": {"crs": "EPSG:5070", "dtype": "uint8", "nodata": 255,
-                                            "transform": Affine(30, 0, -12_345.0, 0, -30, 2_012_345.0)},
+    "utm tiled deflate nodata 0": {
+        "tiled": True,
+        "blockxsize": 16,
+        "blockysize": 16,
+        "compress": "deflate",
+        "nodata": 0,
+    },
+    "epsg4326 float32 nan": {
+        "crs": "EPSG:4326",
+        "dtype": "float32",
+        "nodata": float("nan"),
+        "transform": Affine(0.001, 0, -93.5, 0, -0.001, 42.1),
+    },
+    "epsg4326 float32 -max": {
+        "crs": "EPSG:4326",
+        "dtype": "float32",
+        "nodata": -3.4028234663852886e38,
+        "transform": Affine(0.25, 0, -180, 0, -0.25, 90),
+    },
+    "web mercator 3 bands lzw": {
+        "crs": "EPSG:3857",
+        "count": 3,
+        "dtype": "uint8",
+        "compress": "lzw",
+        "transform": Affine(152.87, 0, -10_400_000.5, 0, -152.87, 5_200_000.25),
+    },
+    "albers conus (CDL) uint8 nodata 255": {
+        "crs": "EPSG:5070",
+        "dtype": "uint8",
+        "nodata": 255,
+        "transform": Affine(30, 0, -12_345.0, 0, -30, 2_012_345.0),
+    },
     "band interleaved int16 -9999": {"count": 4, "dtype": "int16", "interleave": "band", "nodata": -9999},
     "bigtiff float64": {"BIGTIFF": "YES", "dtype": "float64", "nodata": 1e20},
-    "bigtiff tiled zstd": {"BIGTIFF": "YES", "tiled": True, "blockxsize": 16, "blockysize": 16,
-                           "compress": "zstd", "count": 2},
+    "bigtiff tiled zstd": {
+        "BIGTIFF": "YES",
+        "tiled": True,
+        "blockxsize": 16,
+        "blockysize": 16,
+        "compress": "zstd",
+        "count": 2,
+    },
     "big endian int32": {"ENDIANNESS": "BIG", "dtype": "int32", "nodata": -1},
     "uint32": {"dtype": "uint32"},
     "int64 nodata": {"dtype": "int64", "nodata": -5},
     "uint64": {"dtype": "uint64"},
-    "jpeg ycbcr": {"dtype": "uint8", "count": 3, "compress": "jpeg", "photometric": "ycbcr",
-                   "tiled": True, "blockxsize": 16, "blockysize": 16, "height": 64, "width": 64},
+    "jpeg ycbcr": {
+        "dtype": "uint8",
+        "count": 3,
+        "compress": "jpeg",
+        "photometric": "ycbcr",
+        "tiled": True,
+        "blockxsize": 16,
+        "blockysize": 16,
+        "height": 64,
+        "width": 64,
+    },
     "pixel is point": {"AREA_OR_POINT": "Point"},
     "user crs (no EPSG code)": {"crs": USER_CRS},
     "fractional pixel": {"transform": Affine(0.3, 0, 123.456789, 0, -0.7, 987.654321), "crs": "EPSG:32633"},
-    "big raster header": {"height": 5000, "width": 3000, "tiled": True, "blockxsize": 256, "blockysize": 256,
-                          "sparse_ok": True},
+    "big raster header": {
+        "height": 5000,
+        "width": 3000,
+        "tiled": True,
+        "blockxsize": 256,
+        "blockysize": 256,
+        "sparse_ok": True,
+    },
 }
 
 
@@ -106,8 +173,16 @@ def test_fast_path_equals_rasterio(tmp_path: Path, case: str) -> None:
 
 
 def test_many_files_of_one_kind_are_checked_once(tmp_path: Path) -> None:
-    paths = [write(tmp_path / f"t{i}.tif", transform=Affine(10, 0, 500_000 + 70.5 * i, 0, -10, 4e6 - 3.25 * i),
-                   width=7 + i, height=5 + 2 * i, nodata=1 if i % 2 else None) for i in range(12)]
+    paths = [
+        write(
+            tmp_path / f"t{i}.tif",
+            transform=Affine(10, 0, 500_000 + 70.5 * i, 0, -10, 4e6 - 3.25 * i),
+            width=7 + i,
+            height=5 + 2 * i,
+            nodata=1 if i % 2 else None,
+        )
+        for i in range(12)
+    ]
     reader = FastHeaderReader(truth)
     headers = [reader(str(p)) for p in paths]
     assert (reader.fast, reader.slow) == (10, 2)  # rasterio reads the first file of each kind (nodata or not)
@@ -137,19 +212,32 @@ def test_what_the_fast_path_declines(tmp_path: Path, case: str) -> None:
     if case == "rotated":
         write(path, transform=Affine.rotation(20) @ Affine(10, 0, 500_000, 0, -10, 4e6))
     elif case == "gcps":
-        gcps = [GroundControlPoint(0, 0, 500_000, 4e6), GroundControlPoint(0, 50, 500_500, 4e6),
-                GroundControlPoint(30, 0, 500_000, 4e6 - 300)]
+        gcps = [
+            GroundControlPoint(0, 0, 500_000, 4e6),
+            GroundControlPoint(0, 50, 500_500, 4e6),
+            GroundControlPoint(30, 0, 500_000, 4e6 - 300),
+        ]
         write(path, crs=None, transform=Affine.identity())
         with rasterio.open(path, "r+") as dst:
             dst.gcps = (gcps, CRS.from_epsg(32615))
     elif case == "aux.xml nodata":
         write(path, nodata=7)
         (tmp_path / "a.tif.aux.xml").write_text(
-            '<PAMDataset><PAMRasterBand band="1"><NoDataValue>42</NoDataValue></PAMRasterBand></PAMDataset>')
+            '<PAMDataset><PAMRasterBand band="1"><NoDataValue>42</NoDataValue></PAMRasterBand></PAMDataset>'
+        )
     elif case == "png":
         path = tmp_path / "a.png"
-        with rasterio.open(path, "w", driver="PNG", width=4, height=4, count=1, dtype="uint8",
-                           crs="EPSG:32615", transform=Affine(10, 0, 500_000, 0, -10, 4e6)) as dst:
+        with rasterio.open(
+            path,
+            "w",
+            driver="PNG",
+            width=4,
+            height=4,
+            count=1,
+            dtype="uint8",
+            crs="EPSG:32615",
+            transform=Affine(10, 0, 500_000, 0, -10, 4e6),
+        ) as dst:
             dst.write(np.ones((1, 4, 4), dtype="uint8"))
     elif case == "not a raster":
         path.write_bytes(b"II*\x00" + b"\xff" * 12)
@@ -157,7 +245,7 @@ def test_what_the_fast_path_declines(tmp_path: Path, case: str) -> None:
         write(path, transform=Affine(10, 0, 500_000, 0, 10, 4e6))
     reader = FastHeaderReader(truth)
     if case == "not a raster":
-        with pytest.raises(ReadError, match="a.tif"):
+        with pytest.raises(ReadError, match=r"a\.tif"):
             reader(str(path))
         assert reader.fast == 0
         return
@@ -173,8 +261,7 @@ def test_what_the_fast_path_declines(tmp_path: Path, case: str) -> None:
 
 def test_a_kind_whose_fast_answer_differs_is_read_by_rasterio(tmp_path: Path, monkeypatch) -> None:
     """The safety net: a parser bug shows up on the first file of a kind, and rasterio answers for all of them."""
-    paths = [write(tmp_path / f"t{i}.tif", transform=Affine(10, 0, 500_000 + 100 * i, 0, -10, 4e6))
-             for i in range(4)]
+    paths = [write(tmp_path / f"t{i}.tif", transform=Affine(10, 0, 500_000 + 100 * i, 0, -10, 4e6)) for i in range(4)]
     real = tiff_header._transform
     monkeypatch.setattr(tiff_header, "_transform", lambda tags: (lambda a, c, e, f: (a, c + 1.0, e, f))(*real(tags)))
     reader = FastHeaderReader(truth)
@@ -205,7 +292,7 @@ def test_parse_tiff_tags_big_endian_and_out_of_line_values() -> None:
     scale = struct.pack(">3d", 2.0, 3.0, 0.0)
     entries = struct.pack(">HHIHH", 256, 3, 1, 5, 0) + struct.pack(">HHII", 33550, 12, 3, 8 + 2 + 24 + 4)
     data = b"MM\x00*" + struct.pack(">I", 8) + struct.pack(">H", 2) + entries + b"\x00" * 4 + scale
-    tags = parse_tiff_tags(lambda offset, size: data[offset:offset + size], data[:20])
+    tags = parse_tiff_tags(lambda offset, size: data[offset : offset + size], data[:20])
     assert tags[256] == (5,)
     assert tags[33550] == (2.0, 3.0, 0.0)
 
@@ -224,3 +311,11 @@ def test_index_build_equals_rasterio_only(tmp_path: Path, monkeypatch) -> None:
     assert fast.files == slow.files
     assert fast.crs == slow.crs and fast.res == slow.res
     assert np.array_equal(fast.geo_index.bounds, slow.geo_index.bounds)
+
+
+def test_environment_switch_turns_it_off(tmp_path: Path, monkeypatch) -> None:
+    path = write(tmp_path / "a.tif")
+    monkeypatch.setenv("PIPEKIT_FAST_HEADERS", "0")
+    reader, header = read_twice(path)
+    assert not reader.enabled and (reader.fast, reader.slow) == (0, 2)
+    assert_same(header, truth(path))

@@ -35,6 +35,9 @@ exactly what :func:`pipekit.geo.discovery.read_header` (rasterio) would, or
   changes how headers are read (:data:`GDAL_OPTIONS_THAT_MATTER` in the
   environment or the active ``rasterio.Env``), and any read or parse error.
 
+``PIPEKIT_FAST_HEADERS=0`` in the environment turns the fast path off
+(every header read by rasterio, as before).
+
 Only local files are read this way (remote ones would cost a request each
 either way, and GDAL's are what pipekit reads them with).
 """
@@ -348,7 +351,7 @@ class FastHeaderReader:
 
     def __init__(self, fallback: Callable[[str], Any]) -> None:
         self.fallback = fallback
-        self.enabled = not _gdal_options_set()
+        self.enabled = os.environ.get("PIPEKIT_FAST_HEADERS", "1") != "0" and not _gdal_options_set()
         self.fast = 0
         self.slow = 0
         self._crs: dict[tuple[Any, ...], Any] = {}  # signature -> CRS, or None: read with rasterio
