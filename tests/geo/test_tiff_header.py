@@ -69,6 +69,7 @@ def write(
     height: int = 37,
     width: int = 53,
     nodata: float | None = None,
+    point: bool = False,
     **profile: Any,
 ) -> Path:
     transform = transform or Affine(30.0, 0.0, 399_990.0, 0.0, -30.0, 4_650_030.0)
@@ -86,6 +87,8 @@ def write(
         nodata=nodata,
         **profile,
     ) as dst:
+        if point:  # GDAL writes GTRasterTypeGeoKey = PixelIsPoint
+            dst.update_tags(AREA_OR_POINT="Point")
         dst.write(np.ones((count, height, width), dtype=dtype))
     return path
 
@@ -149,7 +152,8 @@ CASES: dict[str, dict[str, Any]] = {
         "height": 64,
         "width": 64,
     },
-    "pixel is point": {"AREA_OR_POINT": "Point"},
+    "pixel is point": {"point": True},
+    "pixel is point, geographic": {"point": True, "crs": "EPSG:4326", "transform": Affine(0.1, 0, -93, 0, -0.1, 42)},
     "user crs (no EPSG code)": {"crs": USER_CRS},
     "fractional pixel": {"transform": Affine(0.3, 0, 123.456789, 0, -0.7, 987.654321), "crs": "EPSG:32633"},
     "big raster header": {
@@ -272,7 +276,7 @@ def test_a_kind_whose_fast_answer_differs_is_read_by_rasterio(tmp_path: Path, mo
 
 
 def test_gdal_options_that_change_headers_turn_it_off(tmp_path: Path) -> None:
-    path = write(tmp_path / "a.tif", AREA_OR_POINT="Point")
+    path = write(tmp_path / "a.tif", point=True)
     with rasterio.Env(GTIFF_POINT_GEO_IGNORE="YES"):
         reader = FastHeaderReader(truth)
         reader(str(path))
@@ -319,3 +323,19 @@ def test_environment_switch_turns_it_off(tmp_path: Path, monkeypatch) -> None:
     reader, header = read_twice(path)
     assert not reader.enabled and (reader.fast, reader.slow) == (0, 2)
     assert_same(header, truth(path))
+
+
+@pytest.mark.parametrize("point", [False, True])
+def test_tiepoint_away_from_the_corner(tmp_path: Path, point: bool) -> None:
+    """A tiepoint at raster (I, J) != (0, 0) (GDAL writes (0, 0); other writers do not): GDAL's arithmetic."""
+    path = write(tmp_path / "a.tif", transform=Affine(30, 0, 500_000, 0, -30, 4e6), point=point)
+    data = path.read_bytes()
+    tie = parse_tiff_tags(lambda offset, size: data[offset : offset + size], data)[33922]
+    assert len(tie) == 6
+    old = struct.pack("<6d", *tie)
+    assert data.count(old) == 1
+    path.write_bytes(data.replace(old, struct.pack("<6d", 2.5, 7.0, 0.0, 600_123.25, 3_999_000.5, 0.0)))
+    reader, header = read_twice(path)
+    assert reader.fast == 1
+    assert_same(header, truth(path))
+    assert header.transform.c == 600_123.25 - 2.5 * 30 - (15 if point else 0)
