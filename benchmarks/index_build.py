@@ -87,6 +87,41 @@ def timed(fn):
     return out, time.perf_counter() - start, time.process_time() - cpu
 
 
+def compare_headers(root: Path, count: int) -> None:
+    """CPU per header over ``count`` files: pipekit's parser, ``tifffile`` (if installed), ``rasterio.open``."""
+    import rasterio
+
+    from pipekit.geo.discovery import read_header
+    from pipekit.geo.io import RasterOpener
+    from pipekit.geo.tiff_header import FastHeaderReader
+
+    paths = sorted(str(p) for p in root.glob("*.tif"))[:count]
+    opener = RasterOpener()
+    readers = {"pipekit": FastHeaderReader(lambda p: read_header(opener, p))}
+    try:
+        import tifffile
+
+        def with_tifffile(path: str):
+            with tifffile.TiffFile(path) as tif:
+                page = tif.pages.first
+                return page.shape, page.dtype, [page.tags.get(t) for t in (33550, 33922, 34264, 34735, 42113)]
+
+        readers["tifffile"] = with_tifffile
+    except ImportError:
+        print("tifffile not installed: its row is skipped")
+
+    def with_rasterio(path: str):
+        with rasterio.Env(GDAL_DISABLE_READDIR_ON_OPEN="TRUE"):
+            return read_header(opener, path)
+
+    readers["rasterio"] = with_rasterio
+    for label, read in readers.items():
+        cpu = time.process_time()
+        for path in paths:
+            read(path)
+        print(f"headers: {label:9s} {1e6 * (time.process_time() - cpu) / len(paths):8.1f} us of CPU a file", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
@@ -99,6 +134,12 @@ def main(argv: list[str] | None = None) -> None:
         help="skip pipekit without its fast header path (PIPEKIT_FAST_HEADERS=0) above this many",
     )
     parser.add_argument("--reloads", type=int, default=3, help="reloads timed (min and max shown)")
+    parser.add_argument(
+        "--headers",
+        type=int,
+        default=0,
+        help="first time N headers read three ways (pipekit, tifffile, rasterio) on the first size",
+    )
     parser.add_argument("--dir", default=None, help="where to write the files (default: a temporary folder)")
     parser.add_argument("--keep", action="store_true", help="keep the files (reused by the next run with --dir)")
     args = parser.parse_args(argv)
@@ -137,6 +178,9 @@ def main(argv: list[str] | None = None) -> None:
     print(header)
     print("-" * len(header))
     try:
+        if args.headers:
+            write_files(base / f"n{sizes[0]}", sizes[0])
+            compare_headers(base / f"n{sizes[0]}", args.headers)
         for n in sizes:
             root = base / f"n{n}"
             write_files(root, n)
