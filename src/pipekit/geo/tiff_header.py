@@ -55,7 +55,7 @@ from typing import Any
 
 from affine import Affine
 
-__all__ = ["GDAL_OPTIONS_THAT_MATTER", "FastHeaderReader", "TiffTags", "parse_tiff_tags"]
+__all__ = ["GDAL_OPTIONS_THAT_MATTER", "FastHeaderReader", "TiffTags", "UnsupportedTiffError", "parse_tiff_tags"]
 
 logger = logging.getLogger("pipekit.geo")
 
@@ -148,7 +148,7 @@ _RASTER_TYPE_KEY = 1025
 _FLOAT32_MAX = 3.4028234663852886e38
 
 
-class _Unsupported(Exception):  # noqa: N818 - internal: never raised to callers
+class UnsupportedTiffError(ValueError):
     """The file is not something the fast path describes exactly (rasterio reads it)."""
 
 
@@ -167,7 +167,7 @@ def parse_tiff_tags(read: Callable[[int, int], bytes], head: bytes) -> TiffTags:
     ``head`` is the start of the file; ``read(offset, size)`` reads further on.
 
     Raises:
-        _Unsupported: not a TIFF or BigTIFF file, or a directory that cannot be parsed.
+        UnsupportedTiffError: not a TIFF or BigTIFF file, or a directory that cannot be parsed.
 
     Example:
         >>> import struct
@@ -179,14 +179,14 @@ def parse_tiff_tags(read: Callable[[int, int], bytes], head: bytes) -> TiffTags:
         ((7,), (5,))
     """
     if len(head) < 16:
-        raise _Unsupported("too short for a TIFF header")
+        raise UnsupportedTiffError("too short for a TIFF header")
     order = head[:2]
     if order == b"II":
         bo = "<"
     elif order == b"MM":
         bo = ">"
     else:
-        raise _Unsupported("not a TIFF file")
+        raise UnsupportedTiffError("not a TIFF file")
     (magic,) = struct.unpack_from(bo + "H", head, 2)
     if magic == 42:
         (ifd,) = struct.unpack_from(bo + "I", head, 4)
@@ -194,23 +194,23 @@ def parse_tiff_tags(read: Callable[[int, int], bytes], head: bytes) -> TiffTags:
     elif magic == 43:
         offset_size, zero, ifd = struct.unpack_from(bo + "HHQ", head, 4)
         if offset_size != 8 or zero != 0:
-            raise _Unsupported("unusual BigTIFF header")
+            raise UnsupportedTiffError("unusual BigTIFF header")
         count_fmt, entry_fmt, entry_size, inline = "Q", "HHQ8s", 20, 8
     else:
-        raise _Unsupported("not a TIFF file")
+        raise UnsupportedTiffError("not a TIFF file")
 
     def chunk(offset: int, size: int) -> bytes:
         if offset + size <= len(head):
             return head[offset : offset + size]
         data = read(offset, size)
         if len(data) != size:
-            raise _Unsupported(f"truncated at byte {offset}")
+            raise UnsupportedTiffError(f"truncated at byte {offset}")
         return data
 
     count_size = struct.calcsize(count_fmt)
     (n,) = struct.unpack(bo + count_fmt, chunk(ifd, count_size))
     if not 0 < n < 4096:
-        raise _Unsupported(f"{n} entries in the first directory")
+        raise UnsupportedTiffError(f"{n} entries in the first directory")
     table = chunk(ifd + count_size, n * entry_size)
     values = TiffTags()
     present = set()
@@ -222,11 +222,11 @@ def parse_tiff_tags(read: Callable[[int, int], bytes], head: bytes) -> TiffTags:
             continue
         field = _FIELD_TYPES.get(kind)
         if field is None:
-            raise _Unsupported(f"tag {tag} has field type {kind}")
+            raise UnsupportedTiffError(f"tag {tag} has field type {kind}")
         code, size = field
         total = count * size
         if total > (1 << 24):
-            raise _Unsupported(f"tag {tag} holds {total} bytes")
+            raise UnsupportedTiffError(f"tag {tag} holds {total} bytes")
         data = raw[:total] if total <= inline else chunk(struct.unpack(offset_fmt, raw)[0], total)
         if code == "s" or kind == 7:
             values[tag] = bytes(data)
@@ -273,15 +273,15 @@ def _transform(tags: TiffTags) -> tuple[float, float, float, float]:
     point = _geokey(tags, _RASTER_TYPE_KEY) == 2
     if matrix is not None:
         if len(matrix) < 16 or tags.get(_TIEPOINT) is not None or point:
-            raise _Unsupported("transformation matrix with tiepoints, or pixel-is-point")
+            raise UnsupportedTiffError("transformation matrix with tiepoints, or pixel-is-point")
         a, b, c, d, e, f = matrix[0], matrix[1], matrix[3], matrix[4], matrix[5], matrix[7]
         if b != 0.0 or d != 0.0:
-            raise _Unsupported("rotated transform")
+            raise UnsupportedTiffError("rotated transform")
     else:
         tie = tags.get(_TIEPOINT)
         scale = tags.get(_PIXEL_SCALE)
         if tie is None or scale is None or len(tie) != 6 or len(scale) < 2:
-            raise _Unsupported("no single tiepoint with a pixel scale (GCPs or no georeferencing)")
+            raise UnsupportedTiffError("no single tiepoint with a pixel scale (GCPs or no georeferencing)")
         a, e = scale[0], -scale[1]
         b = d = 0.0
         c = tie[3] - tie[0] * a
@@ -290,7 +290,7 @@ def _transform(tags: TiffTags) -> tuple[float, float, float, float]:
             c -= a * 0.5 + b * 0.5
             f -= d * 0.5 + e * 0.5
     if not (a > 0.0 and e < 0.0) or not all(math.isfinite(v) for v in (a, c, e, f)):
-        raise _Unsupported("not a north-up transform")
+        raise UnsupportedTiffError("not a north-up transform")
     return a, c, e, f
 
 
@@ -365,7 +365,7 @@ class FastHeaderReader:
             return self._slow(path)
         try:
             tags, header = self._parse(local, path)
-        except (_Unsupported, OSError, ValueError, struct.error, UnicodeDecodeError, OverflowError) as exc:
+        except (UnsupportedTiffError, OSError, ValueError, struct.error, UnicodeDecodeError, OverflowError) as exc:
             logger.debug("fast header read of %s declined: %s", path, exc)
             return self._slow(path)
         signature = _signature(tags)
@@ -430,26 +430,26 @@ class FastHeaderReader:
 
             tags = parse_tiff_tags(read, head)
         if not ({_STRIP_OFFSETS, _STRIP_COUNTS} <= tags.present or {_TILE_OFFSETS, _TILE_COUNTS} <= tags.present):
-            raise _Unsupported("no strip or tile offsets and byte counts")
+            raise UnsupportedTiffError("no strip or tile offsets and byte counts")
         subfile = tags.get(_SUBFILE_TYPE, (0,))[0]
         if subfile & 0b101:  # a reduced-resolution image or a mask first
-            raise _Unsupported(f"first image has NewSubfileType {subfile}")
+            raise UnsupportedTiffError(f"first image has NewSubfileType {subfile}")
         if tags.get(_COMPRESSION, (1,))[0] == 6:
-            raise _Unsupported("old-style JPEG")
+            raise UnsupportedTiffError("old-style JPEG")
         metadata = tags.get(_GDAL_METADATA)
         if metadata is not None and b"PIXELTYPE" in metadata:
-            raise _Unsupported("PIXELTYPE in GDAL's metadata")
+            raise UnsupportedTiffError("PIXELTYPE in GDAL's metadata")
         (width,), (height,) = tags.get(_WIDTH, (0,)), tags.get(_HEIGHT, (0,))
         count = tags.get(_SAMPLES, (1,))[0]
         bits = set(tags.get(_BITS, (1,)))
         formats = set(tags.get(_SAMPLE_FORMAT, (1,)))
         if width < 1 or height < 1 or count < 1 or len(bits) != 1 or len(formats) != 1:
-            raise _Unsupported("no pixels, or bands of different types")
+            raise UnsupportedTiffError("no pixels, or bands of different types")
         dtype = _DTYPES.get((formats.pop(), bits.pop()))
         if dtype is None:
-            raise _Unsupported("data type")
+            raise UnsupportedTiffError("data type")
         if tags.get(_GEOKEYS) is None:
-            raise _Unsupported("no GeoKey directory")
+            raise UnsupportedTiffError("no GeoKey directory")
         a, c, e, f = _transform(tags)
         transform = Affine(a, 0.0, c, 0.0, e, f)
         bounds = (c, f + e * height, c + a * width, f)  # rasterio's DatasetBase.bounds (north-up)
