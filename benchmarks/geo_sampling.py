@@ -20,6 +20,9 @@ What is measured (issue 3, "Speed" and "From S3"):
      (a ``rasterio.warp.reproject`` per patch is ~10x slower); converted to the
      same float32 image / int64 mask tensors.  It reads the same boxes as pipekit
      (an identically seeded ``RandomGeoSampler``).
+   * with ``--pool-off-row``, with workers: **pipekit, shm pool off**, pipekit
+     with ``PIPEKIT_SHM_POOL=0`` (every batch in fresh shared memory instead of
+     a buffer the main process has released, :mod:`pipekit.shm`).
 
    Each (contender, workers, GDAL cache) runs in a fresh Python process: a
    first pass (warm-up: opens files, fills GDAL's block cache, starts workers)
@@ -166,7 +169,7 @@ def run_child(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
         return {"error": f"timed out after {timeout:.0f} s"}
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(RESULT):
-            return json.loads(line[len(RESULT):])
+            return json.loads(line[len(RESULT) :])
     tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-8:])
     return {"error": f"exit code {proc.returncode}: {tail}"}
 
@@ -185,13 +188,15 @@ def scene_table(root: Path) -> list[dict[str, Any]]:
         paths = [str(folder / f"{name}_{band}.TIF") for band in BANDS]
         with rasterio.open(paths[0]) as src:
             b = src.bounds
-        scenes.append({"paths": paths, "mint": day, "maxt": day + 86400 - 1e-6,
-                       "bounds": (b.left, b.bottom, b.right, b.top)})
+        scenes.append(
+            {"paths": paths, "mint": day, "maxt": day + 86400 - 1e-6, "bounds": (b.left, b.bottom, b.right, b.top)}
+        )
     return scenes
 
 
-def pipekit_dataset(root: Path | str, storage_options: dict | None = None, vsi: bool | None = None,
-                    gdal_options: dict | None = None):
+def pipekit_dataset(
+    root: Path | str, storage_options: dict | None = None, vsi: bool | None = None, gdal_options: dict | None = None
+):
     """``Landsat8(bands=all_bands[1:-2]) & CDL`` of the corpus at ``root`` (a folder or an ``s3://`` URL)."""
     from pipekit import datasets
 
@@ -244,8 +249,14 @@ class FloorDataset(Dataset):
         top = oy + math.ceil((top - oy) / yres) * yres
         width = math.ceil((right - left) / xres)
         height = math.ceil((top - bottom) / yres)
-        vrt = WarpedVRT(cdl, crs=self.crs, transform=Affine(xres, 0, left, 0, -yres, top), width=width,
-                        height=height, resampling=Resampling.nearest)
+        vrt = WarpedVRT(
+            cdl,
+            crs=self.crs,
+            transform=Affine(xres, 0, left, 0, -yres, top),
+            width=width,
+            height=height,
+            resampling=Resampling.nearest,
+        )
         handles = {"bands": bands, "cdl": cdl, "vrt": vrt, "vrt_origin": (left, top)}
         self._open = (os.getpid(), handles)
         return handles
@@ -259,8 +270,13 @@ class FloorDataset(Dataset):
         files = None
         for scene, handles in zip(self.scenes, h["bands"]):
             sl, sb, sr, st = scene["bounds"]
-            if scene["mint"] <= bbox.mint <= scene["maxt"] and sl <= bbox.minx and bbox.maxx <= sr \
-                    and sb <= bbox.miny and bbox.maxy <= st:
+            if (
+                scene["mint"] <= bbox.mint <= scene["maxt"]
+                and sl <= bbox.minx
+                and bbox.maxx <= sr
+                and sb <= bbox.miny
+                and bbox.maxy <= st
+            ):
                 files = handles
                 break
         if files is None:
@@ -273,8 +289,9 @@ class FloorDataset(Dataset):
         for i, src in enumerate(files):
             src.read(1, window=window, out=image[i])
         vl, vt = h["vrt_origin"]
-        mask = h["vrt"].read(1, window=Window(round((bbox.minx - vl) / xres), round((vt - bbox.maxy) / yres),
-                                              width, height))
+        mask = h["vrt"].read(
+            1, window=Window(round((bbox.minx - vl) / xres), round((vt - bbox.maxy) / yres), width, height)
+        )
         return {
             "image": torch.from_numpy(image.astype(np.float32)),
             "mask": torch.from_numpy(mask.astype(np.int64)),
@@ -323,14 +340,24 @@ def timed_passes(loader: DataLoader, keep_bounds: bool) -> dict[str, Any]:
         for batch in it:
             n += batch["image"].shape[0]
             if shapes is None:
-                shapes = [list(batch["image"].shape), list(batch["mask"].shape),
-                          str(batch["image"].dtype), str(batch["mask"].dtype)]
+                shapes = [
+                    list(batch["image"].shape),
+                    list(batch["mask"].shape),
+                    str(batch["image"].dtype),
+                    str(batch["mask"].dtype),
+                ]
             if keep_bounds:
                 bounds.extend(batch["bounds"])
         cpu = cpu_seconds(pids) - cpu
         elapsed = time.perf_counter() - start
-        out[name] = {"samples": n, "seconds": elapsed, "rate": n / elapsed, "cpu_ms": 1e3 * cpu / n,
-                     "shapes": shapes, "digest": boxes_digest(bounds) if keep_bounds else None}
+        out[name] = {
+            "samples": n,
+            "seconds": elapsed,
+            "rate": n / elapsed,
+            "cpu_ms": 1e3 * cpu / n,
+            "shapes": shapes,
+            "digest": boxes_digest(bounds) if keep_bounds else None,
+        }
     return out
 
 
@@ -339,6 +366,11 @@ def child_sampling(spec: dict[str, Any]) -> dict[str, Any]:
     root = Path(spec["root"])
     n, batch_size, workers, seed = spec["length"], spec["batch_size"], spec["workers"], spec["seed"]
     kind = spec["kind"]
+    if kind == "pipekit-nopool":  # pipekit with fresh shared memory for every batch in workers (pipekit.shm off)
+        from pipekit import shm
+
+        os.environ[shm.ENV_VAR] = "0"  # the workers inherit it
+        kind = "pipekit"
     t0 = time.perf_counter()
     if kind in ("pipekit", "floor"):
         from pipekit.geo import RandomGeoSampler, stack_samples
@@ -358,8 +390,14 @@ def child_sampling(spec: dict[str, Any]) -> dict[str, Any]:
         sampler = TGRandomGeoSampler(data, size=PATCH, length=n, generator=torch.Generator().manual_seed(seed))
         collate = tgd.stack_samples
     build = time.perf_counter() - t0
-    loader = DataLoader(data, batch_size=batch_size, sampler=sampler, collate_fn=collate, num_workers=workers,
-                        persistent_workers=workers > 0)
+    loader = DataLoader(
+        data,
+        batch_size=batch_size,
+        sampler=sampler,
+        collate_fn=collate,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+    )
     result = timed_passes(loader, keep_bounds=kind != "torchgeo")
     result["build"] = build
     return result
@@ -373,42 +411,75 @@ def sampling_section(args: argparse.Namespace, root: Path, torchgeo: bool) -> di
     regimes = [("cached", args.cachemax, args.length)]
     if not args.cached_only:
         regimes.append(("uncached", args.small_cachemax, args.uncached_length))
-    kinds = ["floor", "pipekit"] + (["torchgeo"] if torchgeo else [])
     summary: dict[str, Any] = {}
     for regime, cachemax, length in regimes:
         for workers in args.workers:
+            kinds = (
+                ["floor", "pipekit"]
+                + (["pipekit-nopool"] if args.pool_off_row and workers else [])
+                + (["torchgeo"] if torchgeo else [])
+            )
             results = {}
             for kind in kinds:
-                spec = {"mode": "sampling", "kind": kind, "root": str(root), "length": length,
-                        "batch_size": args.batch_size, "workers": workers, "seed": args.seed, "cachemax": cachemax}
+                spec = {
+                    "mode": "sampling",
+                    "kind": kind,
+                    "root": str(root),
+                    "length": length,
+                    "batch_size": args.batch_size,
+                    "workers": workers,
+                    "seed": args.seed,
+                    "cachemax": cachemax,
+                }
                 results[kind] = run_child(spec, timeout=args.child_timeout)
             summary[(regime, workers)] = results
             print(f"\n  GDAL_CACHEMAX {cachemax} MiB ({regime}), {workers} worker(s), {length} samples per pass:")
             rows = []
             for kind in kinds:
                 r = results[kind]
-                label = {"floor": "floor (plain rasterio)", "pipekit": "pipekit", "torchgeo": "TorchGeo 0.8"}[kind]
+                label = {
+                    "floor": "floor (plain rasterio)",
+                    "pipekit": "pipekit",
+                    "pipekit-nopool": "pipekit, shm pool off",
+                    "torchgeo": "TorchGeo 0.8",
+                }[kind]
                 if "error" in r:
                     rows.append([label, "error", "", "", "", ""])
                     print(f"    {label}: {r['error']}")
                     continue
                 image, mask, image_dtype, mask_dtype = r["pass2"]["shapes"]
                 batch = f"{image} {image_dtype.replace('torch.', '')}, {mask} {mask_dtype.replace('torch.', '')}"
-                rows.append([label, f"{r['build']:.2f}", fmt_rate(r["pass1"]["rate"]), fmt_rate(r["pass2"]["rate"]),
-                             f"{r['pass2']['cpu_ms']:.2f}", batch])
+                rows.append(
+                    [
+                        label,
+                        f"{r['build']:.2f}",
+                        fmt_rate(r["pass1"]["rate"]),
+                        fmt_rate(r["pass2"]["rate"]),
+                        f"{r['pass2']['cpu_ms']:.2f}",
+                        batch,
+                    ]
+                )
             print(table(["", "build s", "pass 1 /s", "pass 2 /s", "CPU ms/sample", "batch"], rows, indent="    "))
             ok = {k: results[k]["pass2"] for k in kinds if "error" not in results[k]}
             lines = []
             if "pipekit" in ok and "torchgeo" in ok:
                 x = ok["pipekit"]["rate"] / ok["torchgeo"]["rate"]
                 c = ok["torchgeo"]["cpu_ms"] / ok["pipekit"]["cpu_ms"]
-                lines.append(f"pipekit / TorchGeo = {fmt_ratio(x)} (target >= 3x: {verdict(x >= 3)}); "
-                             f"by CPU time per sample {fmt_ratio(c)}")
+                lines.append(
+                    f"pipekit / TorchGeo = {fmt_ratio(x)} (target >= 3x: {verdict(x >= 3)}); "
+                    f"by CPU time per sample {fmt_ratio(c)}"
+                )
+            if "pipekit" in ok and "pipekit-nopool" in ok:
+                x = ok["pipekit"]["rate"] / ok["pipekit-nopool"]["rate"]
+                c = ok["pipekit-nopool"]["cpu_ms"] / ok["pipekit"]["cpu_ms"]
+                lines.append(f"pipekit shm pool on / off = {fmt_ratio(x)}; by CPU time per sample {fmt_ratio(c)}")
             if "pipekit" in ok and "floor" in ok:
                 x = ok["floor"]["rate"] / ok["pipekit"]["rate"]
                 c = ok["pipekit"]["cpu_ms"] / ok["floor"]["cpu_ms"]
-                lines.append(f"floor / pipekit = {fmt_ratio(x)} (target <= 1.5x: {verdict(x <= 1.5)}); "
-                             f"by CPU time per sample {fmt_ratio(c)}")
+                lines.append(
+                    f"floor / pipekit = {fmt_ratio(x)} (target <= 1.5x: {verdict(x <= 1.5)}); "
+                    f"by CPU time per sample {fmt_ratio(c)}"
+                )
                 same = ok["pipekit"]["digest"] == ok["floor"]["digest"]
                 lines.append(f"pipekit and floor read the same boxes: {'yes' if same else 'NO'}")
             for line in lines:
@@ -435,18 +506,26 @@ def agreement_check(root: Path, n: int, seed: int) -> None:
             a, f = ds[b], floor[b]
             same_image += bool(torch.equal(a["image"], f["image"]))
             ref = np.zeros((PATCH, PATCH), dtype=np.uint8)
-            reproject(rasterio.band(cdl, 1), ref, dst_transform=a["transform"], dst_crs=ds.crs,
-                      resampling=Resampling.nearest, num_threads=1)
+            reproject(
+                rasterio.band(cdl, 1),
+                ref,
+                dst_transform=a["transform"],
+                dst_crs=ds.crs,
+                resampling=Resampling.nearest,
+                num_threads=1,
+            )
             ref_t = ordinal[torch.from_numpy(ref.astype(np.int64))]
             floor_mask = ordinal[f["mask"]]
             vs_floor.append(float((a["mask"] == floor_mask).float().mean()))
             vs_reproject.append(float((a["mask"] == ref_t).float().mean()))
             floor_vs_reproject.append(float((floor_mask == ref_t).float().mean()))
-    print(f"\n  check on {n} boxes: pipekit image == floor image: {same_image}/{n}; mask agreement: "
-          f"pipekit vs floor {100 * np.mean(vs_floor):.2f}% (min {100 * min(vs_floor):.2f}%), "
-          f"pipekit vs rasterio.warp.reproject {100 * np.mean(vs_reproject):.2f}% "
-          f"(min {100 * min(vs_reproject):.2f}%), floor's WarpedVRT vs reproject "
-          f"{100 * np.mean(floor_vs_reproject):.2f}%")
+    print(
+        f"\n  check on {n} boxes: pipekit image == floor image: {same_image}/{n}; mask agreement: "
+        f"pipekit vs floor {100 * np.mean(vs_floor):.2f}% (min {100 * min(vs_floor):.2f}%), "
+        f"pipekit vs rasterio.warp.reproject {100 * np.mean(vs_reproject):.2f}% "
+        f"(min {100 * min(vs_reproject):.2f}%), floor's WarpedVRT vs reproject "
+        f"{100 * np.mean(floor_vs_reproject):.2f}%"
+    )
 
 
 def child_profile(spec: dict[str, Any]) -> dict[str, Any]:
@@ -468,8 +547,10 @@ def child_profile(spec: dict[str, Any]) -> dict[str, Any]:
         start = time.perf_counter()
         for b in boxes:
             d[b]
-        layers[name] = ((time.perf_counter() - start) / n,
-                        (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / n)
+        layers[name] = (
+            (time.perf_counter() - start) / n,
+            (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / n,
+        )
     prof = cProfile.Profile()
     prof.enable()
     for b in boxes:
@@ -493,8 +574,11 @@ def profile_section(args: argparse.Namespace, root: Path) -> None:
         for name, (seconds, faults) in r["layers"].items():
             print(f"    {name:<20} {1e3 * seconds:.3f} ms, {faults:,.0f} minor page faults")
         print(f"  cProfile of (landsat8 & cdl)[bbox] over the same {n} boxes, by own time:")
-        lines = [line for line in r["profile"].splitlines()
-                 if line.strip() and not line.strip().startswith(("Ordered by", "List reduced"))]
+        lines = [
+            line
+            for line in r["profile"].splitlines()
+            if line.strip() and not line.strip().startswith(("Ordered by", "List reduced"))
+        ]
         print("\n".join("    " + line.strip() if "function calls" in line else "    " + line for line in lines))
 
 
@@ -523,9 +607,18 @@ def index_corpus(base: Path, files: int, part: int) -> Path:
         date = datetime.fromtimestamp(day, timezone.utc).strftime("%Y%m%d")
         folder = root / f"part{i // part:03d}"
         folder.mkdir(parents=True, exist_ok=True)
-        with rasterio.open(folder / f"tile_{i:05d}_{date}.tif", "w", driver="GTiff", width=INDEX_PX,
-                           height=INDEX_PX, count=1, dtype="uint16", crs="EPSG:32615",
-                           transform=Affine(INDEX_RES, 0, x0, 0, -INDEX_RES, y0), nodata=0) as dst:
+        with rasterio.open(
+            folder / f"tile_{i:05d}_{date}.tif",
+            "w",
+            driver="GTiff",
+            width=INDEX_PX,
+            height=INDEX_PX,
+            count=1,
+            dtype="uint16",
+            crs="EPSG:32615",
+            transform=Affine(INDEX_RES, 0, x0, 0, -INDEX_RES, y0),
+            nodata=0,
+        ) as dst:
             dst.write(data)
     (root / ".complete").touch()
     print(f"  ... {time.perf_counter() - start:.1f} s", flush=True)
@@ -550,9 +643,17 @@ def torchgeo_tiles() -> type:
     if cls is None:
         import torchgeo.datasets as tgd
 
-        cls = type("TGTiles", (tgd.RasterDataset,), {
-            "__doc__": "TorchGeo's dataset of the index corpus.", "__module__": __name__,
-            "filename_glob": TILE_GLOB, "filename_regex": TILE_REGEX, "date_format": "%Y%m%d"})
+        cls = type(
+            "TGTiles",
+            (tgd.RasterDataset,),
+            {
+                "__doc__": "TorchGeo's dataset of the index corpus.",
+                "__module__": __name__,
+                "filename_glob": TILE_GLOB,
+                "filename_regex": TILE_REGEX,
+                "date_format": "%Y%m%d",
+            },
+        )
         globals()["TGTiles"] = cls
     return cls
 
@@ -582,8 +683,10 @@ def open_each(folders: list[str]) -> float:
 def index_section(args: argparse.Namespace, torchgeo: bool) -> None:
     from pipekit.geo import BoundingBox
 
-    print(f"\n== 3. Index build and query: RasterDataset over {', '.join(f'{s:,}' for s in args.index_sizes)} "
-          "tiny GeoTIFFs ==")
+    print(
+        f"\n== 3. Index build and query: RasterDataset over {', '.join(f'{s:,}' for s in args.index_sizes)} "
+        "tiny GeoTIFFs =="
+    )
     files = max(args.index_sizes)
     part = min(args.index_sizes)
     root = index_corpus(Path(args.cache), files, part)
@@ -610,8 +713,14 @@ def index_section(args: argparse.Namespace, torchgeo: bool) -> None:
         start = time.perf_counter()
         hits = [len(ds.geo_index.query(b)) for b in boxes]
         query = (time.perf_counter() - start) / len(boxes)
-        row = {"size": size, "pk_build": build, "pk_query": query, "pk_hits": float(np.mean(hits)),
-               "pk_pickle": len(pickle.dumps(ds)), "open": open_each(paths)}
+        row = {
+            "size": size,
+            "pk_build": build,
+            "pk_query": query,
+            "pk_hits": float(np.mean(hits)),
+            "pk_pickle": len(pickle.dumps(ds)),
+            "open": open_each(paths),
+        }
         if tg_tiles is not None and size <= args.tg_index_cap:
             start = time.perf_counter()
             tds = tg_tiles(paths=paths if len(paths) > 1 else paths[0])
@@ -623,7 +732,7 @@ def index_section(args: argparse.Namespace, torchgeo: bool) -> None:
             def tg_query(q: tuple[float, float, float, float], index: Any = index, interval: Any = interval) -> int:
                 # TorchGeo 0.8's own selection in RasterDataset.__getitem__
                 sel = index.iloc[index.index.overlaps(interval)]
-                return len(sel.cx[q[0]:q[1], q[2]:q[3]])
+                return len(sel.cx[q[0] : q[1], q[2] : q[3]])
 
             tg_query(queries[0])  # builds the spatial index
             start = time.perf_counter()
@@ -631,36 +740,72 @@ def index_section(args: argparse.Namespace, torchgeo: bool) -> None:
             row["tg_query"] = (time.perf_counter() - start) / len(queries)
             row["same_hits"] = tg_hits == hits
         rows_out.append(row)
-        print(f"  {size:,} files: pipekit built in {build:.2f} s" + (
-            f", TorchGeo in {row['tg_build']:.2f} s" if "tg_build" in row else ""), flush=True)
+        print(
+            f"  {size:,} files: pipekit built in {build:.2f} s"
+            + (f", TorchGeo in {row['tg_build']:.2f} s" if "tg_build" in row else ""),
+            flush=True,
+        )
 
     def us(x: float | None) -> str:
         return "-" if x is None else f"{1e6 * x:,.1f}"
 
     rows = []
     for r in rows_out:
-        rows.append([f"{r['size']:,}", f"{r['open']:.2f}", f"{r['pk_build']:.2f}",
-                     f"{r['tg_build']:.2f}" if "tg_build" in r else "-",
-                     fmt_ratio(r["tg_build"] / r["pk_build"]) if "tg_build" in r else "-",
-                     us(r["pk_query"]), us(r.get("tg_query")),
-                     fmt_ratio(r["tg_query"] / r["pk_query"]) if "tg_query" in r else "-",
-                     f"{r['pk_hits']:.1f}", {True: "yes", False: "NO"}.get(r.get("same_hits"), "-"),
-                     f"{r['pk_pickle'] / 1024:,.0f}", f"{r['tg_pickle'] / 1024:,.0f}" if "tg_pickle" in r else "-"])
+        rows.append(
+            [
+                f"{r['size']:,}",
+                f"{r['open']:.2f}",
+                f"{r['pk_build']:.2f}",
+                f"{r['tg_build']:.2f}" if "tg_build" in r else "-",
+                fmt_ratio(r["tg_build"] / r["pk_build"]) if "tg_build" in r else "-",
+                us(r["pk_query"]),
+                us(r.get("tg_query")),
+                fmt_ratio(r["tg_query"] / r["pk_query"]) if "tg_query" in r else "-",
+                f"{r['pk_hits']:.1f}",
+                {True: "yes", False: "NO"}.get(r.get("same_hits"), "-"),
+                f"{r['pk_pickle'] / 1024:,.0f}",
+                f"{r['tg_pickle'] / 1024:,.0f}" if "tg_pickle" in r else "-",
+            ]
+        )
     print()
-    print(table(["files", "open each s", "build s", "TorchGeo s", "TG/pk", "query us", "TorchGeo us", "TG/pk",
-                 "hits", "same hits", "pickle KiB", "TG pickle KiB"], rows))
-    print("  open each: a plain loop opening every file once with rasterio and reading its CRS, transform, shape, "
-          "dtype\n  and nodata (the metadata an index needs); build: constructing the dataset (listing, metadata, "
-          "index);\n  query: one spatiotemporal query of a 10 km box; pickle: the dataset as sent to each worker.")
+    print(
+        table(
+            [
+                "files",
+                "open each s",
+                "build s",
+                "TorchGeo s",
+                "TG/pk",
+                "query us",
+                "TorchGeo us",
+                "TG/pk",
+                "hits",
+                "same hits",
+                "pickle KiB",
+                "TG pickle KiB",
+            ],
+            rows,
+        )
+    )
+    print(
+        "  open each: a plain loop opening every file once with rasterio and reading its CRS, transform, shape, "
+        "dtype\n  and nodata (the metadata an index needs); build: constructing the dataset (listing, metadata, "
+        "index);\n  query: one spatiotemporal query of a 10 km box; pickle: the dataset as sent to each worker."
+    )
     if torchgeo and any(s > args.tg_index_cap for s in args.index_sizes):
         print(f"  (TorchGeo capped at {args.tg_index_cap:,} files: --tg-index-cap)")
     if len(rows_out) > 1:
         a, b = rows_out[0], rows_out[-1]
         growth = b["size"] / a["size"]
-        print(f"  growth {a['size']:,} -> {b['size']:,} files ({growth:.0f}x): pipekit build "
-              f"{b['pk_build'] / a['pk_build']:.1f}x, query {b['pk_query'] / a['pk_query']:.2f}x" + (
-                  f"; TorchGeo build {b['tg_build'] / a['tg_build']:.1f}x, query {b['tg_query'] / a['tg_query']:.2f}x"
-                  if "tg_build" in a and "tg_build" in b else ""))
+        print(
+            f"  growth {a['size']:,} -> {b['size']:,} files ({growth:.0f}x): pipekit build "
+            f"{b['pk_build'] / a['pk_build']:.1f}x, query {b['pk_query'] / a['pk_query']:.2f}x"
+            + (
+                f"; TorchGeo build {b['tg_build'] / a['tg_build']:.1f}x, query {b['tg_query'] / a['tg_query']:.2f}x"
+                if "tg_build" in a and "tg_build" in b
+                else ""
+            )
+        )
 
 
 # ---------------------------------------------------------------------------------------------- S3
@@ -730,7 +875,7 @@ class CountingProxy:
                     else:
                         self.down += len(data)
                 if upward:
-                    tail = data[-(len(marker) - 1):]
+                    tail = data[-(len(marker) - 1) :]
         except OSError:
             pass
         finally:
@@ -751,13 +896,25 @@ def cog_corpus(src_root: Path, dst_root: Path, blocksize: int) -> Path:
         return dst_root
     print(f"  converting to COGs in {dst_root} (once)...", flush=True)
     start = time.perf_counter()
-    jobs = [(Path(p), dst_root / Path(p).relative_to(src_root), "AVERAGE")
-            for scene in scene_table(src_root) for p in scene["paths"]]
+    jobs = [
+        (Path(p), dst_root / Path(p).relative_to(src_root), "AVERAGE")
+        for scene in scene_table(src_root)
+        for p in scene["paths"]
+    ]
     jobs.append((src_root / "cdl" / "2023_30m_cdls.tif", dst_root / "cdl" / "2023_30m_cdls.tif", "NEAREST"))
     for src, dst, resampling in jobs:
         dst.parent.mkdir(parents=True, exist_ok=True)
-        rio_copy(str(src), str(dst), driver="COG", COMPRESS="DEFLATE", PREDICTOR="2", BLOCKSIZE=str(blocksize),
-                 OVERVIEWS="AUTO", RESAMPLING=resampling, NUM_THREADS="ALL_CPUS")
+        rio_copy(
+            str(src),
+            str(dst),
+            driver="COG",
+            COMPRESS="DEFLATE",
+            PREDICTOR="2",
+            BLOCKSIZE=str(blocksize),
+            OVERVIEWS="AUTO",
+            RESAMPLING=resampling,
+            NUM_THREADS="ALL_CPUS",
+        )
     (dst_root / ".complete").touch()
     print(f"  ... {time.perf_counter() - start:.1f} s", flush=True)
     return dst_root
@@ -779,8 +936,13 @@ class TileCounter:
                 bh, bw = src.block_shapes[0]
                 nrows, ncols = math.ceil(src.height / bh), math.ceil(src.width / bw)
                 sizes = np.array([[src.block_size(1, i, j) for j in range(ncols)] for i in range(nrows)], np.int64)
-                self.files[path] = {"crs": src.crs, "transform": src.transform, "block": (bh, bw), "sizes": sizes,
-                                    "shape": (src.height, src.width)}
+                self.files[path] = {
+                    "crs": src.crs,
+                    "transform": src.transform,
+                    "block": (bh, bw),
+                    "sizes": sizes,
+                    "shape": (src.height, src.width),
+                }
         self.cdl = str(cog_root / "cdl" / "2023_30m_cdls.tif")
         self.seen: set[tuple[str, int, int]] = set()
 
@@ -804,8 +966,9 @@ class TileCounter:
                     tiles += self._tiles(path, c0, r0, c1, r1)
                 break
         f = self.files[self.cdl]
-        left, bottom, right, top = transform_bounds(crs, f["crs"], bbox.minx, bbox.miny, bbox.maxx, bbox.maxy,
-                                                    densify_pts=21)
+        left, bottom, right, top = transform_bounds(
+            crs, f["crs"], bbox.minx, bbox.miny, bbox.maxx, bbox.maxy, densify_pts=21
+        )
         inv = ~f["transform"]
         c0, r0 = apply(inv, left, top)
         c1, r1 = apply(inv, right, bottom)
@@ -836,14 +999,21 @@ def child_s3(spec: dict[str, Any]) -> dict[str, Any]:
         # the counting proxy copies every byte through Python threads of this process: --s3-direct leaves it out
         proxy = None if spec.get("direct") else CountingProxy(("127.0.0.1", spec["s3_port"]))
         endpoint = f"http://127.0.0.1:{spec['s3_port']}" if proxy is None else proxy.endpoint_url
-        options = {"key": spec["key"], "secret": spec["secret"],
-                   "client_kwargs": {"endpoint_url": endpoint, "region_name": spec["region"]}}
+        options = {
+            "key": spec["key"],
+            "secret": spec["secret"],
+            "client_kwargs": {"endpoint_url": endpoint, "region_name": spec["region"]},
+        }
         ds_root = f"s3://{spec['bucket']}"
-        build_args = {"storage_options": options, "vsi": None if variant.startswith("vsi") else False,
-                      "gdal_options": dict(spec["gdal_options"]) if variant.endswith("-gdal") else {}}
+        build_args = {
+            "storage_options": options,
+            "vsi": None if variant.startswith("vsi") else False,
+            "gdal_options": dict(spec["gdal_options"]) if variant.endswith("-gdal") else {},
+        }
         if caches_off:  # no per-file VSI cache, no /vsicurl/ region cache (the GDAL block cache is small)
             build_args["gdal_options"].update(
-                {"VSI_CACHE": "FALSE", "CPL_VSIL_CURL_NON_CACHED": f"/vsis3/{spec['bucket']}/"})
+                {"VSI_CACHE": "FALSE", "CPL_VSIL_CURL_NON_CACHED": f"/vsis3/{spec['bucket']}/"}
+            )
     counter = TileCounter(cog_root)
     start = time.perf_counter()
     ds = pipekit_dataset(ds_root, **build_args)
@@ -852,8 +1022,14 @@ def child_s3(spec: dict[str, Any]) -> dict[str, Any]:
         result["build_bytes"], result["build_requests"] = proxy.snapshot()
     sampler = RandomGeoSampler(ds, size=PATCH, length=spec["length"], seed=spec["seed"])
     workers = spec.get("workers", 0)
-    loader = DataLoader(ds, batch_size=spec["batch_size"], sampler=sampler, collate_fn=stack_samples,
-                        num_workers=workers, persistent_workers=workers > 0)
+    loader = DataLoader(
+        ds,
+        batch_size=spec["batch_size"],
+        sampler=sampler,
+        collate_fn=stack_samples,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+    )
     for name in ("pass1", "pass2"):
         before = proxy.snapshot() if proxy is not None else (0, 0)
         n = 0
@@ -873,10 +1049,17 @@ def child_s3(spec: dict[str, Any]) -> dict[str, Any]:
             t, w = counter.patch(from_slices(b), ds.crs)
             touched += t
             new += w
-        result[name] = {"samples": n, "rate": n / elapsed, "bytes": after[0] - before[0],
-                        "cpu_ms": 1e3 * cpu[0] / n, "server_cpu_ms": 1e3 * cpu[1] / n,
-                        "requests": after[1] - before[1], "touched": touched, "new": new,
-                        "digest": boxes_digest(bounds)}
+        result[name] = {
+            "samples": n,
+            "rate": n / elapsed,
+            "bytes": after[0] - before[0],
+            "cpu_ms": 1e3 * cpu[0] / n,
+            "server_cpu_ms": 1e3 * cpu[1] / n,
+            "requests": after[1] - before[1],
+            "touched": touched,
+            "new": new,
+            "digest": boxes_digest(bounds),
+        }
     if proxy is not None:
         proxy.close()
     return result
@@ -903,9 +1086,11 @@ def _median(values: list[float]) -> float:
 def s3_section(args: argparse.Namespace, root: Path) -> None:
     variants = [v for v in S3_LABELS if v in args.s3_variants]
     gdal_options = dict(item.split("=", 1) for item in args.s3_gdal)
-    print(f"\n== 4. From S3: COGs ({args.cog_blocksize} px tiles) on a local SeaweedFS server vs local disk, "
-          f"{args.s3_length} samples per pass, {args.s3_workers} workers, {args.s3_repeat} round(s) of "
-          f"{', '.join(variants)}{f'; vsi-gdal: gdal_options {gdal_options}' if gdal_options else ''} ==")
+    print(
+        f"\n== 4. From S3: COGs ({args.cog_blocksize} px tiles) on a local SeaweedFS server vs local disk, "
+        f"{args.s3_length} samples per pass, {args.s3_workers} workers, {args.s3_repeat} round(s) of "
+        f"{', '.join(variants)}{f'; vsi-gdal: gdal_options {gdal_options}' if gdal_options else ''} =="
+    )
     cog_root = cog_corpus(root, Path(f"{root}-cog{args.cog_blocksize}"), args.cog_blocksize)
     sys.path.insert(0, str(REPO / "tests"))
     try:
@@ -931,21 +1116,41 @@ def s3_section(args: argparse.Namespace, root: Path) -> None:
         for _ in range(args.s3_repeat):  # the variants side by side, round after round: load shifts hit them all
             results = {}
             for variant in variants:
-                spec = {"mode": "s3", "variant": variant, "cog_root": str(cog_root), "s3_port": port,
-                        "key": server.key, "secret": server.secret, "region": server.region, "bucket": bucket,
-                        "length": args.s3_length, "batch_size": args.batch_size, "seed": args.seed, "cachemax": None,
-                        "small_cachemax": args.small_cachemax, "workers": args.s3_workers,
-                        "gdal_options": gdal_options, "server_pid": server.process.pid, "direct": args.s3_direct}
+                spec = {
+                    "mode": "s3",
+                    "variant": variant,
+                    "cog_root": str(cog_root),
+                    "s3_port": port,
+                    "key": server.key,
+                    "secret": server.secret,
+                    "region": server.region,
+                    "bucket": bucket,
+                    "length": args.s3_length,
+                    "batch_size": args.batch_size,
+                    "seed": args.seed,
+                    "cachemax": None,
+                    "small_cachemax": args.small_cachemax,
+                    "workers": args.s3_workers,
+                    "gdal_options": gdal_options,
+                    "server_pid": server.process.pid,
+                    "direct": args.s3_direct,
+                }
                 results[variant] = run_child(spec, timeout=args.child_timeout)
                 if "error" in results[variant]:
                     print(f"  {S3_LABELS[variant]}: {results[variant]['error']}")
             rounds.append(results)
             load = " ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
-            rates = ", ".join(f"{v} {r['pass1']['rate']:.0f}/{r['pass2']['rate']:.0f} "
-                              f"({r['pass1']['cpu_ms']:.0f}+{r['pass1']['server_cpu_ms']:.0f} ms)"
-                              for v, r in results.items() if "error" not in r)
-            print(f"  round {len(rounds)}: {rates} samples/s pass 1/2 (pass 1 CPU per sample: reader + S3 server); "
-                  f"load average {load}", flush=True)
+            rates = ", ".join(
+                f"{v} {r['pass1']['rate']:.0f}/{r['pass2']['rate']:.0f} "
+                f"({r['pass1']['cpu_ms']:.0f}+{r['pass1']['server_cpu_ms']:.0f} ms)"
+                for v, r in results.items()
+                if "error" not in r
+            )
+            print(
+                f"  round {len(rounds)}: {rates} samples/s pass 1/2 (pass 1 CPU per sample: reader + S3 server); "
+                f"load average {load}",
+                flush=True,
+            )
     finally:
         server.stop(timeout=3.0)
 
@@ -959,42 +1164,57 @@ def s3_section(args: argparse.Namespace, root: Path) -> None:
             n = p["samples"]
             remote = not variant.startswith("local") and not args.s3_direct
             rate = _median([rd[variant][name]["rate"] for rd in rounds if "error" not in rd.get(variant, {"error": 1})])
-            rows.append([
-                f"{S3_LABELS[variant]}, pass {name[-1]}",
-                fmt_rate(rate),
-                f"{p['bytes'] / n / MIB:.2f}" if remote else "-",
-                f"{p['requests'] / n:.1f}" if remote else "-",
-                f"{p['touched'] / n / MIB:.2f}",
-                fmt_ratio(p["bytes"] / p["touched"]) if remote else "-",
-                f"{p['new'] / n / MIB:.2f}",
-                fmt_ratio(p["bytes"] / p["new"]) if remote and p["new"] and not variant.endswith("-nocache") else "-",
-            ])
+            rows.append(
+                [
+                    f"{S3_LABELS[variant]}, pass {name[-1]}",
+                    fmt_rate(rate),
+                    f"{p['bytes'] / n / MIB:.2f}" if remote else "-",
+                    f"{p['requests'] / n:.1f}" if remote else "-",
+                    f"{p['touched'] / n / MIB:.2f}",
+                    fmt_ratio(p["bytes"] / p["touched"]) if remote else "-",
+                    f"{p['new'] / n / MIB:.2f}",
+                    fmt_ratio(p["bytes"] / p["new"])
+                    if remote and p["new"] and not variant.endswith("-nocache")
+                    else "-",
+                ]
+            )
     print()
     print(table(["", "samples/s", "MiB/patch", "GET/patch", "touched MiB", "/touched", "new MiB", "/new"], rows))
-    print("  samples/s: the median of the rounds; bytes and requests: of the first round.\n"
-          "  MiB/patch: bytes received from the server per patch (HTTP headers included); touched MiB: compressed "
-          "size of\n  the full-resolution tiles each patch touches (6 band files + the CDL); new MiB: of those, "
-          "tiles no earlier\n  patch of the run touched. Pass 1 includes opening the files (headers) in the reading "
-          f"threads.\n  pipekit's defaults: GDAL_CACHEMAX {pipekit_cachemax()} MiB, VSI_CACHE 8 MiB per file; "
-          f"small cache / caches off: GDAL_CACHEMAX {args.small_cachemax} MiB,\n  and for S3 VSI_CACHE=FALSE and "
-          "CPL_VSIL_CURL_NON_CACHED (gdal_options=), so every patch fetches its tiles again.")
+    print(
+        "  samples/s: the median of the rounds; bytes and requests: of the first round.\n"
+        "  MiB/patch: bytes received from the server per patch (HTTP headers included); touched MiB: compressed "
+        "size of\n  the full-resolution tiles each patch touches (6 band files + the CDL); new MiB: of those, "
+        "tiles no earlier\n  patch of the run touched. Pass 1 includes opening the files (headers) in the reading "
+        f"threads.\n  pipekit's defaults: GDAL_CACHEMAX {pipekit_cachemax()} MiB, VSI_CACHE 8 MiB per file; "
+        f"small cache / caches off: GDAL_CACHEMAX {args.small_cachemax} MiB,\n  and for S3 VSI_CACHE=FALSE and "
+        "CPL_VSIL_CURL_NON_CACHED (gdal_options=), so every patch fetches its tiles again."
+    )
     for variant, r in results.items():
         if "error" not in r and not variant.startswith("local") and not args.s3_direct:
-            print(f"  {S3_LABELS[variant]}: dataset built (listing + headers) in {r['build']:.2f} s, "
-                  f"{r['build_bytes'] / 1024:,.0f} KiB in {r['build_requests']} requests")
+            print(
+                f"  {S3_LABELS[variant]}: dataset built (listing + headers) in {r['build']:.2f} s, "
+                f"{r['build_bytes'] / 1024:,.0f} KiB in {r['build_requests']} requests"
+            )
     for variant in ("vsi", "vsi-serial", "vsi-gdal", "fsspec", "vsi-nocache", "fsspec-nocache"):
         if variant not in results or "error" in results[variant]:
             continue
         r = results[variant]
         base = "local-nocache" if variant.endswith("-nocache") else "local"
         speed = ""
-        ratios = {name: [rd[variant][name]["rate"] / rd[base][name]["rate"] for rd in rounds
-                         if "error" not in rd.get(variant, {"error": 1}) and "error" not in rd.get(base, {"error": 1})]
-                  for name in ("pass1", "pass2")}
+        ratios = {
+            name: [
+                rd[variant][name]["rate"] / rd[base][name]["rate"]
+                for rd in rounds
+                if "error" not in rd.get(variant, {"error": 1}) and "error" not in rd.get(base, {"error": 1})
+            ]
+            for name in ("pass1", "pass2")
+        }
         if ratios["pass1"]:
             each = "" if len(rounds) == 1 else f" [rounds: {', '.join(f'{x:.2f}' for x in ratios['pass1'])}]"
-            speed = (f"samples/s {fmt_ratio(_median(ratios['pass1']))} (pass 1{each}), "
-                     f"{fmt_ratio(_median(ratios['pass2']))} (pass 2) of {S3_LABELS[base]}; ")
+            speed = (
+                f"samples/s {fmt_ratio(_median(ratios['pass1']))} (pass 1{each}), "
+                f"{fmt_ratio(_median(ratios['pass2']))} (pass 2) of {S3_LABELS[base]}; "
+            )
         if args.s3_direct:
             data = "bytes not counted (--s3-direct)"
         elif variant.endswith("-nocache"):
@@ -1004,8 +1224,10 @@ def s3_section(args: argparse.Namespace, root: Path) -> None:
         else:
             p = r["pass1"]
             x = p["bytes"] / p["new"]
-            data = (f"bytes {fmt_ratio(x)} the tiles first touched (pass 1, headers included; "
-                    f"target <= 2x: {verdict(x <= 2)})")
+            data = (
+                f"bytes {fmt_ratio(x)} the tiles first touched (pass 1, headers included; "
+                f"target <= 2x: {verdict(x <= 2)})"
+            )
         print(f"  {S3_LABELS[variant]}: {speed}{data}")
     digests = {r["pass2"]["digest"] for rd in rounds for r in rd.values() if "error" not in r}
     print(f"  all variants read the same boxes: {'yes' if len(digests) == 1 else 'NO'}")
@@ -1025,26 +1247,53 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--uncached-length", type=int, default=240, help="samples per pass, uncached regime (default 240)")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--workers", type=int, nargs="+", default=[0, 2], help="DataLoader workers (default 0 2)")
-    p.add_argument("--cachemax", type=int, default=512,
-                   help="GDAL_CACHEMAX in MiB, cached regime (default 512: holds every contender's working set)")
+    p.add_argument(
+        "--cachemax",
+        type=int,
+        default=512,
+        help="GDAL_CACHEMAX in MiB, cached regime (default 512: holds every contender's working set)",
+    )
     p.add_argument("--small-cachemax", type=int, default=8, help="GDAL_CACHEMAX in MiB, uncached regime (default 8)")
     p.add_argument("--cached-only", action="store_true", help="skip the uncached regime")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--index-sizes", type=int, nargs="+", default=[1000, 10000],
-                   help="file counts for the index build (default 1000 10000; the smallest divides the others)")
+    p.add_argument(
+        "--index-sizes",
+        type=int,
+        nargs="+",
+        default=[1000, 10000],
+        help="file counts for the index build (default 1000 10000; the smallest divides the others)",
+    )
     p.add_argument("--index-queries", type=int, default=2000)
     p.add_argument("--tg-index-cap", type=int, default=10000, help="largest file count TorchGeo indexes")
     p.add_argument("--s3-length", type=int, default=160, help="samples per pass from S3 (default 160)")
     p.add_argument("--cog-blocksize", type=int, default=512)
-    p.add_argument("--s3-variants", nargs="+", choices=list(S3_LABELS),
-                   default=[v for v in S3_LABELS if v != "vsi-gdal"],
-                   help="S3 section variants (default all); e.g. local vsi for the first-pass ratio")
+    p.add_argument(
+        "--s3-variants",
+        nargs="+",
+        choices=list(S3_LABELS),
+        default=[v for v in S3_LABELS if v != "vsi-gdal"],
+        help="S3 section variants (default all); e.g. local vsi for the first-pass ratio",
+    )
     p.add_argument("--s3-repeat", type=int, default=1, help="rounds of the S3 variants, side by side (default 1)")
     p.add_argument("--s3-workers", type=int, default=0, help="DataLoader workers in the S3 section (default 0)")
-    p.add_argument("--s3-direct", action="store_true",
-                   help="S3 variants connect to the server directly, without the byte-counting proxy (no byte counts)")
-    p.add_argument("--s3-gdal", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="gdal_options of the vsi-gdal variant (e.g. VSI_CACHE=FALSE)")
+    p.add_argument(
+        "--s3-direct",
+        action="store_true",
+        help="S3 variants connect to the server directly, without the byte-counting proxy (no byte counts)",
+    )
+    p.add_argument(
+        "--s3-gdal",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="gdal_options of the vsi-gdal variant (e.g. VSI_CACHE=FALSE)",
+    )
+    p.add_argument(
+        "--pool-off-row",
+        action="store_true",
+        help="with workers, also run pipekit with its reuse of shared-memory batch buffers off "
+        "(PIPEKIT_SHM_POOL=0: fresh shared memory per batch, as before pipekit.shm)",
+    )
     p.add_argument("--skip-torchgeo", action="store_true")
     p.add_argument("--skip-s3", action="store_true")
     p.add_argument("--skip-index", action="store_true")
@@ -1083,19 +1332,29 @@ def main(argv: list[str] | None = None) -> None:
 
         versions.append(f"torchgeo {tg.__version__}")
     load = " ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
-    print(f"geo_sampling: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-          f"load average {load}; {', '.join(versions)}")
+    print(
+        f"geo_sampling: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+        f"load average {load}; {', '.join(versions)}"
+    )
     if not have_torchgeo():
-        print("TorchGeo is not installed (it comes with the 'bench' extra: ./run bench geo_sampling): its rows "
-              "are skipped")
+        print(
+            "TorchGeo is not installed (it comes with the 'bench' extra: ./run bench geo_sampling): its rows "
+            "are skipped"
+        )
     elif args.skip_torchgeo:
         print("--skip-torchgeo: TorchGeo's rows are skipped")
 
     start_all = time.perf_counter()
-    print(f"\n== 1. Corpus: {args.scenes} Landsat 8 scenes of {args.size} px (UTM 15N, 256 px DEFLATE tiles) + CDL "
-          "(EPSG:5070) ==")
-    root = write_landsat_cdl_corpus(Path(args.cache) / f"bench-geo-landsat-cdl-{args.size}x{args.scenes}",
-                                    size=args.size, scenes=args.scenes, progress=False)
+    print(
+        f"\n== 1. Corpus: {args.scenes} Landsat 8 scenes of {args.size} px (UTM 15N, 256 px DEFLATE tiles) + CDL "
+        "(EPSG:5070) =="
+    )
+    root = write_landsat_cdl_corpus(
+        Path(args.cache) / f"bench-geo-landsat-cdl-{args.size}x{args.scenes}",
+        size=args.size,
+        scenes=args.scenes,
+        progress=False,
+    )
     size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
     working = (args.size**2 * 2 * len(BANDS) * args.scenes) / MIB
     print(f"  {root} ({size / MIB:.0f} MiB on disk; the six bands read are {working:.0f} MiB decoded)")

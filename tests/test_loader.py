@@ -473,12 +473,13 @@ def _die_once_and_checkpoint():
     loader = pipekit.DataLoader(_numbered_batches(), num_workers=2, timeout=60)
     it = iter(loader)
     next(it)
+    checkpoint = loader.state_dict()  # the last checkpoint before the death is what a run resumes from
     os.kill(it._workers[1].pid, signal.SIGKILL)
     try:
         list(it)
     except pipekit.errors.WorkerDiedError as exc:
         caught = exc  # noqa: F841  (frame -> exception -> traceback -> frame: only the collector frees it)
-        return loader.state_dict()
+        return checkpoint
     raise AssertionError("the worker did not die")
 
 

@@ -59,7 +59,6 @@ where the batch is consumed (the main process), or let
 
 from __future__ import annotations
 
-import math
 import numbers
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
@@ -67,6 +66,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils.data import default_collate
+
+from pipekit import shm
 
 __all__ = ["collate", "collate_dicts", "pad_collate", "pad_stack", "empty_host"]
 
@@ -105,9 +106,7 @@ def _check_pad_fits(pad_value: PadValue, dtype: torch.dtype, name: str) -> None:
             raise ValueError(f"{_STAGE}: pad_value {pad_value!r} for {name} does not fit its dtype torch.bool")
     elif not (dtype.is_floating_point or dtype.is_complex):
         if isinstance(pad_value, float) and not float(pad_value).is_integer():
-            raise ValueError(
-                f"{_STAGE}: pad_value {pad_value!r} for {name} is not an integer but its dtype is {dtype}"
-            )
+            raise ValueError(f"{_STAGE}: pad_value {pad_value!r} for {name} is not an integer but its dtype is {dtype}")
         info = torch.iinfo(dtype)
         if not info.min <= int(pad_value) <= info.max:
             raise ValueError(f"{_STAGE}: pad_value {pad_value!r} for {name} is out of range for {dtype}")
@@ -120,7 +119,9 @@ def empty_host(shape: Sequence[int], dtype: torch.dtype, pin_memory: bool = Fals
       allocator (blocks are reused after the tensors that held them are freed);
     * inside a DataLoader worker: in shared memory, as
       :func:`torch.utils.data.default_collate` does, so the batch reaches the
-      main process without being copied into shared memory on the way;
+      main process without being copied into shared memory on the way; the
+      memory is a buffer of an earlier batch once the main process has
+      released it (:func:`pipekit.shm.empty_shared`), instead of fresh pages;
     * otherwise ordinary memory.
     """
     shape = tuple(shape)
@@ -133,10 +134,9 @@ def empty_host(shape: Sequence[int], dtype: torch.dtype, pin_memory: bool = Fals
 
 def _empty_shared(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     try:
-        storage = torch.UntypedStorage._new_shared(math.prod(shape) * dtype.itemsize)
+        return shm.empty_shared(shape, dtype)
     except (AttributeError, RuntimeError):  # private API: fall back to the copy torch would make anyway
         return torch.empty(shape, dtype=dtype)
-    return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
 
 
 def _common_dtype(ts: Sequence[torch.Tensor]) -> torch.dtype:
@@ -512,9 +512,7 @@ def pad_collate(
         return _collate_dict(samples, pad_value, keys, pin_memory)
     if isinstance(first, (tuple, list)):
         return _collate_fields(samples, pad_value, keys, pin_memory)
-    raise TypeError(
-        f"{_STAGE}: samples must be tensors, tuples/lists or dicts, got {type(first).__name__}"
-    )
+    raise TypeError(f"{_STAGE}: samples must be tensors, tuples/lists or dicts, got {type(first).__name__}")
 
 
 def collate(samples: Sequence[Any], *, pin_memory: bool = False) -> Any:

@@ -54,6 +54,7 @@ import functools
 import gc
 import inspect
 import logging
+import multiprocessing
 import os
 import re
 import signal
@@ -68,6 +69,7 @@ import torch.utils.data
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.stateful_dataloader import _StatefulMultiProcessingDataLoaderIter
 
+from pipekit._worker_states import StateChannel, WorkerStates, resolve_deferred
 from pipekit.errors import SkipLog, SkipReport, WorkerDiedError
 from pipekit.pipes._stream_items import find_open_stream, last_opened, stream_name
 from pipekit.pipes._torch import LoaderPipeWrapper
@@ -193,10 +195,19 @@ class _ResumablePipe(LoaderPipeWrapper):
         self._run = 0  # iterators started, to tell their checkpoints apart
         self._logs: list[tuple[int, SkipLog]] = []  # the pipes' skip logs, reported with each state
         self._in_worker = False  # items are checked for open streams only in DataLoader workers
+        self._exhausted = False  # the current iterator has ended (its last state is sent in full)
+        self._channel: StateChannel | None = None  # set by the loader while it starts workers
+        self._kept: WorkerStates | None = None  # a worker's last positions, sent on request
+
+    def __getstate__(self) -> Any:
+        # The channel travels to the workers with the pipe (it is only set while the loader starts them).
+        return (super().__getstate__(), self._channel)
 
     def __setstate__(self, state: Any) -> None:
-        super().__setstate__(state)
+        base, channel = state
+        super().__setstate__(base)
         self._init_resume_fields()
+        self._channel = channel
 
     def __iter__(self) -> _ResumablePipe:
         self._start()
@@ -219,6 +230,7 @@ class _ResumablePipe(LoaderPipeWrapper):
         self._base_state = pending
         self._since_start = 0
         self._yielded = 0
+        self._exhausted = False
         if pending is not None and pending["mode"] == "snapshot":
             restore_pipeline(self.pipe, pending["pipes"])
             self._yielded = int(pending["yielded"])
@@ -244,7 +256,11 @@ class _ResumablePipe(LoaderPipeWrapper):
 
     def __next__(self) -> Any:
         self._pending = None
-        item = self.next_item()
+        try:
+            item = self.next_item()
+        except StopIteration:
+            self._exhausted = True
+            raise
         if self._in_worker and (stream := find_open_stream(item)) is not None:
             self._refuse_stream(stream)
         self._yielded += 1
@@ -270,12 +286,31 @@ class _ResumablePipe(LoaderPipeWrapper):
     def state_dict(self) -> dict[str, Any]:
         # StatefulDataLoader asks twice per batch (for the dataset and for its iterator, which
         # are this object): hand out the same dict, so it is built once and pickled once.
-        key = (self._run, self._yielded, self._since_start, sum(log.count for _, log in self._logs), last_opened())
+        key = (
+            self._run,
+            self._yielded,
+            self._since_start,
+            self._exhausted,
+            sum(log.count for _, log in self._logs),
+            last_opened(),
+        )
         if self._cache is not None and self._cache[0] == key:
             return self._cache[1]
-        state = {**self._make_state(), _REPORT: self._report()}
+        state = self._make_state()
+        if self._in_worker and self._channel is not None and state["mode"] == "snapshot" and not self._exhausted:
+            # Keep the position here and send a token: the main process asks for the position
+            # itself only when it makes a checkpoint (see pipekit._worker_states).
+            state = self._worker_states().keep(self._run, self._yielded, state)
+        state = {**state, _REPORT: self._report()}
         self._cache = (key, state)
         return state
+
+    def _worker_states(self) -> WorkerStates:
+        if self._kept is None:
+            assert self._channel is not None
+            info = torch.utils.data.get_worker_info()
+            self._kept = WorkerStates(self._channel, info.id if info is not None else 0)
+        return self._kept
 
     def _make_state(self) -> dict[str, Any]:
         if self._since_start == 0:
@@ -448,7 +483,11 @@ class DataLoader(StatefulDataLoader):
 
     ``state_dict()`` / ``load_state_dict()`` resume mid-epoch with no sample
     repeated or lost; for DataPipes the position of every pipe is restored
-    rather than replayed (see :mod:`pipekit.pipes.resume`).
+    rather than replayed (see :mod:`pipekit.pipes.resume`).  With workers,
+    each worker keeps its last few positions and sends one only when
+    ``state_dict()`` asks for it (see :mod:`pipekit._worker_states`), so
+    exact resume does not copy buffered items (a shuffle buffer) with every
+    batch; ``state_dict()`` then takes as long as pickling those buffers.
 
     Args:
         dataset: an ``IterDataPipe``, ``MapDataPipe`` or ``Dataset``.
@@ -512,6 +551,23 @@ class DataLoader(StatefulDataLoader):
         old = getattr(self, "_iterator", None)
         if old is not None and getattr(old, "_worker_snapshots", None):
             self._skip_reports_before = [*getattr(self, "_skip_reports_before", []), *_skip_summaries(old)]
+        dataset = self.dataset
+        if self.num_workers == 0 or not isinstance(dataset, _ResumablePipe):
+            return self._wrap_iterator(self._start_iterator())
+        # Workers keep their positions and send them when state_dict() asks (pipekit._worker_states):
+        # open the queues for that before they start, and hand them over with the pipe.
+        self._close_channel()
+        context = self.multiprocessing_context or multiprocessing
+        channel = StateChannel(context, self.num_workers, depth=(self.prefetch_factor or 2) + 2)
+        dataset._channel = channel
+        try:
+            it = self._start_iterator()
+        finally:
+            dataset._channel = None
+        self._state_channel = channel
+        return self._wrap_iterator(it)
+
+    def _start_iterator(self) -> Any:
         # Workers are forked here. Garbage this process has not collected yet (say a dead run's
         # iterator, held in a cycle by a caught exception's traceback) would otherwise be
         # collected inside every worker, running its finalizers there: torch's shutdown of
@@ -521,14 +577,39 @@ class DataLoader(StatefulDataLoader):
         frozen_before = gc.get_freeze_count()
         gc.freeze()
         try:
-            it = super()._get_iterator()
+            return super()._get_iterator()
         finally:
             if frozen_before == 0:
                 gc.unfreeze()
+
+    @staticmethod
+    def _wrap_iterator(it: Any) -> Any:
         if type(it) is _StatefulMultiProcessingDataLoaderIter:
             it.__class__ = _WorkersIter
             it._owner_pid = os.getpid()
         return it
+
+    def _close_channel(self) -> None:
+        channel = getattr(self, "_state_channel", None)
+        self._state_channel = None
+        if channel is not None:
+            channel.close()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The loader's position, to resume from with :meth:`load_state_dict`.
+
+        With workers, each worker sends only a token with each batch and keeps
+        its pipeline's position itself; this asks the workers for the positions
+        the tokens stand for, so the checkpoint is complete (and made of plain
+        data: it loads with ``torch.load(..., weights_only=True)`` when the items
+        buffered in the pipeline do).
+        """
+        state = super().state_dict()
+        return resolve_deferred(state, getattr(self, "_state_channel", None), self._worker_alive)
+
+    def _worker_alive(self, worker: int) -> bool:
+        workers = getattr(getattr(self, "_iterator", None), "_workers", None) or []
+        return worker < len(workers) and workers[worker].is_alive()
 
     def skip_report(self) -> SkipReport:
         """What the pipeline's pipes skipped under ``on_error="skip"``, added up over every worker.
@@ -585,6 +666,7 @@ class DataLoader(StatefulDataLoader):
         shutdown_workers = getattr(iterator, "_shutdown_workers", None)
         if shutdown_workers is not None:
             shutdown_workers()
+        self._close_channel()
 
 
 def _skip_summaries(iterator: Any) -> list[dict[str, Any]]:

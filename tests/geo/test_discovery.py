@@ -49,6 +49,25 @@ class TestFindFiles:
             ("a_20210701.tif", "20210701"), ("b_20210702.tif", "20210702")]
         assert [Path(p).name for p, _ in find_files(tmp_path, "*.tif", DATED)] == ["a_20210701.tif", "b_20210702.tif"]
 
+    def test_side_files_found_among_many_names_in_any_case(self, tmp_path):
+        """The one-regex look for side files over all names agrees with checking each name."""
+        import re
+
+        from pipekit.geo.discovery import _is_sidecar
+
+        names = [f"t_{i:04d}.tif" for i in range(300)]
+        extra = ["t_0001.tif.AUX.XML", "t_0002.TIF.Ovr", "t_0003.tif.msk", ".t_0004.tif", "t_0005.tif.aux",
+                 "t_0006.ovr.tif", "msk", "t_0007.tif.aux.xml.tif"]
+        for name in names + extra:
+            (tmp_path / name).write_bytes(b"")
+        found = find_files(tmp_path, "*", re.compile(r".*"))
+        expected = sorted(str(tmp_path / n) for n in names + extra if not _is_sidecar(n))
+        assert [p for p, _ in found] == expected
+        assert "t_0005.tif.aux" in {Path(p).name for p, _ in found}  # GDAL's .aux is not skipped
+        assert "t_0006.ovr.tif" in {Path(p).name for p, _ in found}
+        # without any side file among the names the glob finds, every one is kept
+        assert len(find_files(tmp_path, "t_0*.tif", re.compile(r".*"))) == 300 + 2  # t_0006.ovr.tif, t_0007...tif
+
     def test_globs_and_lists_of_roots(self, tmp_path):
         for name in ("x/a_20210701.tif", "y/b_20210702.tif"):
             (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)

@@ -58,15 +58,15 @@ def _same(a: RasterDataset, b: RasterDataset) -> None:
 
 @pytest.fixture
 def opened(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The files whose headers a dataset build opens."""
+    """The files whose headers a dataset build reads (parsed directly or opened with rasterio)."""
     calls: list[str] = []
-    real = index_cache.read_header
+    real = index_cache.IndexCacheMixin._header_or_error
 
-    def counting(opener, url, stage="read_header", layout=False):
-        calls.append(url)
-        return real(opener, url, stage, layout)
+    def counting(self, path, *args, **kwargs):
+        calls.append(path)
+        return real(self, path, *args, **kwargs)
 
-    monkeypatch.setattr(index_cache, "read_header", counting)
+    monkeypatch.setattr(index_cache.IndexCacheMixin, "_header_or_error", counting)
     return calls
 
 

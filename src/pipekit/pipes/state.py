@@ -21,8 +21,13 @@ decoders, ``batch``).  Declare it with the class attribute ``stateless = True``
   the input it is expanding, buffered items, random generator state), never
   its upstream's (every pipe reports its own), never open handles, never
   secrets (credentials stay in the pipe's arguments, which the user rebuilds).
-  Checkpoints are written once per batch in every worker, so keep them small:
-  record positions, not data, where the data can be found again.
+  A DataLoader worker takes its pipeline's position once per batch and keeps
+  the last few itself (it sends them to the main process only when
+  ``state_dict()`` makes a checkpoint, see :mod:`pipekit._worker_states`), so
+  return *new* containers (``list(self._buffer)``, not ``self._buffer``): a
+  position must not change when the pipe moves on.  Buffered items are kept
+  by reference; still prefer positions to data where the data can be found
+  again, since a checkpoint carries it.
 * The position must be up to date *at each* ``yield``: a checkpoint is taken
   while every pipe is paused at its ``yield``, so count an item before
   yielding it, not after.

@@ -1,0 +1,263 @@
+"""Tar shards: pipekit's ``datasets.TarShards`` vs the ``webdataset`` library, local disk and S3.
+
+The same shards (JPEGs of 320x256 with a ``.cls`` label, in tar files) and the
+same work on both sides: a shuffle buffer of 1,000 samples, torchvision JPEG
+decoding to RGB uint8, ``RandomResizedCrop(224)`` + horizontal flip (the same
+torchvision v2 ops), batches of 64, in a DataLoader with 0 and 2 workers:
+
+(a) ``pipekit.DataLoader(datasets.TarShards(urls, batch_size=64, size=224).pipe)``,
+    exact resume on (its default): each worker keeps its position and sends it
+    only when ``state_dict()`` asks;
+(b) the same with resume snapshots off (``snapshot_every_n_steps`` larger than
+    an epoch), to show what exact resume costs (workers only);
+(c) ``webdataset.WebDataset(urls).shuffle(1000).map(decode + ops).to_tuple().batched(64)``
+    in ``torch.utils.data.DataLoader(batch_size=None)``.
+
+Shards are read from local disk and from a real S3 server (SeaweedFS on
+loopback, ``tests/s3server.py``; webdataset opens ``s3://`` through an fsspec
+handler registered in its ``gopen_schemes``, pipekit through its own
+``storage_options``).  The loaders of one cell are timed alternately (ABC ABC)
+after a warm-up epoch, so load on the shared machine hits them alike; the
+median epoch is printed as samples/s with ratios against webdataset.
+
+Run: ``PYTHONPATH=src python benchmarks/shards.py`` (``--quick`` for a shorter
+run, ``--help`` for options).  Needs the ``bench`` extra (``webdataset``) and,
+for S3, the ``weed`` binary of the ``dev`` extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import platform
+import statistics
+import sys
+import tarfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.utils.data
+from torchvision.io import ImageReadMode
+from torchvision.io import decode_image as tv_decode_image
+
+import pipekit
+from pipekit import datasets
+from pipekit.datasets._recipe import standard_image_transforms
+from pipekit.synthetic import CLASSES, default_cache_dir
+from pipekit.synthetic.images import make_image
+
+NEVER = 10**9  # snapshot_every_n_steps larger than any epoch: resume snapshots off
+
+
+def write_shards(root: Path, samples: int, shards: int, size: tuple[int, int], seed: int = 0) -> list[Path]:
+    """``shards`` tar files of ``.jpg`` (``size`` = width, height) + ``.cls`` samples, written once."""
+    root.mkdir(parents=True, exist_ok=True)
+    paths = [root / f"shard-{i:06d}.tar" for i in range(shards)]
+    if (root / ".complete").exists():
+        return paths
+    rng = np.random.default_rng(seed)
+    per_shard = -(-samples // shards)
+    n = 0
+    for s, path in enumerate(paths):
+        with tarfile.open(path, "w") as tar:
+            for i in range(min(per_shard, samples - n)):
+                label = int(rng.integers(0, len(CLASSES)))
+                buf = io.BytesIO()
+                make_image(label, rng, size).save(buf, format="JPEG", quality=90)
+                for ext, data in ((".jpg", buf.getvalue()), (".cls", str(label).encode())):
+                    info = tarfile.TarInfo(f"sample{s:03d}{i:05d}{ext}")
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+                n += 1
+    (root / ".complete").touch()
+    return paths
+
+
+class WdsSample:
+    """webdataset's side of the work: decode the JPEG (torchvision, RGB) and run the same ops."""
+
+    def __init__(self, size: int) -> None:
+        self.ops = standard_image_transforms(size, train=True)
+
+    def __call__(self, sample: dict[str, Any]) -> tuple[torch.Tensor, int]:
+        image = tv_decode_image(torch.frombuffer(bytearray(sample["jpg"]), dtype=torch.uint8), ImageReadMode.RGB)
+        for op in self.ops:
+            image = op(image)
+        return image, int(sample["cls"])
+
+
+def register_wds_s3(storage_options: dict[str, Any]) -> None:
+    """Let webdataset open ``s3://`` URLs with fsspec (it has no S3 handler of its own besides shell pipes)."""
+    import importlib
+
+    import fsspec
+
+    gopen = importlib.import_module("webdataset.gopen")  # the package's `gopen` attribute is the function
+
+    def open_s3(url: str, mode: str = "rb", bufsize: int = 8192, **kw: Any) -> Any:
+        return fsspec.open(url, mode, **storage_options).open()
+
+    gopen.gopen_schemes["s3"] = open_s3
+
+
+def wds_loader(urls: list[str], args: argparse.Namespace, workers: int) -> torch.utils.data.DataLoader:
+    import webdataset as wds
+
+    ds = (
+        wds.WebDataset(urls, shardshuffle=len(urls), empty_check=False)
+        .shuffle(args.buffer)
+        .map(WdsSample(args.size))
+        .batched(args.batch, partial=True)
+    )
+    return torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers, persistent_workers=workers > 0)
+
+
+def pipekit_loader(
+    urls: list[str], args: argparse.Namespace, workers: int, resume: bool, storage_options: dict[str, Any] | None
+) -> pipekit.DataLoader:
+    ds = datasets.TarShards(
+        urls,
+        batch_size=args.batch,
+        shuffle_buffer=args.buffer,
+        size=args.size,
+        image_mode="RGB",
+        storage_options=storage_options,
+    )
+    kw = {} if resume or workers == 0 else {"snapshot_every_n_steps": NEVER}
+    return pipekit.DataLoader(ds.pipe, num_workers=workers, **kw)
+
+
+def batch_len(batch: Any) -> int:
+    if isinstance(batch, dict):
+        return len(batch[".cls"])
+    return len(batch[1])
+
+
+def epoch_rate(loader: Any) -> float:
+    n = 0
+    t0 = time.perf_counter()
+    for batch in loader:
+        n += batch_len(batch)
+    return n / (time.perf_counter() - t0)
+
+
+def compare(loaders: dict[str, Any], epochs: int) -> dict[str, float]:
+    """Median samples/s of each loader, their epochs taken in turn (ABC ABC) after one warm-up epoch each."""
+    for loader in loaders.values():
+        epoch_rate(loader)
+    rates: dict[str, list[float]] = {name: [] for name in loaders}
+    for _ in range(epochs):
+        for name, loader in loaders.items():
+            rates[name].append(epoch_rate(loader))
+    for loader in loaders.values():
+        if isinstance(loader, pipekit.DataLoader):
+            loader.shutdown()
+    return {name: statistics.median(r) for name, r in rates.items()}
+
+
+def checkpoint_cost(urls: list[str], args: argparse.Namespace, storage_options: dict[str, Any] | None) -> None:
+    """One ``state_dict()`` with 2 workers mid-epoch: how long it takes and how big it is."""
+    loader = pipekit_loader(urls, args, 2, True, storage_options)
+    it = iter(loader)
+    for _ in range(5):
+        next(it)
+    t0 = time.perf_counter()
+    state = loader.state_dict()
+    took = time.perf_counter() - t0
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    loader.shutdown()
+    print(
+        f"  a checkpoint (2 workers, after 5 batches): state_dict() {took * 1e3:.0f} ms, "
+        f"torch.save {buf.tell() / 2**20:.1f} MiB (both workers' shuffle buffers)"
+    )
+
+
+def run_cell(
+    where: str, urls: list[str], args: argparse.Namespace, workers: int, storage_options: dict[str, Any] | None
+) -> None:
+    loaders: dict[str, Callable[[], Any]] = {
+        "pipekit": lambda: pipekit_loader(urls, args, workers, True, storage_options),
+    }
+    if workers > 0:
+        loaders["pipekit, resume off"] = lambda: pipekit_loader(urls, args, workers, False, storage_options)
+    if not args.resume_cost_only:
+        loaders["webdataset"] = lambda: wds_loader(urls, args, workers)
+    rates = compare({name: make() for name, make in loaders.items()}, args.epochs)
+    wds_rate = rates.get("webdataset")
+    cells = [f"webdataset {wds_rate:7.1f}/s"] if wds_rate else []
+    for name, rate in rates.items():
+        if name != "webdataset":
+            cells.append(f"{name} {rate:7.1f}/s" + (f" ({rate / wds_rate:.2f}x)" if wds_rate else ""))
+    if "pipekit, resume off" in rates:
+        cells.append(f"resume on/off {rates['pipekit'] / rates['pipekit, resume off']:.3f}")
+    print(f"{where:>5} | {workers} workers | {' | '.join(cells)}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", type=int, default=4000)
+    parser.add_argument("--shards", type=int, default=8)
+    parser.add_argument("--buffer", type=int, default=1000, help="shuffle buffer (samples)")
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--size", type=int, default=224, help="RandomResizedCrop size")
+    parser.add_argument("--epochs", type=int, default=2, help="timed epochs per loader (median)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
+    parser.add_argument("--skip-s3", action="store_true", help="local disk only")
+    parser.add_argument("--skip-local", action="store_true", help="S3 only")
+    parser.add_argument("--quick", action="store_true", help="2,000 samples, 1 timed epoch")
+    parser.add_argument(
+        "--resume-cost-only",
+        action="store_true",
+        help="only pipekit with resume on and off (more epochs for less noise)",
+    )
+    args = parser.parse_args()
+    if args.quick:
+        args.samples, args.epochs = 2000, 1
+
+    torch.set_num_threads(1)
+    root = default_cache_dir() / f"bench-shards-{args.samples}-{args.shards}"
+    paths = write_shards(root, args.samples, args.shards, (320, 256))
+    mib = sum(p.stat().st_size for p in paths) / 2**20
+    print(
+        f"# shards: {args.samples} JPEGs 320x256 in {args.shards} shards ({mib:.0f} MiB); "
+        f"shuffle buffer {args.buffer}; decode + RandomResizedCrop({args.size}) + flip; batch {args.batch}"
+    )
+    print(
+        f"# machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
+        f"python {platform.python_version()}; samples/s, median of {args.epochs} epoch(s) after a warm-up, "
+        "ratios against webdataset"
+    )
+    local = [str(p) for p in paths]
+    if not args.skip_local:
+        for workers in args.workers:
+            run_cell("local", local, args, workers, None)
+        if 2 in args.workers:
+            checkpoint_cost(local, args, None)
+    if args.skip_s3:
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from s3server import start_s3_server  # the tests' real S3 server (SeaweedFS on loopback)
+
+    server = start_s3_server()
+    try:
+        import s3fs
+
+        fs = s3fs.S3FileSystem(**server.storage_options, skip_instance_cache=True)
+        fs.mkdir("shards")
+        for p in paths:
+            fs.put_file(str(p), f"shards/{p.name}")
+        remote = [f"s3://shards/{p.name}" for p in paths]
+        register_wds_s3(server.storage_options)
+        for workers in args.workers:
+            run_cell("s3", remote, args, workers, server.storage_options)
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

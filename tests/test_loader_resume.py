@@ -1,0 +1,208 @@
+"""Exact resume with workers that keep their positions and send them on request (pipekit._worker_states)."""
+
+from __future__ import annotations
+
+import io
+import multiprocessing
+import pickle
+
+import pytest
+import torch
+
+import pipekit
+from pipekit._worker_states import DEFERRED, StateChannel, WorkerStates, resolve_deferred
+from pipekit.loader import _worker_states
+from pipekit.pipes import IterableWrapper
+
+ITEM_BYTES = 4096
+N = 400
+
+
+def blob(i: int) -> bytes:
+    return i.to_bytes(4, "little") * (ITEM_BYTES // 4)
+
+
+def blobs_pipe(buffer_size: int = 100):
+    """Bytes items through a shuffle buffer before the sharding: each worker buffers ``buffer_size`` items."""
+    return IterableWrapper([blob(i) for i in range(N)]).shuffle(buffer_size=buffer_size).sharding_filter().batch(8)
+
+
+def ids(batches) -> list[int]:
+    return [int.from_bytes(b[:4], "little") for batch in batches for b in batch]
+
+
+def uninterrupted(make, num_workers: int, seed: int = 0, **kw):
+    torch.manual_seed(seed)
+    loader = pipekit.DataLoader(make(), num_workers=num_workers, **kw)
+    out = list(loader)
+    loader.shutdown()
+    return out
+
+
+def resumed_at(make, num_workers: int, stop_after: int, seed: int = 0, through=None, **kw):
+    """Take ``stop_after`` batches, checkpoint (through ``through(state)``), resume in a new loader."""
+    torch.manual_seed(seed)
+    loader = pipekit.DataLoader(make(), num_workers=num_workers, **kw)
+    it = iter(loader)
+    head = [next(it) for _ in range(stop_after)]
+    state = loader.state_dict()
+    loader.shutdown()
+    if through is not None:
+        state = through(state)
+    second = pipekit.DataLoader(make(), num_workers=num_workers, **kw)
+    second.load_state_dict(state)
+    rest = list(second)
+    second.shutdown()
+    return head, rest
+
+
+def via_torch_save(state):
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=True)
+
+
+class TestTwoWorkersShuffleBuffer:
+    @pytest.mark.parametrize("stop_after", [1, 2, 7, 20, 40])
+    def test_resume_equals_the_uninterrupted_run(self, stop_after):
+        full = uninterrupted(blobs_pipe, 2)
+        head, rest = resumed_at(blobs_pipe, 2, stop_after)
+        assert head + rest == full
+        assert sorted(ids(full)) == list(range(N))
+
+    def test_checkpoint_loads_with_weights_only(self):
+        full = uninterrupted(blobs_pipe, 2)
+        head, rest = resumed_at(blobs_pipe, 2, 9, through=via_torch_save)
+        assert head + rest == full
+
+    def test_checkpoint_of_a_resumed_run(self):
+        """The workers of a resumed run keep positions too: a second checkpoint resumes exactly."""
+        full = uninterrupted(blobs_pipe, 2)
+        torch.manual_seed(0)
+        first = pipekit.DataLoader(blobs_pipe(), num_workers=2)
+        it = iter(first)
+        head = [next(it) for _ in range(5)]
+        state = first.state_dict()
+        first.shutdown()
+        second = pipekit.DataLoader(blobs_pipe(), num_workers=2)
+        second.load_state_dict(state)
+        it = iter(second)
+        middle = [next(it) for _ in range(6)]
+        state2 = second.state_dict()
+        second.shutdown()
+        third = pipekit.DataLoader(blobs_pipe(), num_workers=2)
+        third.load_state_dict(via_torch_save(state2))
+        assert head + middle + list(third) == full
+        third.shutdown()
+
+    def test_state_sent_with_each_batch_does_not_carry_the_buffer(self):
+        """Workers send a token with each batch; the buffer's bytes travel only in state_dict()."""
+        torch.manual_seed(0)
+        loader = pipekit.DataLoader(blobs_pipe(buffer_size=100), num_workers=2)
+        it = iter(loader)
+        for _ in range(6):
+            next(it)
+        sent = _worker_states(loader._iterator)
+        assert sorted(sent) == [0, 1]
+        for state in sent.values():
+            assert state["mode"] == DEFERRED
+            assert len(pickle.dumps(state)) < 2000  # 100 buffered items of 4 KB would be 400 KB
+        checkpoint = loader.state_dict()
+        loader.shutdown()
+        size = len(pickle.dumps(checkpoint))
+        assert size > 2 * 100 * ITEM_BYTES  # both workers' buffers, in full
+        assert DEFERRED not in _modes(checkpoint)
+
+    def test_checkpoint_after_the_epoch_ended(self):
+        torch.manual_seed(0)
+        loader = pipekit.DataLoader(blobs_pipe(), num_workers=2)
+        assert len(list(loader)) == N // 8
+        state = via_torch_save(loader.state_dict())
+        loader.shutdown()
+        assert DEFERRED not in _modes(state)
+        again = pipekit.DataLoader(blobs_pipe(), num_workers=2)
+        again.load_state_dict(state)
+        assert sorted(ids(list(again))) == list(range(N))  # the epoch had ended: the next one is whole
+        again.shutdown()
+
+    def test_workers_restarted_each_epoch(self):
+        """persistent_workers=False: each epoch's workers get a new channel."""
+        torch.manual_seed(0)
+        loader = pipekit.DataLoader(blobs_pipe(), num_workers=2, persistent_workers=False)
+        assert sorted(ids(list(loader))) == list(range(N))
+        it = iter(loader)
+        head = [next(it) for _ in range(4)]
+        state = loader.state_dict()
+        rest = list(it)
+        resumed = pipekit.DataLoader(blobs_pipe(), num_workers=2, persistent_workers=False)
+        resumed.load_state_dict(state)
+        assert list(resumed) == rest
+        assert sorted(ids(head + rest)) == list(range(N))
+
+    def test_spawned_workers(self):
+        """With the spawn start method the channel is pickled into the workers with the pipe."""
+        make = lambda: blobs_pipe(buffer_size=20)  # noqa: E731
+        full = uninterrupted(make, 2)  # the order follows from the seed, not from how workers start
+        head, rest = resumed_at(make, 2, 5, multiprocessing_context="spawn")
+        assert head + rest == full
+
+    @pytest.mark.parametrize("every", [3, 1000])
+    def test_snapshot_every_n_steps(self, every):
+        full = uninterrupted(blobs_pipe, 2)
+        head, rest = resumed_at(blobs_pipe, 2, 7, snapshot_every_n_steps=every)
+        assert head + rest == full
+
+
+def _modes(obj, out=None) -> list[str]:
+    out = [] if out is None else out
+    if isinstance(obj, dict):
+        if "mode" in obj:
+            out.append(obj["mode"])
+        for value in obj.values():
+            _modes(value, out)
+    return out
+
+
+class TestChannel:
+    def channel(self, depth: int = 2) -> StateChannel:
+        return StateChannel(multiprocessing.get_context("fork"), 1, depth)
+
+    def test_a_kept_position_is_sent_and_an_old_one_is_refused(self):
+        channel = self.channel(depth=2)
+        kept = WorkerStates(channel, 0)
+        tokens = [kept.keep(1, seq, {"mode": "snapshot", "seq": seq}) for seq in range(4)]
+        state = {"workers": {"w0": {**tokens[3], "report": {"skips": {}}}}}
+        resolved = resolve_deferred(state, channel, lambda w: True)
+        assert resolved == {"workers": {"w0": {"mode": "snapshot", "seq": 3, "report": {"skips": {}}}}}
+        assert state["workers"]["w0"]["mode"] == DEFERRED  # the input is left as it was
+        with pytest.raises(RuntimeError, match=r"worker 0: the position of batch 0 of iterator 1 is no longer kept"):
+            resolve_deferred({"w0": tokens[0]}, channel, lambda w: True)
+        kept.stop()
+        channel.close()
+
+    def test_a_dead_worker_is_named(self):
+        channel = self.channel()
+        token = {"mode": DEFERRED, "worker": 0, "run": 1, "seq": 5}  # no worker answers
+        with pytest.raises(RuntimeError, match="worker 0 exited before sending its position"):
+            resolve_deferred({"w0": token}, channel, lambda w: False)
+        channel.close()
+
+    def test_states_without_tokens_pass_through(self):
+        state = {"a": {"mode": "snapshot"}}
+        assert resolve_deferred(state, None, lambda w: True) is state
+
+    def test_pickled_outside_a_process_start_it_is_left_behind(self):
+        channel = self.channel()
+        assert pickle.loads(pickle.dumps(channel)) is None
+        channel.close()
+
+
+def test_pipes_answer_is_child_datapipe_without_a_lookup_miss():
+    """torch's iterator hook asks every pipe at every next(); a class default answers (fork children: True)."""
+    pipe = IterableWrapper(range(3)).map(abs)
+    assert "_is_child_datapipe" not in vars(pipe)
+    assert pipe._is_child_datapipe is False
+    a, b = IterableWrapper(range(4)).fork(2)
+    assert a._is_child_datapipe is True
+    assert list(a) == [0, 1, 2, 3] and list(b) == [0, 1, 2, 3]
