@@ -106,7 +106,8 @@ class StateChannel:
                 if dead:
                     raise RuntimeError(
                         f"pipekit.DataLoader.state_dict: worker {dead[0]} exited before sending its position "
-                        f"for the checkpoint (positions still missing: {missing})"
+                        f"for the checkpoint (positions still missing: {missing}); a worker keeps its position "
+                        f"until asked, so resume from the last checkpoint taken before it died"
                     ) from None
                 if time.monotonic() > deadline:
                     raise RuntimeError(
