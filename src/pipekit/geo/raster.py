@@ -410,9 +410,13 @@ class RasterDataset(IndexCacheMixin, GeoDataset):
         times = np.empty((len(rows), 2), dtype=np.float64)
         band_spans = np.empty((len(rows), 2), dtype=np.int64) if self.separate_files else None
         band_overrides: dict[tuple[int, str], str] = {}
-        for k, i in enumerate(rows):
+        dated = any(g in self._regex.groupindex for g in ("date", "start", "stop"))
+        if not dated:  # every file spans all time: no per-file date parsing (100k files: ~0.1 s)
+            times[:, 0], times[:, 1] = MIN_TIME, MAX_TIME
+        for k, i in enumerate(rows if dated or band_spans is not None else ()):
             path, match = matched[i]
-            times[k] = self._time_interval(path, match)
+            if dated:
+                times[k] = self._time_interval(path, match)
             if band_spans is not None:
                 offset = len(_split_name(path)[0])
                 start, stop = match.span("band")
