@@ -16,6 +16,7 @@ from typing import Any
 
 from pipekit.cli._common import CliError, Listing, file_kind, human_bytes, one_line
 from pipekit.cli.products import GENERIC, PRODUCTS, Product, detect_product, format_date
+from pipekit.geo import io as geo_io
 from pipekit.geo.discovery import any_band_glob, group_scenes, read_header, read_headers
 from pipekit.geo.io import RasterOpener
 from pipekit.profiling import format_table
@@ -321,7 +322,10 @@ def inspect_rasters(listing: Listing, product_name: str | None, storage_options:
     with warnings.catch_warnings():
         # rasters without a CRS are reported in the table; rasterio's warning would only repeat it
         warnings.simplefilter("ignore", NotGeoreferencedWarning)
-        metas = read_headers([c[0] for c in candidates], lambda url: _read_meta(opener, url, *named[url]))
+        first = candidates[0][0]
+        # fsspec file objects reach GDAL through a Python-file handler that is not safe across threads
+        workers = 1 if not geo_io.is_local(first) and not geo_io.uses_gdal_network(opener, first) else None
+        metas = read_headers([c[0] for c in candidates], lambda url: _read_meta(opener, url, *named[url]), workers)
     scene_of = _scenes(candidates)
     scene_entries: dict[int, RasterEntry] = {}
     entries: list[RasterEntry] = []

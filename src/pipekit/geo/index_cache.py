@@ -502,8 +502,13 @@ class IndexCacheMixin:
         changed = frozenset(paths[i] for i in misses if saved is not None and paths[i] in saved.rows)
         opener = self._opener  # type: ignore[attr-defined]
         reader = FastHeaderReader(lambda p: read_header(opener, p, name))
+        workers = self.index_workers
+        if misses and not geo_io.is_local(paths[misses[0]]) and not geo_io.uses_gdal_network(opener, paths[misses[0]]):
+            # rasterio opens fsspec file objects through one Python-file handler that is not safe across
+            # threads: concurrent opens aborted GDAL ("Fatal Python error: Aborted") while reading S3 headers
+            workers = 1
         results = read_headers([paths[i] for i in misses], lambda p: self._header_or_error(p, changed, reader),
-                               self.index_workers, self.progress, desc=f"{name}: reading headers")
+                               workers, self.progress, desc=f"{name}: reading headers")
         if misses:
             logger.info("%s: %d header(s) parsed directly, %d read with rasterio", name, reader.fast, reader.slow)
         # the files kept: those reused, and those read whose headers can be indexed (errors reported in order)
