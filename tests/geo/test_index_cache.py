@@ -317,7 +317,9 @@ class TestListingThroughAnOutage:
         assert "error" not in result, result.get("error")
         assert [Path(p).name for p in result["ds"].files] == ["tile_000.tif", "tile_001.tif", "tile_002.tif"]
         retries = [r.getMessage() for r in caplog.records if r.name == "pipekit.retry"]
-        assert retries and all("RasterDataset.listing" in m and root in m for m in retries)
+        assert any("RasterDataset.listing" in m for m in retries)
+        # the listing's retries, and any of the headers' (a server just back may answer 500 for a moment)
+        assert all(m.startswith("RasterDataset") and root in m for m in retries), retries
 
     def test_permanently_down_names_the_root_stage_and_attempts(self, restartable_s3_server, tmp_path, monkeypatch):
         from datetime import date

@@ -45,7 +45,7 @@ import re
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -299,6 +299,55 @@ def _s3_gdal_options(storage_options: Mapping[str, Any]) -> tuple[dict[str, str]
     return config, creds
 
 
+class OpenerReadError(OSError):
+    """A read of an fsspec file that failed under GDAL (raised from the fsspec error itself).
+
+    rasterio hands GDAL a Python file object; an exception escaping its
+    ``read`` reaches GDAL's C++ code, which can abort the whole process
+    (``std::length_error``).  pipekit's file objects therefore never raise
+    into GDAL: the failed call returns a short read, its error is kept, and
+    :func:`surfacing_opener_errors` raises it once the rasterio call returns.
+    """
+
+
+_opener_failures = threading.local()
+
+
+def _record_opener_failure(exc: BaseException) -> None:
+    if getattr(_opener_failures, "error", None) is None:  # the first failure is the cause of the rest
+        _opener_failures.error = exc
+
+
+def _take_opener_failure() -> BaseException | None:
+    error = getattr(_opener_failures, "error", None)
+    _opener_failures.error = None
+    return error
+
+
+@contextlib.contextmanager
+def surfacing_opener_errors(url: str) -> Iterator[None]:
+    """Raise the failure of an fsspec read that GDAL saw as a short read, while rasterio ran in this block.
+
+    The error raised is an :class:`OpenerReadError` naming ``url``, raised
+    from the fsspec error (so :func:`pipekit.retry.is_transient` sees a lost
+    connection); GDAL's own reason follows in its message.  A block that
+    succeeded although a read failed (GDAL may give up on an overview or a
+    mask quietly) raises too: its result may lack data.
+    """
+    _opener_failures.error = None
+    try:
+        yield
+    except Exception as exc:
+        failure = _take_opener_failure()
+        if failure is None:
+            raise
+        raise OpenerReadError(f"reading {url} failed: {type(failure).__name__}: {failure} "
+                              f"(GDAL: {type(exc).__name__}: {exc})") from failure
+    failure = _take_opener_failure()
+    if failure is not None:
+        raise OpenerReadError(f"reading {url} failed: {type(failure).__name__}: {failure}") from failure
+
+
 class _PositionedFile(io.RawIOBase):
     """A read-only view of an fsspec file with its own position.
 
@@ -327,8 +376,12 @@ class _PositionedFile(io.RawIOBase):
             self._pos += offset
         elif whence == 2:
             if self._size is None:
-                with self._lock:
-                    self._size = self._raw.seek(0, 2)
+                try:
+                    with self._lock:
+                        self._size = self._raw.seek(0, 2)
+                except Exception as exc:  # never into GDAL: see OpenerReadError
+                    _record_opener_failure(exc)
+                    return self._pos
             self._pos = self._size + offset
         else:
             raise ValueError(f"invalid whence {whence}")
@@ -338,9 +391,13 @@ class _PositionedFile(io.RawIOBase):
         return self._pos
 
     def read(self, size: int = -1) -> bytes:
-        with self._lock:
-            self._raw.seek(self._pos)
-            data = self._raw.read(size)
+        try:
+            with self._lock:
+                self._raw.seek(self._pos)
+                data = self._raw.read(size)
+        except Exception as exc:  # never into GDAL (it can abort the process): a short read, raised later
+            _record_opener_failure(exc)
+            return b""
         self._pos += len(data)
         return data
 
@@ -391,6 +448,10 @@ class _FsspecOpener:
 
     def mtime(self, path: str) -> int:
         return 0
+
+    def modified(self, path: str) -> Any:
+        # rasterio's stat asks for it (its mtime); not worth a request: GDAL reads the file regardless
+        raise NotImplementedError
 
     def size(self, path: str) -> int:
         return self.fs.size(path)
@@ -543,7 +604,8 @@ class RasterOpener:
             with self.env(resolved):
                 if resolved.kind == "fsspec":
                     opener, path = self.fsspec_opener(url)
-                    return rasterio.open(path, opener=opener)
+                    with surfacing_opener_errors(url):
+                        return rasterio.open(path, opener=opener)
                 return rasterio.open(resolved.path)
 
         try:
@@ -715,6 +777,8 @@ class RasterHandle:
         """The GDAL environment reads of this handle run in (a no-op for local files)."""
         if not self.remote:
             return contextlib.nullcontext()
+        if self.resolved.kind == "fsspec":
+            return _fsspec_read_env(self.opener.env(self.resolved), self.url)
         return self.opener.env(self.resolved)
 
     def close(self) -> None:
@@ -723,6 +787,12 @@ class RasterHandle:
 
     def __repr__(self) -> str:
         return f"RasterHandle({self.url!r})"
+
+
+@contextlib.contextmanager
+def _fsspec_read_env(env: contextlib.AbstractContextManager[Any], url: str) -> Iterator[None]:
+    with env, surfacing_opener_errors(url):
+        yield
 
 
 def open_handle(opener: RasterOpener, url: str, stage: str = "RasterOpener") -> RasterHandle:
