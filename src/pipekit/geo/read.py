@@ -145,9 +145,10 @@ _RAW_READ = True
 def _read_window(handle: RasterHandle, indexes: list[int], window: Window, out: np.ndarray | None = None) -> np.ndarray:
     try:
         target = out
-        if _RAW_READ and out is None:
+        direct = _RAW_READ and isinstance(window, Window)  # else a ((row0, row1), (col0, col1)) pair: read()'s
+        if direct and out is None:
             target = np.empty((len(indexes), int(window.height), int(window.width)), dtype=handle.np_dtype)
-        direct = _RAW_READ and _direct_read_ok(handle, indexes, window, target)
+        direct = direct and _direct_read_ok(handle, indexes, window, target)
         if handle.remote:
             with handle.env():
                 if direct:
