@@ -133,7 +133,7 @@ def _direct_read_ok(handle: RasterHandle, indexes: list[int], window: Window, ou
         type(c0) is int and type(r0) is int and type(w) is int and type(h) is int
         and c0 >= 0 and r0 >= 0 and w > 0 and h > 0 and c0 + w <= handle.width and r0 + h <= handle.height
         and out.shape == (len(indexes), h, w)
-        and min(indexes) >= 1 and max(indexes) <= handle.count
+        and bool(indexes) and min(indexes) >= 1 and max(indexes) <= handle.count
     )
 
 
