@@ -174,6 +174,39 @@ class TestOrdinalLabels:
         assert clone.classes == [0, 1, 5, 176] and torch.equal(clone.ordinal_map, ds.ordinal_map)
 
 
+class TestRelabel:
+    """The two-codes-per-gather lookup gives ``lookup[codes]`` exactly, whatever the array's shape or layout."""
+
+    @pytest.mark.parametrize("shape", [(1, 256, 256), (1, 255, 255), (1, 1, 1), (1, 3, 5), (1, 0, 4), (2, 7, 8)])
+    def test_same_as_one_gather_per_code(self, shape):
+        from pipekit.datasets.cdl import _pair_table, _relabel
+
+        rng = np.random.default_rng(sum(shape))
+        lookup = rng.integers(0, 134, 256).astype(np.uint8)
+        codes = rng.integers(0, 256, shape, dtype=np.uint8)
+        got = _relabel(codes, lookup, _pair_table(lookup))
+        assert got.dtype == np.uint8 and got.shape == codes.shape
+        np.testing.assert_array_equal(got, lookup[codes])
+        strided = rng.integers(0, 256, (1, 16, 32), dtype=np.uint8)[:, :, ::2]  # not C-contiguous
+        np.testing.assert_array_equal(_relabel(strided, lookup, _pair_table(lookup)), lookup[strided])
+
+    @pytest.mark.parametrize("dtype", [None, "native", torch.float32])
+    def test_every_code_in_odd_and_even_patches(self, tmp_path, dtype):
+        """All 256 codes (nodata 0 and codes outside the colour table included), patches of odd and even widths."""
+        codes = np.arange(256 * 3, dtype=np.int64).reshape(16, 48).astype(np.uint8)
+        write(tmp_path / "2023_30m_cdls.tif", codes, "EPSG:5070", ALBERS, nodata=0)
+        ds = CDL(tmp_path, dtype=dtype)
+        want_dtype = {None: torch.int64, "native": torch.uint8}.get(dtype, dtype)
+        labels = np.zeros(256, dtype=np.int64)  # the public code -> label map; 255 is not a CDL code: 0
+        labels[: len(ds.ordinal_map)] = ds.ordinal_map.numpy()
+        assert labels[24] == 15 and labels[254] == 133 and labels[62] == 0
+        for col, row, w, h in ((0, 0, 48, 16), (1, 2, 7, 5), (3, 1, 10, 9)):
+            mask = ds[BoundingBox(AX + col * 30, AX + (col + w) * 30, AY - (row + h) * 30, AY - row * 30)]["mask"]
+            assert mask.dtype == want_dtype and mask.shape == (h, w)
+            want = labels[codes[row:row + h, col:col + w]]
+            np.testing.assert_array_equal(mask.numpy(), want)
+
+
 class TestClasses:
     def test_subset_maps_every_other_code_to_background(self, cdl_root):
         ds = CDL(cdl_root, classes=[0, 1, 5, 176])

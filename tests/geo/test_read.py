@@ -222,3 +222,85 @@ class TestReadErrors:
                 geo_read._read_window(handle, [1], rasterio.windows.Window(0, 0, handle.width, handle.height))
         finally:
             handle.close()
+
+
+class TestRawWindowReads:
+    """Window reads through rasterio's ``DatasetReader._read`` give exactly what ``read()`` gives."""
+
+    @staticmethod
+    def _samples(ds, boxes) -> list[dict]:
+        return [ds[box] for box in boxes]
+
+    @pytest.mark.parametrize(
+        ("dtype", "nodata"),
+        [("uint8", 0), ("uint16", 0), ("int16", -9999), ("float32", None), ("float32", -1.0), ("uint16", None)],
+    )
+    @pytest.mark.parametrize("choice", [None, "native"])
+    def test_samples_are_bit_identical_to_read(self, tmp_path, rasters, monkeypatch, dtype, nodata, choice):
+        from pipekit.datasets import RasterDataset
+
+        array = rasters.pattern(90, 110, 3, seed=4, dtype=dtype)
+        if nodata is not None:
+            array[:, 10:20, 30:45] = nodata  # a nodata hole
+        transform = Affine(30.0, 0.0, rasters.X0, 0.0, -30.0, rasters.Y0)
+        rasters.write_tif(tmp_path / "a.tif", array, rasters.UTM15, transform, nodata=nodata, blocksize=32)
+        ds = RasterDataset(str(tmp_path), dtype=choice)
+        b = ds.bounds
+        x0, y1 = b[0].start, b[1].stop
+        boxes = [
+            BoundingBox(x0, x0 + 64 * 30, y1 - 64 * 30, y1),  # inside, over the hole
+            BoundingBox(x0 + 80 * 30, x0 + 144 * 30, y1 - 40 * 30, y1 + 24 * 30),  # past two edges: fill
+            BoundingBox(x0 + 7 * 30, x0 + 17 * 30, y1 - 90 * 30, y1 - 80 * 30),  # the last rows
+        ]
+        fast = self._samples(ds, boxes)
+        monkeypatch.setattr(geo_read, "_RAW_READ", False)
+        slow = self._samples(ds, boxes)
+        for a, b_ in zip(fast, slow):
+            assert a["image"].dtype == b_["image"].dtype
+            assert torch_equal(a["image"], b_["image"])
+
+    def test_mixed_band_dtypes_go_through_read(self, tmp_path, rasters):
+        """A file whose bands differ in dtype is left to ``read()`` (which refuses it, as before)."""
+        path = tmp_path / "mixed.tif"
+        with rasterio.open(path, "w", driver="GTiff", width=8, height=8, count=2, dtype="uint8", crs=rasters.UTM15,
+                           transform=Affine(30.0, 0.0, 0.0, 0.0, -30.0, 240.0)) as dst:
+            dst.write(np.ones((2, 8, 8), np.uint8))
+        handle = geo_io.open_handle(geo_io.RasterOpener(), str(path))
+        try:
+            out = np.empty((1, 4, 4), np.uint8)
+            assert geo_read._direct_read_ok(handle, [1], rasterio.windows.Window(0, 0, 4, 4), out)
+            # a window outside the file, a band it lacks, a float window, another dtype: read() decides
+            assert not geo_read._direct_read_ok(handle, [1], rasterio.windows.Window(6, 0, 4, 4), out)
+            assert not geo_read._direct_read_ok(handle, [3], rasterio.windows.Window(0, 0, 4, 4), out)
+            assert not geo_read._direct_read_ok(handle, [1], rasterio.windows.Window(0.5, 0, 4, 4), out)
+            assert not geo_read._direct_read_ok(handle, [1], rasterio.windows.Window(0, 0, 4, 4),
+                                                out.astype(np.uint16))
+            assert not geo_read._direct_read_ok(handle, [1, 2], rasterio.windows.Window(0, 0, 4, 4), out)
+        finally:
+            handle.close()
+
+    def test_multi_part_windows_match_concatenation(self, tmp_path, rasters, monkeypatch):
+        """Band files warped together are read into one array: the same as reading and concatenating them."""
+        handles = []
+        for k in range(3):
+            array = rasters.pattern(40, 50, 1, seed=k, dtype="uint16")
+            path = rasters.write_tif(tmp_path / f"b{k}.tif", array, rasters.UTM15,
+                                     Affine(30.0, 0.0, 0.0, 0.0, -30.0, 1200.0))
+            handles.append(geo_io.open_handle(geo_io.RasterOpener(), str(path)))
+        try:
+            parts = [(h, [1]) for h in handles]
+            window = rasterio.windows.Window(3, 5, 20, 30)
+            got = geo_read._read_windows(parts, window, None)
+            monkeypatch.setattr(geo_read, "_RAW_READ", False)
+            want = np.concatenate([h.ds.read([1], window=window) for h in handles])
+            assert got.dtype == want.dtype and np.array_equal(got, want)
+        finally:
+            for h in handles:
+                h.close()
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return a.shape == b.shape and bool(torch.equal(a.isnan(), b.isnan())) and bool(
+        torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)))

@@ -25,6 +25,7 @@ caller uses GDAL.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import threading
@@ -380,9 +381,16 @@ def warp_window(
     has = (wsum > 1e-6) & inside
     result = np.divide(acc, wsum, out=np.zeros_like(acc), where=has)
     if np.issubdtype(out_dtype, np.integer):
-        info = np.iinfo(out_dtype)
-        result = np.clip(np.floor(result + 0.5), info.min, info.max)
+        lo, hi = int_range(np.dtype(out_dtype))
+        result = np.clip(np.floor(result + 0.5), lo, hi)
     return result.astype(out_dtype, copy=False), has
+
+
+@functools.lru_cache(maxsize=64)
+def int_range(dtype: np.dtype) -> tuple[int, int]:
+    """``(min, max)`` of an integer dtype (``np.iinfo`` builds a new object each call; reads ask ~10 times a sample)."""
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
 
 
 def _valid(values: np.ndarray, nodata: float | None) -> np.ndarray | None:
@@ -391,7 +399,7 @@ def _valid(values: np.ndarray, nodata: float | None) -> np.ndarray | None:
         return ~np.isnan(values) if floating else None
     if floating:
         return (values != nodata) & ~np.isnan(values)
-    info = np.iinfo(values.dtype)
-    if not info.min <= nodata <= info.max or nodata != int(nodata):
+    lo, hi = int_range(values.dtype)
+    if not lo <= nodata <= hi or nodata != int(nodata):
         return None
     return values != values.dtype.type(int(nodata))
