@@ -41,6 +41,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import rasterio
 from affine import Affine
 from rasterio.crs import CRS
 from rasterio.enums import Resampling
@@ -137,9 +138,27 @@ def _direct_read_ok(handle: RasterHandle, indexes: list[int], window: Window, ou
     )
 
 
+def _raw_read_supported(version: str) -> bool:
+    """Whether ``DatasetReader._read(indexes, out, window, dtype)`` has the signature pipekit calls.
+
+    It is private to rasterio: the same in 1.3 and 1.4 (pipekit's range); any other
+    release goes through ``read()``.
+
+    Example:
+        >>> _raw_read_supported("1.4.4"), _raw_read_supported("1.3.9"), _raw_read_supported("2.0.0")
+        (True, True, False)
+    """
+    parts = version.split(".")
+    try:
+        major, minor = int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return False
+    return (major, minor) in ((1, 3), (1, 4))
+
+
 #: Read windows through rasterio's ``DatasetReader._read`` where :func:`_direct_read_ok` allows it (tests
-#: switch it off to compare with ``read()``).
-_RAW_READ = True
+#: switch it off to compare with ``read()``); only on the rasterio releases whose ``_read`` is known.
+_RAW_READ = _raw_read_supported(rasterio.__version__)
 
 
 def _read_window(handle: RasterHandle, indexes: list[int], window: Window, out: np.ndarray | None = None) -> np.ndarray:
