@@ -448,6 +448,54 @@ class TestFSSpecFileOpener:
         with pytest.raises(ReadError, match="open_files_by_fsspec"):
             dp.reopen(f"memory://{memtree}/none")
 
+    @pytest.mark.parametrize(("mode", "kwargs"), [("rb", None), ("r", None), ("rt", {"encoding": "latin-1"})])
+    def test_local_files_read_as_reopen_and_fsspec_read_them(
+        self, odd_tree: Path, mode: str, kwargs: dict | None
+    ) -> None:
+        """Issue 12: the per-epoch local opener gives the same streams as reopen() and as fsspec."""
+        names = ["a.txt", "sub/deeper/e.txt", "link_to_file.txt", "spaced name [1].txt"]
+        urls = [str(odd_tree / n) for n in names] + [f"file://{odd_tree}/c.csv"]
+        dp = IterableWrapper(urls).open_files_by_fsspec(mode=mode, kwargs_for_open=kwargs)
+        got = [(url, type(s.file_obj), s.name, s.read()) for url, s in dp]
+        again = [(url, type(s.file_obj), s.name, s.read()) for url, s in ((u, dp.reopen(u)) for u in urls)]
+        assert got == again
+        for (*_, data), url in zip(got, urls, strict=True):
+            with fsspec.open(url, mode=mode, **(kwargs or {})) as f:
+                assert data == f.read()
+
+    def test_local_open_errors_as_reopen(self, odd_tree: Path) -> None:
+        for name in ("nope.txt", "broken.txt", "sub"):  # missing, a broken link, a directory
+            url = str(odd_tree / name)
+            dp = IterableWrapper([url]).open_files_by_fsspec(mode="rb")
+            with pytest.raises(ReadError) as from_pipe:
+                list(dp)
+            with pytest.raises(ReadError) as from_reopen:
+                dp.reopen(url)
+            # (torch's iterator hook adds a line naming the pipe to errors raised while iterating)
+            assert str(from_pipe.value).split("\nThis exception is thrown by")[0] == str(from_reopen.value)
+            assert (from_pipe.value.url, from_pipe.value.stage) == (url, "open_files_by_fsspec")
+        with pytest.raises(TypeError, match="a URL must be a str"):
+            list(IterableWrapper([odd_tree / "a.txt"]).open_files_by_fsspec(mode="rb"))
+
+    def test_many_held_streams_closed_on_error(self, tmp_path: Path) -> None:
+        """The streams still open are closed on an error however many were opened (the weak list is pruned)."""
+        urls = []
+        for i in range(300):
+            (tmp_path / f"{i}.bin").write_bytes(b"%d" % i)
+            urls.append(str(tmp_path / f"{i}.bin"))
+        it = iter(IterableWrapper([*urls, str(tmp_path / "missing")]).open_files_by_fsspec(mode="rb"))
+        held = []
+        for i in range(300):
+            _, stream = next(it)
+            if i % 3 == 0:
+                held.append(stream)  # the others are dropped (closed when collected) or closed here
+            elif i % 3 == 1:
+                stream.close()
+        with pytest.raises(ReadError, match="missing"):
+            next(it)
+        assert len(held) == 100
+        assert all(s.closed for s in held)
+
     def test_len_and_stateless(self, tree: Path) -> None:
         dp = IterableWrapper([str(tree / "a.txt")] * 3).open_files_by_fsspec()
         assert len(dp) == 3

@@ -595,10 +595,40 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
         return io.TextIOWrapper(io.BufferedReader(raw), **text_kwargs)
 
     def __iter__(self) -> Iterator[tuple[str, StreamWrapper]]:
-        yield from open_each(self.source_datapipe, self.reopen, self.on_error, self.skip_log)
+        yield from open_each(self.source_datapipe, self._opener(), self.on_error, self.skip_log)
+
+    def _opener(self) -> Callable[[str], StreamWrapper]:
+        """:meth:`reopen`, with what is the same for every URL of this epoch decided once.
+
+        Plain local paths and ``file://`` URLs are opened with Python's
+        ``open()`` as :meth:`reopen` opens them (same stream, same
+        :class:`~pipekit.errors.ReadError` naming the URL and stage); every
+        other URL, and anything that is not a str, goes through :meth:`reopen`.
+        """
+        kwargs = dict(self.kwargs_for_open)
+        if not set(kwargs) <= _BUILTIN_OPEN_KWARGS:
+            return self.reopen
+        mode, reopen = self.mode, self.reopen
+
+        def open_one(url: str) -> StreamWrapper:
+            local = _local_path(url) if type(url) is str else None
+            if local is None:
+                return reopen(url)
+            try:
+                file = open(local, mode, **kwargs)  # noqa: SIM115 - closed downstream
+            except Exception as exc:
+                raise ReadError("open", url, "open_files_by_fsspec", _reason(exc)) from exc
+            return StreamWrapper(file, name=url)
+
+        return open_one
 
     def __len__(self) -> int:
         return len(self.source_datapipe)  # type: ignore[arg-type]
+
+
+# open_each keeps weak references to the streams it opened, to close those still open if the
+# iteration fails; it drops the dead ones whenever the list has doubled since the last time.
+_PRUNE_AT = 64
 
 
 def open_each(
@@ -612,7 +642,11 @@ def open_each(
     propagates; streams handed out stay open otherwise (see
     :class:`FSSpecFileOpener`).
     """
-    opened: weakref.WeakSet[StreamWrapper] = weakref.WeakSet()
+    # A list of weak references (pruned now and then) rather than a WeakSet: the same streams,
+    # without a Python-level add and removal callback per stream.
+    opened: list[weakref.ref[StreamWrapper]] = []
+    prune_at = _PRUNE_AT
+    stage = skip_log.stage
     try:
         for url in urls:
             try:
@@ -622,15 +656,24 @@ def open_each(
                     raise
                 skip_log.record(exc)
                 continue
-            opened.add(stream)
-            note_opened(url, skip_log.stage)
+            opened.append(weakref.ref(stream))
+            if len(opened) >= prune_at:
+                opened = [ref for ref in opened if _still_open(ref)]
+                prune_at = max(_PRUNE_AT, 2 * len(opened))
+            note_opened(url, stage)
             yield url, stream
             del stream
     except Exception:  # the pipeline is broken: close what is still open
-        for stream in list(opened):
-            if not stream.closed:
+        for ref in opened:
+            stream = ref()
+            if stream is not None and not stream.closed:
                 stream.close()
         raise
+
+
+def _still_open(ref: weakref.ref[StreamWrapper]) -> bool:
+    stream = ref()
+    return stream is not None and not stream.closed
 
 
 @functional_datapipe("save_by_fsspec")
