@@ -47,9 +47,12 @@ def resize(image: torch.Tensor, size: int) -> torch.Tensor:
 
 
 class PlainFolder(Dataset):
-    """What a user writes by hand: a list of files, read + decode + resize in __getitem__."""
+    """What a user writes by hand: a list of files, read + decode + resize in __getitem__.
 
-    def __init__(self, files: list[str], size: int) -> None:
+    ``size=None`` (``--read-only``): read the file and return its length, no decoding.
+    """
+
+    def __init__(self, files: list[str], size: int | None) -> None:
         self.files = files
         self.size = size
         self.index = {name: i for i, name in enumerate(CLASSES)}
@@ -60,9 +63,12 @@ class PlainFolder(Dataset):
     def __getitem__(self, i: int):
         path = self.files[i]
         with open(path, "rb") as f:
-            data = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8)
-        image = tv_decode_image(data)
-        return resize(image, self.size), self.index[Path(path).parent.name]
+            raw = f.read()
+        label = self.index[Path(path).parent.name]
+        if self.size is None:
+            return len(raw), label
+        image = tv_decode_image(torch.frombuffer(bytearray(raw), dtype=torch.uint8))
+        return resize(image, self.size), label
 
 
 class ResizeAndLabel:
@@ -73,6 +79,19 @@ class ResizeAndLabel:
     def __call__(self, item):
         url, image = item
         return resize(image, self.size), self.index[Path(url).parent.name]
+
+
+class ReadAndLabel:
+    """``--read-only``: what ``PlainFolder(size=None)`` returns, from ``(url, stream)``."""
+
+    def __init__(self) -> None:
+        self.index = {name: i for i, name in enumerate(CLASSES)}
+
+    def __call__(self, item):
+        url, stream = item
+        raw = stream.read()
+        stream.close()
+        return len(raw), self.index[Path(url).parent.name]
 
 
 def plain_loader(files, size, batch, workers):
@@ -88,12 +107,9 @@ def pipekit_loader(root, size, batch, workers):
         .shuffle()
         .sharding_filter()
         .open_files_by_fsspec(mode="rb")
-        .decode_image()
-        .map(ResizeAndLabel(size))
-        .batch(batch)
-        .collate()
     )
-    return pipekit.DataLoader(pipe, num_workers=workers)
+    pipe = pipe.map(ReadAndLabel()) if size is None else pipe.decode_image().map(ResizeAndLabel(size))
+    return pipekit.DataLoader(pipe.batch(batch).collate(), num_workers=workers)
 
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -200,13 +216,20 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--epochs", type=int, default=5, help="timed epochs per configuration (median)")
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
+    parser.add_argument(
+        "--read-only",
+        action="store_true",
+        help="both sides read the files but do not decode them: the plumbing's cost per sample, unmasked",
+    )
     args = parser.parse_args()
 
     torch.set_num_threads(1)
     name = f"bench-images-{args.per_class}" + ("" if args.source_size == 256 else f"-{args.source_size}")
     root = write_image_folder(default_cache_dir() / name, per_class=args.per_class, size=args.source_size)
     files = sorted(str(p) for p in root.rglob("*.jpg"))
-    print(f"# pipes_overhead: {len(files)} JPEGs (~{args.source_size} px), resize to {args.size}, batch {args.batch}")
+    size = None if args.read_only else args.size
+    work = "read only, no decoding" if args.read_only else f"resize to {args.size}"
+    print(f"# pipes_overhead: {len(files)} JPEGs (~{args.source_size} px), {work}, batch {args.batch}")
     print(
         f"# machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch thread(s), "
         f"torch {torch.__version__}, python {platform.python_version()}"
@@ -225,8 +248,8 @@ def main() -> None:
     print(" | ".join(f"{h:>{w}}" for h, w in zip(header, widths)))
     for workers in args.workers:
         plain, ours, plain_cpu, ours_cpu = compare(
-            plain_loader(files, args.size, args.batch, workers),
-            pipekit_loader(root, args.size, args.batch, workers),
+            plain_loader(files, size, args.batch, workers),
+            pipekit_loader(root, size, args.batch, workers),
             args.epochs,
         )
         overhead_us = (1 / ours - 1 / plain) * 1e6 * max(workers, 1)
@@ -235,6 +258,8 @@ def main() -> None:
             f"{overhead_us:>12.0f} us | {plain_cpu:>13.0f} us | {ours_cpu:>6.0f} us | {ours_cpu - plain_cpu:>9.0f} us"
         )
     print(f"5-pipe chain (shuffle, sharding_filter, map, batch) in pipekit.DataLoader: {chain_cost():.1f} µs CPU/item")
+    if args.read_only:
+        return
     pk, pil = decode_rates(files, args.epochs)
     print(f"JPEG decode: pipekit decode_image {pk:.1f} img/s, PIL {pil:.1f} img/s, ratio {pk / pil:.2f}x")
 
