@@ -7,6 +7,9 @@ through ``pipekit.DataLoader(num_workers=0)`` after a warm-up epoch:
 
 * ``pipes``: ``IterableWrapper -> shuffle(1000) -> sharding_filter -> map -> batch(32)`` over ints
   (the plumbing alone: every call is pipekit's or torch's DataPipe machinery);
+* ``files``: ``list_files_by_fsspec(folder, recursive) -> shuffle -> sharding_filter ->
+  open_files_by_fsspec(rb) -> map(read and close) -> batch(32)`` over small local files (the listing and
+  opening of ``pipes_overhead``, without the decoding);
 * ``geo``: ``RandomGeoSampler(128 px).as_pipe() -> sharding_filter -> read_geo(landsat8 & cdl) ->
   batch(8) -> collate(stack_samples)`` on a small synthetic corpus.
 
@@ -52,9 +55,38 @@ def pipes_chain(n: int) -> tuple[float, Counter]:
     return _count(make, len)
 
 
+def _read_and_close(item: tuple[str, object]) -> int:
+    _url, stream = item
+    size = len(stream.read())  # type: ignore[attr-defined]
+    stream.close()  # type: ignore[attr-defined]
+    return size
+
+
+def files_chain(n: int, root: str) -> tuple[float, Counter]:
+    folder = Path(root) / "files"
+    for i in range(n):
+        sub = folder / f"class{i % 4}"
+        sub.mkdir(parents=True, exist_ok=True)
+        (sub / f"{i:06d}.bin").write_bytes(b"x" * 64)
+
+    def make():
+        return (
+            IterableWrapper([str(folder)])
+            .list_files_by_fsspec(masks="*.bin", recursive=True)
+            .shuffle()
+            .sharding_filter()
+            .open_files_by_fsspec(mode="rb")
+            .map(_read_and_close)
+            .batch(32)
+        )
+
+    return _count(make, len)
+
+
 def geo_chain(n: int, root: str) -> tuple[float, Counter]:
     from pipekit import datasets
     from pipekit.geo import RandomGeoSampler, stack_samples
+
     try:
         from pipekit.synthetic.geo import write_landsat_cdl_corpus
     except ImportError:  # pipekit before the synthetic package (to compare with older checkouts)
@@ -73,16 +105,21 @@ def geo_chain(n: int, root: str) -> tuple[float, Counter]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--items", type=int, default=10_000, help="items of the pipes chain")
+    parser.add_argument("--files", type=int, default=2000, help="files of the files chain")
     parser.add_argument("--samples", type=int, default=400, help="samples of the geo chain")
+    parser.add_argument("--chains", nargs="+", default=["pipes", "files", "geo"], choices=["pipes", "files", "geo"])
     parser.add_argument("--top", type=int, default=8, help="functions to list per chain")
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(f"# call_counts: pipekit {pipekit.__version__} from {Path(pipekit.__file__).parent}")
     with tempfile.TemporaryDirectory() as tmp:
-        for name, (per_item, functions) in (
-            ("pipes", pipes_chain(args.items)),
-            ("geo", geo_chain(args.samples, tmp)),
-        ):
+        chains = {
+            "pipes": lambda: pipes_chain(args.items),
+            "files": lambda: files_chain(args.files, tmp),
+            "geo": lambda: geo_chain(args.samples, tmp),
+        }
+        for name in args.chains:
+            per_item, functions = chains[name]()
             print(f"{name}: {per_item:.2f} Python calls per item")
             for function, calls in functions.most_common(args.top):
                 print(f"    {calls:>9}  {function}")

@@ -207,3 +207,41 @@ def test_pipes_answer_is_child_datapipe_without_a_lookup_miss():
     a, b = IterableWrapper(range(4)).fork(2)
     assert a._is_child_datapipe is True
     assert list(a) == [0, 1, 2, 3] and list(b) == [0, 1, 2, 3]
+
+
+def _read_and_close(item):
+    url, stream = item
+    data = stream.read()
+    stream.close()
+    return url, data
+
+
+class TestLocalFilesChain:
+    """The chain of ``benchmarks/pipes_overhead.py`` (local folder listed with os.scandir, opened with open())."""
+
+    @pytest.fixture
+    def folder(self, tmp_path):
+        for i in range(120):
+            sub = tmp_path / "files" / f"class{i % 3}"
+            sub.mkdir(parents=True, exist_ok=True)
+            (sub / f"{i:04d}.bin").write_bytes(blob(i))
+        return tmp_path / "files"
+
+    @pytest.mark.parametrize("num_workers", [0, 2])
+    def test_resume_is_exact(self, folder, num_workers):
+        def make():
+            return (
+                IterableWrapper([str(folder)])
+                .list_files_by_fsspec(masks="*.bin", recursive=True)
+                .shuffle()
+                .sharding_filter()
+                .open_files_by_fsspec(mode="rb")
+                .map(_read_and_close)
+                .batch(8)
+            )
+
+        full = uninterrupted(make, num_workers)
+        assert sorted(url for batch in full for url, _ in batch) == sorted(str(p) for p in folder.rglob("*.bin"))
+        for stop_after in (1, 6):
+            head, rest = resumed_at(make, num_workers, stop_after, through=via_torch_save)
+            assert head + rest == full

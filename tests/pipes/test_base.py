@@ -148,3 +148,57 @@ class TestCrossKindRegistration:
     def test_bad_kind(self):
         with pytest.raises(ValueError, match="on must be"):
             functional_datapipe("pipekit_test_kind", on="both")
+
+
+class TestResumableCheck:
+    """``isinstance(x, Resumable)`` answers as typing's own protocol check (issue 12 made it cheap)."""
+
+    def test_same_answers_as_a_plain_runtime_protocol(self) -> None:
+        from typing import Protocol, runtime_checkable
+
+        from pipekit.pipes import IterableWrapper
+        from pipekit.pipes.base import Resumable
+        from pipekit.pipes.builtin import ResumableShuffler
+
+        @runtime_checkable
+        class Plain(Protocol):
+            def state_dict(self) -> dict: ...
+
+            def load_state_dict(self, state: dict) -> None: ...
+
+        class Both:
+            def state_dict(self) -> dict:
+                return {}
+
+            def load_state_dict(self, state: dict) -> None:
+                pass
+
+        class Blocked:
+            state_dict = None
+
+            def load_state_dict(self, state: dict) -> None:
+                pass
+
+        class Bare:
+            pass
+
+        shadowed = Both()
+        shadowed.state_dict = None  # type: ignore[method-assign]
+        on_instance = Bare()
+        on_instance.state_dict = dict  # type: ignore[attr-defined]
+        on_instance.load_state_dict = print  # type: ignore[attr-defined]
+        cases = [
+            IterableWrapper([1]),
+            IterableWrapper([1]).map(abs),
+            IterableWrapper,
+            ResumableShuffler,
+            Both(),
+            shadowed,
+            Blocked(),
+            Bare(),
+            on_instance,
+            3,
+            None,
+        ]
+        assert [isinstance(x, Resumable) for x in cases] == [isinstance(x, Plain) for x in cases]
+        assert [isinstance(x, Resumable) for x in cases[:2]] == [True, False]

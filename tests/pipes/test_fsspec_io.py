@@ -17,7 +17,7 @@ import fsspec
 import pytest
 
 from pipekit.errors import ReadError
-from pipekit.pipes import FSSpecFileLister, FSSpecFileOpener, FSSpecSaver, IterableWrapper, Saver
+from pipekit.pipes import FSSpecFileLister, FSSpecFileOpener, FSSpecSaver, IterableWrapper, Saver, fsspec_io
 from pipekit.pipes.resume import restore_pipeline, snapshot_pipeline
 from pipekit.testing import assert_resumes, resume_after
 
@@ -229,6 +229,140 @@ class TestFSSpecFileLister:
             list(FSSpecFileLister(f"{root}/nope", **opts))
 
 
+def _after(make, n: int):
+    """A pipe built by ``make()`` that has yielded its first ``n`` items (iterator kept alive)."""
+    pipe = make()
+    it = iter(pipe)
+    for _ in range(n):
+        next(it)
+    pipe._test_iterator = it
+    return pipe
+
+
+def _list_both_ways(monkeypatch: pytest.MonkeyPatch, make) -> tuple[list[str], list[str]]:
+    """What a lister built by ``make()`` yields with the os.scandir fast path for local roots, and through fsspec."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # roots where the masks match nothing
+        fast = list(make())
+        with monkeypatch.context() as m:
+            m.setattr(fsspec_io, "_FAST_LOCAL", False)
+            slow = list(make())
+    return fast, slow
+
+
+@pytest.fixture
+def odd_tree(tmp_path: Path) -> Path:
+    """A tree with what a fast local listing could get wrong: links, hidden and special files, odd names."""
+    root = make_tree(tmp_path / "odd")
+    (root / ".hidden").write_bytes(b"h")
+    (root / "sub" / ".hid").mkdir()
+    (root / "sub" / ".hid" / "x.txt").write_bytes(b"x")
+    (root / "spaced name [1].txt").write_bytes(b"s")
+    (root / "empty").mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "o.txt").write_bytes(b"o")
+    (root / "link_to_dir").symlink_to(outside, target_is_directory=True)
+    (root / "link_to_file.txt").symlink_to(root / "a.txt")
+    (root / "broken.txt").symlink_to(tmp_path / "nowhere")
+    os.mkfifo(root / "sub" / "fifo")
+    return root
+
+
+class TestLocalListingFastPath:
+    """Local roots are listed with os.scandir (issue 12): exactly what the fsspec path lists, in the same order."""
+
+    @pytest.mark.parametrize("recursive", [False, True])
+    @pytest.mark.parametrize("masks", ["", "*.txt", ["*.csv", ".*"], "*/deeper/*", "*/sub/*", "[ab]*", "*[[]1]*"])
+    def test_same_urls_as_fsspec(
+        self, odd_tree: Path, monkeypatch: pytest.MonkeyPatch, recursive: bool, masks: str | list[str]
+    ) -> None:
+        for root in (str(odd_tree), f"{odd_tree}/", f"file://{odd_tree}", f"{odd_tree}/sub", f"{odd_tree}//sub/."):
+            fast, slow = _list_both_ways(
+                monkeypatch, lambda root=root: FSSpecFileLister(root, masks=masks, recursive=recursive)
+            )
+            assert fast == slow, root
+        assert fast or masks  # the comparison is not between two empty lists
+
+    def test_relative_and_home_roots(self, odd_tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.chdir(odd_tree.parent)
+        monkeypatch.setenv("HOME", str(odd_tree.parent))
+        for root in ("odd", "./odd/", "odd/sub", "~/odd", ".", "odd/a.txt", "./odd/a.txt"):
+            fast, slow = _list_both_ways(monkeypatch, lambda root=root: FSSpecFileLister(root, recursive=True))
+            assert fast == slow, root
+            assert fast
+
+    def test_the_listing_names_links_and_special_files_like_fsspec(self, odd_tree: Path) -> None:
+        got = list(FSSpecFileLister(str(odd_tree), recursive=True))
+        # links are files, never followed; the fifo is listed; hidden files and directories too
+        for name in ("link_to_dir", "link_to_file.txt", "broken.txt", "sub/fifo", ".hidden", "sub/.hid/x.txt"):
+            assert str(odd_tree / name) in got
+        assert not any("o.txt" in url for url in got)
+        assert got == sorted(got)
+
+    def test_root_that_is_a_file_or_a_link(self, odd_tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        for root in (
+            f"{odd_tree}/a.txt",
+            f"{odd_tree}/link_to_file.txt",
+            f"{odd_tree}/link_to_dir",
+            f"file://{odd_tree}/sub/fifo",
+        ):
+            fast, slow = _list_both_ways(monkeypatch, lambda root=root: FSSpecFileLister(root, recursive=True))
+            assert fast == slow, root
+
+    def test_same_errors_as_fsspec(self, odd_tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        for root in (f"{odd_tree}/nope", f"{odd_tree}/broken.txt", f"file://{odd_tree}/nope"):
+            errors = []
+            for fast in (True, False):
+                monkeypatch.setattr(fsspec_io, "_FAST_LOCAL", fast)
+                with pytest.raises(ReadError) as info:
+                    list(FSSpecFileLister(root))
+                errors.append((str(info.value), info.value.url, info.value.stage))
+            assert errors[0] == errors[1]
+            assert errors[0][1:] == (root, "list_files_by_fsspec")
+
+    def test_unreadable_directory_goes_through_fsspec(self, odd_tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A directory os.scandir cannot read is listed by fsspec, which decides what it means (here: empty)."""
+        real_scandir = os.scandir
+
+        def scandir(path):
+            if str(path).endswith("deeper"):
+                raise PermissionError(13, "Permission denied", str(path))
+            return real_scandir(path)
+
+        monkeypatch.setattr(os, "scandir", scandir)  # for both paths: fsspec lists with os.scandir too
+        calls = []
+        real_url_to_fs = fsspec.core.url_to_fs
+        monkeypatch.setattr(fsspec.core, "url_to_fs", lambda *a, **k: calls.append(a) or real_url_to_fs(*a, **k))
+        fast, slow = _list_both_ways(monkeypatch, lambda: FSSpecFileLister(str(odd_tree), recursive=True))
+        assert calls == [(str(odd_tree),), (str(odd_tree),)]  # the fast path gave up and asked fsspec
+        assert fast == slow
+        assert str(odd_tree / "sub/d.txt") in fast
+        assert not any("deeper" in url for url in fast)
+
+    def test_storage_options_go_through_fsspec(self, tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        calls = []
+        real_url_to_fs = fsspec.core.url_to_fs
+        monkeypatch.setattr(fsspec.core, "url_to_fs", lambda *a, **k: calls.append(k) or real_url_to_fs(*a, **k))
+        assert list(FSSpecFileLister(str(tree), auto_mkdir=False)) == list(FSSpecFileLister(str(tree)))
+        assert calls == [{"auto_mkdir": False}]
+
+    def test_resume_is_exact(self, odd_tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        def make():
+            return FSSpecFileLister([str(odd_tree), f"file://{odd_tree}/sub"], recursive=True)
+
+        for n in (0, 1, 5, 12, len(list(make()))):
+            assert_resumes(make, n)
+        # a checkpoint taken with one path resumes with the other: the positions are the same URLs
+        head, _ = resume_after(make, 7)
+        monkeypatch.setattr(fsspec_io, "_FAST_LOCAL", False)
+        state = snapshot_pipeline(_after(make, 7))
+        monkeypatch.setattr(fsspec_io, "_FAST_LOCAL", True)
+        fresh = make()
+        restore_pipeline(fresh, state)
+        assert head + list(fresh) == list(make())
+
+
 class TestFSSpecFileOpener:
     def test_read_text_and_binary(self, tree: Path) -> None:
         urls = [str(tree / "a.txt"), str(tree / "c.csv")]
@@ -313,6 +447,54 @@ class TestFSSpecFileOpener:
         assert again.name == url
         with pytest.raises(ReadError, match="open_files_by_fsspec"):
             dp.reopen(f"memory://{memtree}/none")
+
+    @pytest.mark.parametrize(("mode", "kwargs"), [("rb", None), ("r", None), ("rt", {"encoding": "latin-1"})])
+    def test_local_files_read_as_reopen_and_fsspec_read_them(
+        self, odd_tree: Path, mode: str, kwargs: dict | None
+    ) -> None:
+        """Issue 12: the per-epoch local opener gives the same streams as reopen() and as fsspec."""
+        names = ["a.txt", "sub/deeper/e.txt", "link_to_file.txt", "spaced name [1].txt"]
+        urls = [str(odd_tree / n) for n in names] + [f"file://{odd_tree}/c.csv"]
+        dp = IterableWrapper(urls).open_files_by_fsspec(mode=mode, kwargs_for_open=kwargs)
+        got = [(url, type(s.file_obj), s.name, s.read()) for url, s in dp]
+        again = [(url, type(s.file_obj), s.name, s.read()) for url, s in ((u, dp.reopen(u)) for u in urls)]
+        assert got == again
+        for (*_, data), url in zip(got, urls, strict=True):
+            with fsspec.open(url, mode=mode, **(kwargs or {})) as f:
+                assert data == f.read()
+
+    def test_local_open_errors_as_reopen(self, odd_tree: Path) -> None:
+        for name in ("nope.txt", "broken.txt", "sub"):  # missing, a broken link, a directory
+            url = str(odd_tree / name)
+            dp = IterableWrapper([url]).open_files_by_fsspec(mode="rb")
+            with pytest.raises(ReadError) as from_pipe:
+                list(dp)
+            with pytest.raises(ReadError) as from_reopen:
+                dp.reopen(url)
+            # (torch's iterator hook adds a line naming the pipe to errors raised while iterating)
+            assert str(from_pipe.value).split("\nThis exception is thrown by")[0] == str(from_reopen.value)
+            assert (from_pipe.value.url, from_pipe.value.stage) == (url, "open_files_by_fsspec")
+        with pytest.raises(TypeError, match="a URL must be a str"):
+            list(IterableWrapper([odd_tree / "a.txt"]).open_files_by_fsspec(mode="rb"))
+
+    def test_many_held_streams_closed_on_error(self, tmp_path: Path) -> None:
+        """The streams still open are closed on an error however many were opened (the weak list is pruned)."""
+        urls = []
+        for i in range(300):
+            (tmp_path / f"{i}.bin").write_bytes(b"%d" % i)
+            urls.append(str(tmp_path / f"{i}.bin"))
+        it = iter(IterableWrapper([*urls, str(tmp_path / "missing")]).open_files_by_fsspec(mode="rb"))
+        held = []
+        for i in range(300):
+            _, stream = next(it)
+            if i % 3 == 0:
+                held.append(stream)  # the others are dropped (closed when collected) or closed here
+            elif i % 3 == 1:
+                stream.close()
+        with pytest.raises(ReadError, match="missing"):
+            next(it)
+        assert len(held) == 100
+        assert all(s.closed for s in held)
 
     def test_len_and_stateless(self, tree: Path) -> None:
         dp = IterableWrapper([str(tree / "a.txt")] * 3).open_files_by_fsspec()
