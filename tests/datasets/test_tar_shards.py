@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import pickle
+import sys
 import tarfile
 from pathlib import Path
 
@@ -183,7 +184,8 @@ class TestTrainAugment:
         ds = datasets.TarShards(str(shards), batch_size=None, size=64, decode={".jpg": _tiny_image})
         with pytest.raises(ZeroDivisionError) as info:
             next(iter(ds))
-        assert "in Augment step 0 (RandomResizedCrop), in augment" in info.value.__notes__
+        if sys.version_info >= (3, 11):  # exception notes
+            assert "in Augment step 0 (RandomResizedCrop), in augment" in info.value.__notes__
 
 
 class TestOverrides:

@@ -146,6 +146,11 @@ class _ImageOps:
         return {**sample, self.key: value}
 
 
+def _note(exc: BaseException, message: str) -> None:
+    if hasattr(exc, "add_note"):  # Python >= 3.11
+        exc.add_note(message)
+
+
 class _ImageAugmenter(Augmenter):
     """``augment`` for TarShards' training ops: the same pipe, run on the plain image tensor.
 
@@ -188,7 +193,7 @@ class _ImageAugmenter(Augmenter):
                 try:
                     out = self.transform.apply(item, stream)
                 except Exception as exc:
-                    exc.add_note("in augment")
+                    _note(exc, "in augment")
                     raise
                 yield out
                 continue
@@ -197,7 +202,7 @@ class _ImageAugmenter(Augmenter):
                     try:
                         image = op(image)
                     except Exception as exc:
-                        exc.add_note(f"in Augment step {i} ({type(op).__name__}), in augment")
+                        _note(exc, f"in Augment step {i} ({type(op).__name__}), in augment")
                         raise
             yield {**item, key: image}
 
