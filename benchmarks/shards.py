@@ -18,7 +18,9 @@ loopback, ``tests/s3server.py``; webdataset opens ``s3://`` through an fsspec
 handler registered in its ``gopen_schemes``, pipekit through its own
 ``storage_options``).  The loaders of one cell are timed alternately (ABC ABC)
 after a warm-up epoch, so load on the shared machine hits them alike; the
-median epoch is printed as samples/s with ratios against webdataset.
+median epoch is printed as samples/s with ratios against webdataset, and with
+0 workers also the process CPU time per sample (all the work is in the
+process then; steadier than wall-clock rates on a loaded machine).
 
 Run: ``PYTHONPATH=src python benchmarks/shards.py`` (``--quick`` for a shorter
 run, ``--help`` for options).  Needs the ``bench`` extra (``webdataset``) and,
@@ -137,26 +139,30 @@ def batch_len(batch: Any) -> int:
     return len(batch[1])
 
 
-def epoch_rate(loader: Any) -> float:
+def epoch_rate(loader: Any) -> tuple[float, float]:
+    """Samples/s of one epoch, and this process's CPU time per sample in µs (all of it with 0 workers)."""
     n = 0
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for batch in loader:
         n += batch_len(batch)
-    return n / (time.perf_counter() - t0)
+    return n / (time.perf_counter() - t0), (time.process_time() - c0) / max(n, 1) * 1e6
 
 
-def compare(loaders: dict[str, Any], epochs: int) -> dict[str, float]:
-    """Median samples/s of each loader, their epochs taken in turn (ABC ABC) after one warm-up epoch each."""
+def compare(loaders: dict[str, Any], epochs: int) -> dict[str, tuple[float, float]]:
+    """Median samples/s and CPU µs/sample of each loader, epochs taken in turn (ABC ABC) after a warm-up epoch each."""
     for loader in loaders.values():
         epoch_rate(loader)
-    rates: dict[str, list[float]] = {name: [] for name in loaders}
+    rates: dict[str, list[tuple[float, float]]] = {name: [] for name in loaders}
     for _ in range(epochs):
         for name, loader in loaders.items():
             rates[name].append(epoch_rate(loader))
     for loader in loaders.values():
         if isinstance(loader, pipekit.DataLoader):
             loader.shutdown()
-    return {name: statistics.median(r) for name, r in rates.items()}
+    return {
+        name: (statistics.median(r for r, _ in runs), statistics.median(c for _, c in runs))
+        for name, runs in rates.items()
+    }
 
 
 def checkpoint_cost(urls: list[str], args: argparse.Namespace, storage_options: dict[str, Any] | None) -> None:
@@ -187,7 +193,8 @@ def run_cell(
         loaders["pipekit, resume off"] = lambda: pipekit_loader(urls, args, workers, False, storage_options)
     if not args.resume_cost_only:
         loaders["webdataset"] = lambda: wds_loader(urls, args, workers)
-    rates = compare({name: make() for name, make in loaders.items()}, args.epochs)
+    measured = compare({name: make() for name, make in loaders.items()}, args.epochs)
+    rates = {name: rate for name, (rate, _) in measured.items()}
     wds_rate = rates.get("webdataset")
     cells = [f"webdataset {wds_rate:7.1f}/s"] if wds_rate else []
     for name, rate in rates.items():
@@ -195,6 +202,12 @@ def run_cell(
             cells.append(f"{name} {rate:7.1f}/s" + (f" ({rate / wds_rate:.2f}x)" if wds_rate else ""))
     if "pipekit, resume off" in rates:
         cells.append(f"resume on/off {rates['pipekit'] / rates['pipekit, resume off']:.3f}")
+    if workers == 0 and wds_rate:  # all the work is in this process: its CPU time per sample, steadier under load
+        cpu = {name: c for name, (_, c) in measured.items()}
+        cells.append(
+            f"CPU/sample webdataset {cpu['webdataset']:.0f} µs, pipekit {cpu['pipekit']:.0f} µs "
+            f"(webdataset/pipekit {cpu['webdataset'] / cpu['pipekit']:.2f})"
+        )
     print(f"{where:>5} | {workers} workers | {' | '.join(cells)}", flush=True)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import pickle
+import sys
 import tarfile
 from pathlib import Path
 
@@ -45,7 +46,9 @@ class TestExpandShardUrls:
         assert expand_shard_urls(str(shards)) == expected
         assert expand_shard_urls(str(shards / "shard-00000[12].tar")) == expected[1:3]
         assert expand_shard_urls([shards / "shard-000003.tar", str(shards / "shard-000000.tar")]) == [
-            expected[3], expected[0]]
+            expected[3],
+            expected[0],
+        ]
 
     def test_errors(self, shards, tmp_path):
         with pytest.raises(FileNotFoundError, match="no such shard, folder or prefix"):
@@ -136,6 +139,55 @@ class TestTrain:
         assert all(torch.equal(a[".jpg"], b[".jpg"]) for a, b in zip(got, full))
 
 
+class TestTrainAugment:
+    """Training's crop + flip run on the plain image tensor (not Augment's tv_tensors dict) with the same results."""
+
+    @pytest.mark.parametrize("trivial_augment", [False, True])
+    def test_same_images_as_the_augment_pipe(self, shards, trivial_augment):
+        from pipekit.datasets._recipe import standard_image_transforms
+        from pipekit.datasets.tar_shards import _ImageAugmenter
+        from pipekit.pipes import IterableWrapper
+
+        torch.manual_seed(0)
+        decoded = list(datasets.TarShards(str(shards), batch_size=None, shuffle_buffer=8))
+        ops = standard_image_transforms(16, True, trivial_augment=trivial_augment)
+        reference = list(IterableWrapper(decoded).augment(ops, image_key=".jpg", mask_keys=()).set_seed(5))
+        fast = list(_ImageAugmenter(IterableWrapper(decoded), ops, ".jpg").set_seed(5))
+        assert [s["__key__"] for s in fast] == [s["__key__"] for s in reference]
+        for a, b in zip(fast, reference):
+            assert type(a[".jpg"]) is torch.Tensor and a[".jpg"].shape == (3, 16, 16)
+            assert torch.equal(a[".jpg"], b[".jpg"]) and a[".cls"] == b[".cls"]
+
+    def test_plain_samples_skip_the_dict_path_and_others_take_it(self, shards, monkeypatch):
+        from pipekit.transforms.augment import Augment
+
+        calls = []
+        general = Augment.apply
+
+        def counting(self, sample, stream):
+            calls.append(sample.get("__key__"))
+            return general(self, sample, stream)
+
+        monkeypatch.setattr(Augment, "apply", counting)
+        torch.manual_seed(0)
+        batches = list(datasets.TarShards(str(shards), batch_size=4, size=16, shuffle_buffer=8))
+        assert sum(len(b["__key__"]) for b in batches) == SHARDS * PER_SHARD
+        assert calls == []  # {"__key__", ".jpg", ".cls"}: the plain-tensor path
+        extra = datasets.TarShards(
+            str(shards), batch_size=None, size=16, shuffle_buffer=8, transform=None, decode={".cls": _label_tensor}
+        )
+        samples = list(extra)
+        assert len(calls) == len(samples) == SHARDS * PER_SHARD  # another tensor in the sample: Augment
+        assert all(s[".jpg"].shape == (3, 16, 16) for s in samples)
+
+    def test_errors_are_noted(self, shards):
+        ds = datasets.TarShards(str(shards), batch_size=None, size=64, decode={".jpg": _tiny_image})
+        with pytest.raises(ZeroDivisionError) as info:
+            next(iter(ds))
+        if sys.version_info >= (3, 11):  # exception notes
+            assert "in Augment step 0 (RandomResizedCrop), in augment" in info.value.__notes__
+
+
 class TestOverrides:
     def test_decode_false_gives_bytes_and_handlers_extend_the_defaults(self, shards):
         raw = next(iter(datasets.TarShards(str(shards), train=False, batch_size=None, decode=False)))
@@ -145,8 +197,9 @@ class TestOverrides:
         assert isinstance(sample[".cls"], str) and sample[".jpg"].dtype == torch.uint8
 
     def test_decode_stage_and_transform(self, shards):
-        ds = datasets.TarShards(str(shards), train=False, batch_size=2,
-                                 decode=lambda p: p.decode(image_mode="GRAY"), transform=_label_only)
+        ds = datasets.TarShards(
+            str(shards), train=False, batch_size=2, decode=lambda p: p.decode(image_mode="GRAY"), transform=_label_only
+        )
         batch = next(iter(ds))
         assert set(batch) == {"label", "channels"}
         assert batch["channels"].tolist() == [1, 1]
@@ -197,14 +250,52 @@ def test_s3_shards(s3_server, shards):
     fs = s3_server.fs()
     for s in range(SHARDS):
         fs.put(str(shards / f"shard-{s:06d}.tar"), f"{bucket}/train/shard-{s:06d}.tar")
-    ds = datasets.TarShards(f"s3://{bucket}/train/{PATTERN}", batch_size=4, shuffle_buffer=4,
-                             storage_options=s3_server.storage_options)
+    ds = datasets.TarShards(
+        f"s3://{bucket}/train/{PATTERN}", batch_size=4, shuffle_buffer=4, storage_options=s3_server.storage_options
+    )
     torch.manual_seed(0)
     keys = [k for b in pipekit.DataLoader(ds, num_workers=2) for k in b["__key__"]]
     assert len(keys) == SHARDS * PER_SHARD == len(set(keys))
     assert all(k.startswith(f"s3://{bucket}/train/shard-") for k in keys)
     listed = datasets.TarShards(f"s3://{bucket}/train/", storage_options=s3_server.storage_options)
     assert listed.shards == [f"s3://{bucket}/train/shard-{s:06d}.tar" for s in range(SHARDS)]
+
+
+@pytest.mark.s3
+def test_s3_shards_resume_mid_shard_with_small_blocks(s3_server, shards):
+    """Exact mid-epoch resume over S3 shards read in chunks (s3fs blocks far smaller than a shard)."""
+    bucket = s3_server.create_bucket()
+    fs = s3_server.fs()
+    for s in range(SHARDS):
+        fs.put(str(shards / f"shard-{s:06d}.tar"), f"{bucket}/shard-{s:06d}.tar")
+    opts = {**s3_server.storage_options, "default_block_size": 4096}
+
+    def loader():
+        ds = datasets.TarShards(
+            f"s3://{bucket}/{PATTERN}", batch_size=2, shuffle_buffer=4, size=16, storage_options=opts
+        )
+        return pipekit.DataLoader(ds, num_workers=0)
+
+    torch.manual_seed(7)
+    full = list(loader())
+    torch.manual_seed(7)
+    first = loader()
+    it = iter(first)
+    head = [next(it) for _ in range(5)]  # 10 of 24 samples, mid-shard
+    state = pickle.loads(pickle.dumps(first.state_dict()))
+    resumed = loader()
+    resumed.load_state_dict(state)
+    got = head + list(resumed)
+    assert [b["__key__"] for b in got] == [b["__key__"] for b in full]
+    assert all(torch.equal(a[".jpg"], b[".jpg"]) for a, b in zip(got, full))
+
+
+def _label_tensor(data: bytes) -> torch.Tensor:
+    return torch.tensor(int(data))
+
+
+def _tiny_image(data: bytes) -> torch.Tensor:
+    return torch.zeros(3, 0, 4, dtype=torch.uint8)  # no pixels: RandomResizedCrop cannot crop it
 
 
 def _as_text(data: bytes) -> str:

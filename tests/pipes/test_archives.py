@@ -26,6 +26,7 @@ from pipekit.pipes import (
     TarArchiveLoader,
 )
 from pipekit.pipes.archives import ArchiveLoader
+from pipekit.pipes.base import StreamWrapper as PipekitStream
 from pipekit.pipes.resume import restore_pipeline, snapshot_pipeline
 from pipekit.testing import assert_resumes, resume_after
 
@@ -350,12 +351,16 @@ class TestTruncation:
             if source == "file":
                 cut_path.write_bytes(data[:cut])
                 url = str(cut_path)
-                pipes = [IterableWrapper([url]).open_files_by_fsspec(mode="rb").load_from_tar(on_error=e)
-                         for e in ("raise", "skip")]
+                pipes = [
+                    IterableWrapper([url]).open_files_by_fsspec(mode="rb").load_from_tar(on_error=e)
+                    for e in ("raise", "skip")
+                ]
             else:
                 url = "cut.tar"
-                pipes = [IterableWrapper([(url, NonSeekable(data[:cut]))]).load_from_tar(on_error=e)
-                         for e in ("raise", "skip")]
+                pipes = [
+                    IterableWrapper([(url, NonSeekable(data[:cut]))]).load_from_tar(on_error=e)
+                    for e in ("raise", "skip")
+                ]
             raising, skipping = pipes
             got, err = read_all_or_error(raising)
             assert got == [(f"{url}/{n}", d) for n, d in members[: len(got)]], cut
@@ -410,6 +415,7 @@ class TestTruncation:
 
             def stream() -> io.IOBase:
                 return NonSeekable(cut)
+
         skipping = IterableWrapper([("a.tar", stream())]).load_from_tar(on_error="skip")
         got = [(url, s.read()) for url, s in skipping]  # no error raised while reading
         assert 0 < len(got) < len(members)
@@ -653,3 +659,117 @@ class TestDecompressor:
         url = f"s3://{s3_bucket}/notes.txt.gz"
         pipe = IterableWrapper([url]).open_files_by_fsspec(mode="rb", **s3_server.storage_options).decompress()
         assert [(u, s.read()) for u, s in pipe] == [(url, PAYLOAD)]
+
+
+class CountingRemote(io.BytesIO):
+    """An in-memory 'remote' file counting its reads; ``fail_at`` makes the read at that offset fail once."""
+
+    def __init__(self, data: bytes, log: list[int], fail_at: int | None = None) -> None:
+        super().__init__(data)
+        self.log = log
+        self.fail_at = fail_at
+
+    def read(self, size: int | None = -1) -> bytes:
+        if self.fail_at is not None and self.tell() <= self.fail_at < self.tell() + (size or 0):
+            self.fail_at = None
+            raise ConnectionResetError(104, "Connection reset by peer")
+        self.log.append(self.tell())
+        return super().read(size)
+
+
+def remote_tar(data: bytes, log: list[int], url: str = "s3://b/remote.tar", **kw) -> tuple[str, PipekitStream]:
+    """``(url, stream)`` as ``open_files_by_fsspec`` yields it for a remote file: a RetryingFile."""
+    from pipekit.pipes.fsspec_io import RetryingFile
+    from pipekit.retry import RetryPolicy
+
+    state = {"fail_at": kw.get("fail_at")}
+
+    def open_fn():
+        f = CountingRemote(data, log, state["fail_at"])
+        state["fail_at"] = None  # fails once, not again after the reopen
+        return f
+
+    return url, PipekitStream(RetryingFile(open_fn, url, "open_files_by_fsspec", RetryPolicy(base_delay=0.001)))
+
+
+def read_samples(items) -> list[tuple[str, dict]]:
+    """``load_from_tar -> webdataset`` read as TarShards reads it: a sample's members after the next header."""
+    pipe = IterableWrapper(items, deepcopy=False).load_from_tar().webdataset()
+    return [{k: (v.read() if hasattr(v, "read") else v) for k, v in s.items()} for s in pipe]
+
+
+class TestRemoteTar:
+    """Remote archives are read in large sequential chunks, not one seek and read per header and member."""
+
+    def members(self) -> list[tuple[str, bytes]]:
+        rng = random.Random(0)
+        return [(f"{i:04d}.{ext}", rng.randbytes(rng.randrange(1, 3000))) for i in range(300) for ext in ("jpg", "cls")]
+
+    def test_one_sequential_read_per_chunk(self, tmp_path: Path) -> None:
+        data = write_tar(tmp_path / "a.tar", self.members()).read_bytes()
+        log: list[int] = []
+        got = read_samples([remote_tar(data, log)])
+        expected = read_samples([("s3://b/remote.tar", PipekitStream(io.BytesIO(data)))])
+        assert got == expected and len(got) == 300
+        assert log == [0]  # < 8 MiB: one read of the whole archive (before: a read per header and member)
+
+    def test_a_failed_read_is_retried_and_an_exhausted_one_named(self, tmp_path: Path) -> None:
+        data = write_tar(tmp_path / "a.tar", self.members()).read_bytes()
+        log: list[int] = []
+        expected = read_samples([("s3://b/remote.tar", PipekitStream(io.BytesIO(data)))])
+        assert read_samples([remote_tar(data, log, fail_at=0)]) == expected  # the read fails once, then reopens
+
+        from pipekit.pipes.fsspec_io import RetryingFile
+        from pipekit.retry import RetryPolicy
+
+        class Down(io.BytesIO):
+            def read(self, size=-1):
+                raise ConnectionResetError(104, "Connection reset by peer")
+
+        policy = RetryPolicy(attempts=2, base_delay=0.001)
+        stream = RetryingFile(lambda: Down(data), "s3://b/gone.tar", "open_files_by_fsspec", policy)
+        with pytest.raises(ArchiveError, match=r"s3://b/gone\.tar.*ConnectionResetError.*gave up after 2 attempts"):
+            read_samples([("s3://b/gone.tar", PipekitStream(stream))])
+
+    def test_resume_mid_archive(self, tmp_path: Path) -> None:
+        data = write_tar(tmp_path / "a.tar", self.members()).read_bytes()
+
+        from pipekit.pipes import IterDataPipe
+
+        class RemoteOpener(IterDataPipe):
+            """Yields ``remote_tar`` streams and reopens them, as open_files_by_fsspec does for S3 URLs."""
+
+            stateless = True
+
+            def __init__(self, source_datapipe):
+                self.source_datapipe = source_datapipe
+
+            def __iter__(self):
+                for url in self.source_datapipe:
+                    yield remote_tar(data, [], url)
+
+            def reopen(self, url):
+                return remote_tar(data, [], url)[1]
+
+        def make():
+            urls = IterableWrapper(["s3://b/a.tar", "s3://b/b.tar"])
+            return RemoteOpener(urls).load_from_tar().map(read_item)
+
+        for n in (7, 401, 600, 601, 1000):
+            assert_resumes(make, n)
+
+    @pytest.mark.s3
+    def test_s3_requests(self, s3_server, s3_bucket: str, tmp_path: Path, caplog) -> None:
+        """With s3fs blocks smaller than the shard, each shard is still fetched in sequential requests, none twice."""
+        import logging
+
+        path = write_tar(tmp_path / "big.tar", self.members())  # ~1 MB
+        s3_server.fs().put_file(str(path), f"{s3_bucket}/big.tar")
+        url = f"s3://{s3_bucket}/big.tar"
+        opts = {**s3_server.storage_options, "default_block_size": 64 * 1024, "skip_instance_cache": True}
+        caplog.set_level(logging.DEBUG, logger="s3fs")
+        samples = read_samples(IterableWrapper([url]).open_files_by_fsspec(mode="rb", **opts))
+        gets = [r for r in caplog.records if r.name == "s3fs" and r.getMessage().startswith("CALL: get_object")]
+        expected = read_samples([(url, PipekitStream(io.BytesIO(path.read_bytes())))])
+        assert samples == expected
+        assert len(gets) == 1  # before: ~2 per 64 KiB block (the look-back fetched blocks again): 43 here

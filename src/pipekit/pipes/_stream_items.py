@@ -6,6 +6,8 @@
 * :func:`reopen_stream` opens a URL again to resume it mid-file: through the
   ``reopen(url)`` of the nearest pipe upstream that has one
   (:func:`pipekit.pipes.state.find_reopen`), else with ``fsspec.open(url, "rb")``;
+* :class:`ChunkedReader` reads a remote file in large sequential chunks for
+  readers that seek and read it in small pieces (``load_from_tar``);
 * :func:`find_open_stream` finds an open stream in an item (DataLoader workers
   refuse to hand those to the main process);
 * :func:`note_opened` / :func:`last_opened`: the last file or member this
@@ -32,6 +34,7 @@ from pipekit.pipes.state import find_reopen
 
 __all__ = [
     "CORRUPT",
+    "ChunkedReader",
     "check_pair",
     "find_open_stream",
     "is_seekable",
@@ -109,6 +112,124 @@ def reopen_stream(upstream: Any, url: str, stage: str) -> StreamWrapper:
             "open_files_by_fsspec so the loader can re-open them with the same storage options",
         ) from exc
     return stream if isinstance(stream, StreamWrapper) else StreamWrapper(stream, name=url)
+
+
+class ChunkedReader(io.RawIOBase):
+    """A seekable binary reader over ``raw`` that reads it in large sequential chunks.
+
+    ``tarfile`` reads an archive in pieces of 512 bytes (headers) and one
+    member's size, seeking before each; on a remote file (an fsspec or
+    :class:`~pipekit.pipes.fsspec_io.RetryingFile` stream) each of those
+    goes through the file's Python layers, and a reader that looks ahead
+    (``webdataset`` reads the next sample's first header before the current
+    sample's data) seeks back behind the file's read-ahead cache, which
+    then fetches the same range again.  Here ``raw`` is read ``chunk_size``
+    bytes at a time, in order, and the last ``keep`` chunks stay in memory:
+    reads and seeks within them (the look-back included) touch ``raw`` not
+    at all, so the file is read as one sequential stream of large reads.  A
+    seek outside the kept chunks (a resumed archive skipping to a member, a
+    check of the end) moves ``raw`` there and the chunks go on from that
+    offset.  Errors and retries are ``raw``'s own (a :class:`RetryingFile`
+    retries transient failures and names the URL and stage).  ``raw`` is not
+    closed here: its owner closes it.
+
+    Args:
+        raw: a seekable binary file.
+        chunk_size: bytes per read of ``raw``.
+        keep: chunks kept in memory (at least 2, so a look-back across a
+            chunk boundary stays in memory).
+
+    Example:
+        >>> import io
+        >>> raw = io.BytesIO(b"abcdefghij")
+        >>> f = ChunkedReader(raw, chunk_size=4)
+        >>> f.read(3), f.read(3), f.seek(1), f.read(2), raw.tell()  # raw read twice: 0-4, 4-8
+        (b'abc', b'def', 1, b'bc', 8)
+    """
+
+    def __init__(self, raw: Any, chunk_size: int = 8 * 2**20, keep: int = 2) -> None:
+        super().__init__()
+        if chunk_size < 1 or keep < 2:
+            raise ValueError(f"ChunkedReader: chunk_size must be >= 1 and keep >= 2, got {chunk_size}, {keep}")
+        self.raw = raw
+        self.chunk_size = chunk_size
+        self.keep = keep
+        self.name = getattr(raw, "name", None)
+        self._pos = raw.tell()
+        self._raw_pos: int | None = self._pos  # where raw is; None: not known
+        self._chunks: list[tuple[int, bytes]] = []  # (offset, data), oldest first
+        self._end: int | None = None  # the file's size, once known
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_SET:
+            pos = offset
+        elif whence == io.SEEK_CUR:
+            pos = self._pos + offset
+        elif whence == io.SEEK_END:
+            pos = self.raw.seek(offset, io.SEEK_END)
+            self._raw_pos = pos
+            self._end = pos - offset
+        else:
+            raise ValueError(f"ChunkedReader: invalid whence {whence!r}")
+        if pos < 0:
+            raise ValueError(f"ChunkedReader: negative seek position {pos}")
+        self._pos = pos
+        return pos
+
+    def _chunk_at(self, pos: int) -> tuple[int, bytes] | None:
+        for start, data in reversed(self._chunks):
+            if start <= pos < start + len(data):
+                return start, data
+        if self._end is not None and pos >= self._end:
+            return None
+        if self._raw_pos != pos:
+            self.raw.seek(pos)
+        data = self.raw.read(self.chunk_size)
+        self._raw_pos = pos + len(data)
+        if not data:
+            self._end = pos
+            return None
+        self._chunks.append((pos, data))
+        del self._chunks[: -self.keep]
+        return pos, data
+
+    def read(self, size: int | None = -1) -> bytes:
+        if size is None or size < 0:
+            size = 1 << 62
+        parts = []
+        while size > 0:
+            found = self._chunk_at(self._pos)
+            if found is None:
+                break
+            start, data = found
+            offset = self._pos - start
+            piece = data[offset : offset + size]
+            parts.append(piece)
+            self._pos += len(piece)
+            size -= len(piece)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        data = self.read(len(view))
+        view[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._chunks = []
+        super().close()
 
 
 # -- open streams in items ---------------------------------------------------------------------------

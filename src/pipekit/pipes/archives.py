@@ -38,9 +38,12 @@ import zlib
 from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
+import fsspec
+
 from pipekit.errors import ArchiveError, SkipLog, check_on_error
 from pipekit.pipes._stream_items import (
     CORRUPT,
+    ChunkedReader,
     check_pair,
     is_seekable,
     note_opened,
@@ -50,11 +53,26 @@ from pipekit.pipes._stream_items import (
 )
 from pipekit.pipes.base import StreamWrapper, functional_datapipe
 from pipekit.pipes.decompress import CompressionType, Decompressor
+from pipekit.pipes.fsspec_io import RetryingFile
 from pipekit.pipes.state import ResumablePipe
 
 __all__ = ["CompressionType", "Decompressor", "TarArchiveLoader", "ZipArchiveLoader"]
 
 _TAR_MODES = frozenset({"r", "r:*", "r:", "r:gz", "r:bz2", "r:xz", "r|*", "r|", "r|gz", "r|bz2", "r|xz"})
+
+
+def _remote_fileobj(raw: Any) -> Any:
+    """``raw`` itself, or a :class:`ChunkedReader` over it when it is a seekable remote file.
+
+    Remote files (fsspec's buffered files: S3, GCS, HTTP...; pipekit's
+    :class:`~pipekit.pipes.fsspec_io.RetryingFile` around them) are read in
+    large sequential chunks instead of one seek and read per header and
+    member, so an archive costs a few large requests, in order, and no range
+    is fetched twice.  Local and in-memory files are read as they are.
+    """
+    if not isinstance(raw, RetryingFile | fsspec.spec.AbstractBufferedFile) or not is_seekable(raw):
+        return raw
+    return ChunkedReader(raw)
 
 
 def _unsafe_name(name: str) -> str | None:
@@ -187,6 +205,12 @@ class TarArchiveLoader(ArchiveLoader):
     streams in tarfile's stream mode (``"r|*"``), where each member must be
     read before the next one is pulled.  A stream that already wraps a
     ``tarfile.TarFile`` (``decompress(file_type="tar")``) is read as is.
+    Remote archives (fsspec files: S3, GCS, HTTP...) are read through a
+    :class:`~pipekit.pipes._stream_items.ChunkedReader`: 8 MiB sequential
+    reads, the last two kept in memory, so a shard costs a few large requests
+    in order (not a seek and read per header and member, nor a range fetched
+    again when a reader looks back at the previous sample); a resumed archive
+    reads on from the member it skips to.
 
     Member names that are absolute or contain a ``..`` component are refused
     with :class:`~pipekit.errors.ArchiveError`, as are corrupt or truncated
@@ -253,8 +277,7 @@ class TarArchiveLoader(ArchiveLoader):
         self.mode = mode
         super().__init__(datapipe, length, on_error=on_error)
 
-    def _open_tar(self, url: str, stream: Any) -> tarfile.TarFile:
-        raw = raw_stream(stream)
+    def _open_tar(self, url: str, raw: Any) -> tarfile.TarFile:
         if isinstance(raw, tarfile.TarFile):
             return raw
         mode = "r:*" if self.mode == "r" else self.mode
@@ -266,10 +289,12 @@ class TarArchiveLoader(ArchiveLoader):
             raise ArchiveError("read archive", url, self.stage, reason(exc)) from exc
 
     def _members(self, url: str, stream: Any, skip: int) -> Iterator[tuple[str, StreamWrapper]]:
-        tar = self._open_tar(url, stream)
+        raw = raw_stream(stream)
+        if not isinstance(raw, tarfile.TarFile):
+            raw = _remote_fileobj(raw)
+        tar = self._open_tar(url, raw)
         tar.tarinfo = _EndCheckedTarInfo  # already so, unless decompress(file_type="tar") opened it
         tar.fileobject = _MemberFile  # public TarFile attributes: the classes extractfile() and next() use
-        raw = raw_stream(stream)
         # For an uncompressed, seekable archive, check members against its size.
         size: int | None = None
         if tar.fileobj is raw and is_seekable(raw):
@@ -330,8 +355,12 @@ class TarArchiveLoader(ArchiveLoader):
                 try:
                     fobj = io.BytesIO(fobj.read())
                 except ArchiveError as exc:
-                    raise ArchiveError("read archive", url, self.stage, _with_count(
-                        f"truncated: member {info.name!r} is cut short ({exc.reason})", yielded)) from exc
+                    raise ArchiveError(
+                        "read archive",
+                        url,
+                        self.stage,
+                        _with_count(f"truncated: member {info.name!r} is cut short ({exc.reason})", yielded),
+                    ) from exc
             note_opened(member_url, self.stage)
             yielded += 1
             yield member_url, StreamWrapper(fobj, parent, name=member_url)
@@ -427,8 +456,7 @@ def _end_problem(tar: tarfile.TarFile) -> str | None:
         return f"truncated: cannot read the end-of-archive marker at byte {at} ({reason(exc)})"
     if len(second) < tarfile.BLOCKSIZE:
         return (
-            f"truncated: the archive ends inside its end-of-archive marker at byte {at} "
-            "(one zero block instead of two)"
+            f"truncated: the archive ends inside its end-of-archive marker at byte {at} (one zero block instead of two)"
         )
     if second.count(0) != tarfile.BLOCKSIZE:
         return (

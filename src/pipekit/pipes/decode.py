@@ -226,6 +226,8 @@ class Decoder(IterDataPipe[Any]):
         self.skip_log = SkipLog("decode")
         # Longest extension first, so the first match is the longest one.
         self._by_length = sorted(table, key=len, reverse=True)
+        # Handlers of sample-dict keys (".jpg", ".cls"...): a few per dataset, looked up once each.
+        self._key_handlers: dict[str, Handler | None] = {}
 
     def find_handler(self, name: str) -> tuple[str | None, Handler | None]:
         """The extension and handler for a file or dict-key ``name`` (``(None, None)`` if none)."""
@@ -237,11 +239,21 @@ class Decoder(IterDataPipe[Any]):
                 return ext, self.handlers[ext]
         return None, None
 
-    def _decode_one(self, name: str, data: Any, where: str) -> Any:
+    def _key_handler(self, key: str) -> Handler | None:
+        """``find_handler(key)``'s handler for a sample-dict key, remembered (up to 256 keys)."""
+        try:
+            return self._key_handlers[key]
+        except KeyError:
+            fn = self.find_handler(key)[1]
+            if len(self._key_handlers) < 256:
+                self._key_handlers[key] = fn
+            return fn
+
+    def _decode_one(self, name: str, data: Any, where: str, key: str | None = None) -> Any:
         raw = _read_all(data, where, "decode")
         if not isinstance(raw, bytes):
             return raw  # already decoded (or not file data): pass through
-        _ext, fn = self.find_handler(name)
+        fn = self.find_handler(name)[1] if key is None else self._key_handler(key)
         if fn is None:
             return raw
         try:
@@ -260,7 +272,7 @@ class Decoder(IterDataPipe[Any]):
                 continue
             suffix = key if key.startswith(".") else "." + key
             try:
-                out[key] = self._decode_one(key, value, base + suffix)
+                out[key] = self._decode_one(key, value, base + suffix, key)
             except BaseException:
                 _close_streams(v for _, v in items[i + 1 :])
                 raise
