@@ -36,6 +36,7 @@ import fnmatch
 import functools
 import gc
 import glob as globlib
+import itertools
 import logging
 import math
 import operator
@@ -60,9 +61,12 @@ __all__ = [
     "HeaderColumns",
     "RasterHeader",
     "any_band_glob",
+    "DateColumn",
     "date_interval",
+    "date_intervals",
     "default_workers",
     "find_files",
+    "find_paths",
     "gc_paused",
     "group_scenes",
     "read_header",
@@ -144,6 +148,60 @@ def _date_interval(text: str, date_format: str) -> tuple[float, float]:
     return start.timestamp(), end.timestamp() - 1e-6
 
 
+@dataclass
+class DateColumn:
+    """The time intervals of many date texts (:func:`date_intervals`), one row per text.
+
+    Attributes:
+        intervals: ``[n, 2]`` POSIX seconds (NaN where no date is given or it failed).
+        given: the text is a date to parse (not ``None`` or empty).
+        failed: it is given and could not be parsed (:meth:`error` says why).
+    """
+
+    intervals: np.ndarray
+    given: np.ndarray
+    failed: np.ndarray
+    codes: np.ndarray
+    errors: list[BaseException | None]
+
+    def error(self, i: int) -> BaseException | None:
+        """The exception :func:`date_interval` raised for text ``i`` (``None`` if it did not fail)."""
+        return self.errors[int(self.codes[i])]
+
+
+def date_intervals(texts: Sequence[str | None], date_format: str) -> DateColumn:
+    """:func:`date_interval` of many texts, each distinct text parsed once (``None``/``""``: no date).
+
+    Files of a dataset share few dates: 100,000 file names are not 100,000
+    calls; the rows take their interval from their text's code.  Errors are
+    kept, not raised: the caller reports the first row that needs a failed one.
+
+    Example:
+        >>> column = date_intervals(["2021", None, "2021", "20x1"], "%Y")
+        >>> column.given.tolist(), column.failed.tolist(), column.intervals[0].tolist() == column.intervals[2].tolist()
+        ([True, False, True, True], [False, False, False, True], True)
+        >>> type(column.error(3)).__name__
+        'ValueError'
+    """
+    code_of = {text: j for j, text in enumerate(dict.fromkeys(texts))}
+    codes = np.fromiter(map(code_of.__getitem__, texts), dtype=np.int64, count=len(texts))
+    m = len(code_of)
+    intervals = np.full((m, 2), np.nan)
+    given = np.zeros(m, dtype=bool)
+    failed = np.zeros(m, dtype=bool)
+    errors: list[BaseException | None] = [None] * m
+    for j, text in enumerate(code_of):
+        if not text:
+            continue
+        given[j] = True
+        try:
+            intervals[j] = _date_interval(text, date_format)
+        except Exception as exc:  # kept for the caller, which raises it for the first file that needs it
+            failed[j] = True
+            errors[j] = exc
+    return DateColumn(intervals[codes], given[codes], failed[codes], codes, errors)
+
+
 # ---------------------------------------------------------------------------------------------
 # scanning roots
 
@@ -185,31 +243,23 @@ class _Lister:
 
     def expand(self, root: str, pattern: str) -> tuple[list[tuple[str, str]], bool]:
         """``(path, file name)`` of the files ``root`` stands for, and whether they were named (not found by a scan)."""
+        paths, names, explicit = self.expand_lists(root, pattern)
+        return list(zip(paths, names)), explicit
+
+    def expand_lists(self, root: str, pattern: str) -> tuple[list[str], list[str], bool]:
+        """:meth:`expand` as two lists (paths, file names); a local folder's are sorted by path."""
         if geo_io.is_local(root):
             path = geo_io.local_path(root)
             if os.path.isdir(path):
-                match = _glob_matcher(pattern)
-                found = []
-                for dirpath, _, names in os.walk(path):
-                    # the path relative to the root, built once per folder (relpath per file cost ~13 us)
-                    rel_dir = os.path.relpath(dirpath, path)
-                    rel_dir = "" if rel_dir == os.curdir else rel_dir + os.sep
-                    head = os.path.join(dirpath, "")
-                    if pattern == "*":  # matches every name
-                        found.extend([(head + n, n) for n in names])
-                    elif rel_dir:
-                        found.extend((head + n, n) for n in names if match(n) or match(rel_dir + n))
-                    else:
-                        found.extend((head + n, n) for n in names if match(n))
-                return found, False
+                return (*_scan_folder(path, pattern), False)
             if _has_magic(path):
                 found = [p for p in globlib.glob(path, recursive=True) if os.path.isfile(p)]
-                return [(p, os.path.basename(p)) for p in found], False
+                return found, [os.path.basename(p) for p in found], False
             if os.path.isfile(path):
-                return [(path, os.path.basename(path))], True
+                return [path], [os.path.basename(path)], True
             raise DatasetNotFoundError(f"no such file or directory: {root!r}")
         found, explicit = self._retrying(lambda: self._expand_remote(root, pattern), root)
-        return [(p, p.rsplit("/", 1)[-1]) for p in found], explicit
+        return found, [p.rsplit("/", 1)[-1] for p in found], explicit
 
     def _expand_remote(self, root: str, pattern: str) -> tuple[list[str], bool]:
         fs, path = self._fs(root)
@@ -266,6 +316,77 @@ class _Lister:
 def _glob_matcher(pattern: str) -> Callable[[str], Any]:
     """``fnmatch.fnmatchcase(name, pattern)`` as one compiled regex's ``match`` (the same translation)."""
     return re.compile(fnmatch.translate(pattern)).match
+
+
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    """``entry.is_dir()``, ``False`` where it fails (as :func:`os.walk` and :func:`os.path.isdir` decide)."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
+def _folder_entries(folder: str) -> list[os.DirEntry[str]] | None:
+    """The entries of ``folder``, or ``None`` where it cannot be listed (:func:`os.walk` skips it then)."""
+    try:
+        scan = os.scandir(folder)
+    except OSError:
+        return None
+    with scan:
+        try:
+            return list(scan)
+        except OSError:  # os.walk yields nothing of a folder whose listing fails half-way
+            return None
+
+
+def _scan_folder(top: str, pattern: str) -> tuple[list[str], list[str]]:
+    """The files under ``top`` (as :func:`os.walk` finds them) whose name, or path relative to ``top``, matches
+    the glob ``pattern``: ``(paths, names)``, sorted by path.
+
+    One :func:`os.scandir` per folder and list comprehensions instead of
+    :func:`os.walk`'s per-entry loop; the paths are the entries' own
+    (``DirEntry.path``: ``top`` joined with the name as ``os.walk`` joins it),
+    not joined again.  The files of one folder are sorted by name (the
+    same order as by path, and shorter strings to compare); files of several
+    folders by path.  Symbolic links to folders are listed as folders and not
+    followed, and a folder that cannot be listed is skipped, as ``os.walk``
+    does.
+    """
+    match = _glob_matcher(pattern)
+    folders: list[tuple[str, list[os.DirEntry[str]]]] = []  # (folder, its files matching the glob)
+    todo = [(top, "")]
+    while todo:
+        folder, rel_dir = todo.pop()
+        entries = _folder_entries(folder)
+        if entries is None:
+            continue
+        try:
+            is_dir = [e.is_dir() for e in entries]
+        except OSError:
+            is_dir = [_is_dir(e) for e in entries]
+        files = entries
+        if any(is_dir):
+            files = [e for e, d in zip(entries, is_dir) if not d]
+            for entry in itertools.compress(entries, is_dir):
+                below = os.path.join(folder, entry.name)
+                if not os.path.islink(below):  # a link to a folder is not followed (os.walk's default)
+                    todo.append((below, rel_dir + entry.name + os.sep))
+        if pattern != "*":  # "*" matches every name
+            if rel_dir:
+                files = [e for e in files if match(e.name) or match(rel_dir + e.name)]
+            else:
+                files = [e for e in files if match(e.name)]
+        if files:
+            folders.append((folder, files))
+    if len(folders) == 1:  # one folder (the common case): sorted by name is sorted by path
+        folder, files = folders[0]
+        names = sorted([e.name for e in files])
+        head = os.path.join(folder, "")  # what its entries' DirEntry.path start with
+        return [head + n for n in names], names
+    entries = [e for _, files in folders for e in files]
+    paths = [e.path for e in entries]
+    order = sorted(range(len(paths)), key=paths.__getitem__)
+    return [paths[i] for i in order], [entries[i].name for i in order]
 
 
 @contextlib.contextmanager
@@ -382,29 +503,57 @@ def find_files(
         >>> [(os.path.basename(path), match.group("date")) for path, match in found]
         [('a_2021.tif', '2021'), ('b_2022.tif', '2022')]
     """
+    paths, matches = find_paths(root, pattern, regex, storage_options, with_siblings=with_siblings, name=name,
+                                all_siblings=all_siblings, origins=origins, retry=retry)
+    return list(zip(paths, matches))
+
+
+def find_paths(
+    root: Any,
+    pattern: str,
+    regex: re.Pattern[str],
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    with_siblings: bool = False,
+    name: str = "find_files",
+    all_siblings: bool = False,
+    origins: dict[str, str] | None = None,
+    retry: Any = None,
+) -> tuple[list[str], list[re.Match[str]]]:
+    """:func:`find_files` as two lists, the paths and their matches (no pair per file to build and unpack).
+
+    Example:
+        >>> import os, re, tempfile
+        >>> root = tempfile.mkdtemp()
+        >>> for f in ("b_2022.tif", "a_2021.tif", ".hidden_2020.tif"):
+        ...     open(os.path.join(root, f), "w").close()
+        >>> paths, matches = find_paths(root, "*.tif", re.compile(r"[a-z]_(?P<date>[0-9]{4})[.]tif$"))
+        >>> [os.path.basename(p) for p in paths], [m.group("date") for m in matches]
+        (['a_2021.tif', 'b_2022.tif'], ['2021', '2022'])
+    """
     with gc_paused():
         return _find_files(root, pattern, regex, storage_options, with_siblings, name, all_siblings, origins, retry)
 
 
 def _find_files(root: Any, pattern: str, regex: re.Pattern[str], storage_options: Mapping[str, Any] | None,
                 with_siblings: bool, name: str, all_siblings: bool, origins: dict[str, str] | None,
-                retry: Any) -> list[tuple[str, re.Match[str]]]:
+                retry: Any) -> tuple[list[str], list[re.Match[str]]]:
     lister = _Lister(storage_options or {}, retry, name)
     roots = _as_list(root)
     if len(roots) == 1 and not (with_siblings or all_siblings):
-        found, explicit = lister.expand(roots[0], pattern)
+        paths, names, explicit = lister.expand_lists(roots[0], pattern)
         if not explicit:  # one folder or glob (the common case): no duplicates, no siblings
-            return _match_scan(found, pattern, regex, name, root, origins)
+            return _match_scan(paths, names, pattern, regex, name, root, origins)
     # where each candidate came from: "scan" (a directory or glob), "file" (named), "sibling"
     candidates: dict[str, str] = {}
-    names: dict[str, str] = {}  # each candidate's file name (known from the listing: not split again)
+    names_of: dict[str, str] = {}  # each candidate's file name (known from the listing: not split again)
     sidecars = 0
     for item in roots:
         found, explicit = lister.expand(item, pattern)
         if explicit:
             for path, fname in found:
                 candidates[path] = "file"
-                names[path] = fname
+                names_of[path] = fname
             continue
         # hidden files and GDAL's side files are not rasters of their own
         kept = [(path, fname) for path, fname in found  # _is_sidecar, inlined (called per file)
@@ -412,12 +561,12 @@ def _find_files(root: Any, pattern: str, regex: re.Pattern[str], storage_options
         sidecars += len(found) - len(kept)
         if not candidates:  # the common case (one folder): no duplicates to look for
             candidates = dict.fromkeys([path for path, _ in kept], "scan")
-            names = dict(kept)
+            names_of = dict(kept)
             continue
         for path, fname in kept:
             if path not in candidates:
                 candidates[path] = "scan"
-                names[path] = fname
+                names_of[path] = fname
     if sidecars:
         logger.info("%s: skipped %d hidden or GDAL side file(s) (.*, *.aux.xml, *.ovr, *.msk)", name, sidecars)
     if with_siblings or all_siblings:
@@ -427,12 +576,13 @@ def _find_files(root: Any, pattern: str, regex: re.Pattern[str], storage_options
             for sibling in sorted(lister.siblings(path)):
                 if not _is_sidecar(sibling):
                     candidates.setdefault(directory + sibling, "sibling")
-                    names.setdefault(directory + sibling, sibling)
+                    names_of.setdefault(directory + sibling, sibling)
     order = sorted(candidates)
-    matches = list(map(regex.match, [names[path] for path in order]))
-    matched = [(path, match) for path, match in zip(order, matches) if match is not None]
+    matches = list(map(regex.match, [names_of[path] for path in order]))
+    kept_paths = [path for path, match in zip(order, matches) if match is not None]
+    kept_matches = [match for match in matches if match is not None]
     ignored: list[str] = []
-    if len(matched) < len(order):
+    if len(kept_paths) < len(order):
         for path, match in zip(order, matches):
             if match is None:
                 if candidates[path] == "file":
@@ -440,45 +590,49 @@ def _find_files(root: Any, pattern: str, regex: re.Pattern[str], storage_options
                 if candidates[path] != "sibling":
                     ignored.append(path)
     if origins is not None:
-        origins.update((path, candidates[path]) for path, _ in matched)
+        origins.update((path, candidates[path]) for path in kept_paths)
     if ignored:
         logger.info("%s: %d file(s) found by filename_glob %r do not match filename_regex, e.g. %s",
                     name, len(ignored), pattern, ignored[:3])
-    if not matched:
+    if not kept_paths:
         raise DatasetNotFoundError(
             f"{name}: no files matching filename_glob {pattern!r} and filename_regex found in {root!r}"
         )
-    return matched
+    return kept_paths, kept_matches
 
 
-def _match_scan(found: list[tuple[str, str]], pattern: str, regex: re.Pattern[str], name: str, root: Any,
-                origins: dict[str, str] | None) -> list[tuple[str, re.Match[str]]]:
-    """:func:`find_files` for the files of one scan: ``(path, name)`` pairs, each path once."""
+def _match_scan(paths: list[str], names: list[str], pattern: str, regex: re.Pattern[str], name: str, root: Any,
+                origins: dict[str, str] | None) -> tuple[list[str], list[re.Match[str]]]:
+    """:func:`find_paths` for the files of one scan: their paths and names, each path once."""
     # hidden files and GDAL's side files are not rasters of their own: looked for with one regex over all
     # the names (calling _is_sidecar per name cost ~40% of listing 100,000 files), each name checked only
     # when there is one (or when a name holds a newline)
-    lowered = "\n".join([fname for _, fname in found]).lower()
-    if lowered.count("\n") == len(found) - 1 and not _SIDECAR_LINES.search(lowered):
-        kept = found
-    else:
-        kept = [item for item in found if not _is_sidecar(item[1])]
-    if len(kept) < len(found):
-        logger.info("%s: skipped %d hidden or GDAL side file(s) (.*, *.aux.xml, *.ovr, *.msk)", name,
-                    len(found) - len(kept))
-    kept = sorted(kept, key=operator.itemgetter(0))  # by path (2x faster than comparing the tuples)
-    matches = list(map(regex.match, [fname for _, fname in kept]))
-    matched = [(item[0], match) for item, match in zip(kept, matches) if match is not None]
-    if len(matched) < len(kept):
-        ignored = [item[0] for item, match in zip(kept, matches) if match is None]
+    lowered = "\n".join(names).lower()
+    if lowered.count("\n") != len(names) - 1 or _SIDECAR_LINES.search(lowered):
+        keep = [not _is_sidecar(n) for n in names]
+        if not all(keep):
+            logger.info("%s: skipped %d hidden or GDAL side file(s) (.*, *.aux.xml, *.ovr, *.msk)", name,
+                        len(keep) - sum(keep))
+            paths = list(itertools.compress(paths, keep))
+            names = list(itertools.compress(names, keep))
+    if any(map(operator.gt, paths, paths[1:])):  # a glob's files (a folder's come sorted): sorted by path
+        order = sorted(range(len(paths)), key=paths.__getitem__)
+        paths = [paths[i] for i in order]
+        names = [names[i] for i in order]
+    matches = list(map(regex.match, names))
+    if None in matches:
+        ignored = [path for path, match in zip(paths, matches) if match is None]
         logger.info("%s: %d file(s) found by filename_glob %r do not match filename_regex, e.g. %s",
                     name, len(ignored), pattern, ignored[:3])
-    if not matched:
+        paths = [path for path, match in zip(paths, matches) if match is not None]
+        matches = [match for match in matches if match is not None]
+    if not paths:
         raise DatasetNotFoundError(
             f"{name}: no files matching filename_glob {pattern!r} and filename_regex found in {root!r}"
         )
     if origins is not None:
-        origins.update(dict.fromkeys([path for path, _ in matched], "scan"))
-    return matched
+        origins.update(dict.fromkeys(paths, "scan"))
+    return paths, matches
 
 
 # ---------------------------------------------------------------------------------------------
