@@ -313,7 +313,6 @@ class SavedIndex:
     def _same_paths(self, paths: Sequence[str]) -> bool:
         """Whether ``paths`` are the saved ones, in the same order (compared in Arrow, no dict per file)."""
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         if len(paths) != len(self):
             return False
@@ -322,7 +321,7 @@ class SavedIndex:
             now = pa.array(paths, type=saved.type)
         except (pa.ArrowException, UnicodeError):  # a name Arrow cannot hold (undecodable bytes): not these
             return False
-        return bool(pc.all(pc.equal(saved, now)).as_py())
+        return saved.equals(now)
 
     def rows_of(self, paths: Sequence[str], sizes: np.ndarray, stamps: Sequence[str]) -> np.ndarray:
         """:meth:`row` for many files at once (their :func:`fingerprint_columns`): ``-1`` where new or changed.
@@ -498,7 +497,8 @@ def read_index(
             column = table.column(key)
             if column.null_count or not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
                 raise ValueError(f"a {key} is missing or not text")
-        if pc.count_distinct(paths).as_py() != n:
+        sorted_paths = n < 2 or pc.all(pc.less(paths.slice(0, n - 1), paths.slice(1))).as_py()  # then unique
+        if not sorted_paths and len(pc.unique(paths)) != n:
             raise ValueError("a filepath appears twice")
         if not np.isfinite(transforms).all() or (columns.shapes < 1).any() or (columns.counts < 1).any():
             raise ValueError("a transform, shape or band count is invalid")

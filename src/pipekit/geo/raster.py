@@ -680,7 +680,7 @@ class RasterDataset(IndexCacheMixin, GeoDataset):
         boxes[:, 4:] = self._files.times
         if self._rows is not None:
             boxes = boxes[self._rows]
-        return GeoIndex(boxes)
+        return GeoIndex._from_array(boxes)  # a new array: not copied again
 
     def _frame(self) -> Any:
         """TorchGeo 0.8's index: a ``filepath`` column (a scene's first band file), geometry, time intervals."""
