@@ -439,8 +439,19 @@ def _split_name(path: str) -> tuple[str, str]:
 _SIDECAR_SUFFIXES = (".aux.xml", ".ovr", ".msk")
 
 
-#: lower-cased names, one per line: a hidden file or GDAL side file among them (:func:`_is_sidecar`)
-_SIDECAR_LINES = re.compile(r"^(?:\..*|.*(?:\.aux\.xml|\.ovr|\.msk))$", re.MULTILINE)
+
+def _any_sidecar(names: list[str]) -> bool:
+    """Whether a hidden file or GDAL side file may be among ``names`` (``True`` too if a name holds a newline).
+
+    Looked for in all the names at once, lower-cased and one per line:
+    substring searches for a line that starts with ``.`` or ends with a side
+    file's suffix (calling :func:`_is_sidecar` per name cost ~40% of
+    listing 100,000 files; one regex over the lines ~30 ms).
+    """
+    lines = "\n" + "\n".join(names).lower() + "\n"
+    if lines.count("\n") != len(names) + 1:
+        return True
+    return "\n." in lines or any(suffix + "\n" in lines for suffix in _SIDECAR_SUFFIXES)
 
 
 def _is_sidecar(name: str) -> bool:
@@ -607,8 +618,7 @@ def _match_scan(paths: list[str], names: list[str], pattern: str, regex: re.Patt
     # hidden files and GDAL's side files are not rasters of their own: looked for with one regex over all
     # the names (calling _is_sidecar per name cost ~40% of listing 100,000 files), each name checked only
     # when there is one (or when a name holds a newline)
-    lowered = "\n".join(names).lower()
-    if lowered.count("\n") != len(names) - 1 or _SIDECAR_LINES.search(lowered):
+    if _any_sidecar(names):
         keep = [not _is_sidecar(n) for n in names]
         if not all(keep):
             logger.info("%s: skipped %d hidden or GDAL side file(s) (.*, *.aux.xml, *.ovr, *.msk)", name,
