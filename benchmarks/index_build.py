@@ -133,6 +133,29 @@ def fresh_reload(root: Path, cache: Path, profile: int = 0) -> tuple[float, floa
     return float(wall), float(cpu)
 
 
+def reload_only(base: Path, sizes: list[int], reloads: int) -> None:
+    """``reloads`` new-process reloads of each size (files and index left by a ``--keep`` run): min / median / max.
+
+    The pipekit timed is the one on ``PYTHONPATH``: run it with another tree's
+    ``src`` (and alternate) to compare two versions on the same files.
+    """
+    import statistics
+
+    print(f"new-process reloads under {base}; load average {os.getloadavg()[0]:.1f}; seconds min / median / max")
+    for n in sizes:
+        root, cache = base / f"n{n}", base / f"index-{n}.parquet"
+        if not cache.is_file():
+            raise SystemExit(f"no saved index {cache}: run once with --dir {base} --keep --sizes {n}")
+        runs = [fresh_reload(root, cache) for _ in range(reloads)]
+        walls, cpus = [w for w, _ in runs], [c for _, c in runs]
+        print(
+            f"{n:>8,} files: wall {min(walls):.2f} / {statistics.median(walls):.2f} / {max(walls):.2f}, "
+            f"CPU {min(cpus):.2f} / {statistics.median(cpus):.2f} / {max(cpus):.2f}, "
+            f"load {os.getloadavg()[0]:.1f}",
+            flush=True,
+        )
+
+
 def compare_headers(root: Path, count: int) -> None:
     """CPU per header over ``count`` files: pipekit's parser, ``tifffile`` (if installed), ``rasterio.open``."""
     import rasterio
@@ -193,6 +216,11 @@ def main(argv: list[str] | None = None) -> None:
         metavar="N",
         help="then one more new-process reload of the largest size under cProfile: its N costliest functions",
     )
+    parser.add_argument(
+        "--reload-only",
+        action="store_true",
+        help="only --reloads new-process reloads of each size's files and saved index (left by --dir D --keep)",
+    )
     parser.add_argument("--dir", default=None, help="where to write the files (default: a temporary folder)")
     parser.add_argument("--keep", action="store_true", help="keep the files (reused by the next run with --dir)")
     args = parser.parse_args(argv)
@@ -219,6 +247,11 @@ def main(argv: list[str] | None = None) -> None:
         finally:
             del os.environ["PIPEKIT_FAST_HEADERS"]
 
+    if args.reload_only:
+        if not args.dir:
+            parser.error("--reload-only reloads what a run with --dir DIR --keep left in DIR")
+        reload_only(Path(args.dir), sizes, args.reloads)
+        return
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="index-build-"))
     print(
         f"files under {base}; cores {len(os.sched_getaffinity(0))}, default index_workers "
