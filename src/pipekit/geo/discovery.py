@@ -142,8 +142,13 @@ def _date_interval(text: str, date_format: str) -> tuple[float, float]:
         year, month = (start.year + 1, 1) if start.month == 12 else (start.year, start.month + 1)
         end = start.replace(year=year, month=month, day=1, hour=0, minute=0, second=0, microsecond=0)
     else:
-        step = {"day": timedelta(days=1), "hour": timedelta(hours=1), "minute": timedelta(minutes=1),
-                "second": timedelta(seconds=1), "microsecond": timedelta(microseconds=1)}[unit]
+        step = {
+            "day": timedelta(days=1),
+            "hour": timedelta(hours=1),
+            "minute": timedelta(minutes=1),
+            "second": timedelta(seconds=1),
+            "microsecond": timedelta(microseconds=1),
+        }[unit]
         end = start + step
     return start.timestamp(), end.timestamp() - 1e-6
 
@@ -271,14 +276,13 @@ class _Lister:
             found = []
             for p in fs.find(base):
                 fname = p.rsplit("/", 1)[-1]
-                rel = p[len(base) + 1:]
+                rel = p[len(base) + 1 :]
                 if fnmatch.fnmatchcase(fname, pattern) or fnmatch.fnmatchcase(rel, pattern):
                     found.append(fs.unstrip_protocol(p))
             return found, False
         if fs.isfile(path):
             return [fs.unstrip_protocol(path)], True
         raise DatasetNotFoundError(f"no such file or directory: {root!r}")
-
 
     def siblings(self, path: str) -> set[str]:
         """Names of the files in ``path``'s directory (listed once per directory)."""
@@ -439,7 +443,6 @@ def _split_name(path: str) -> tuple[str, str]:
 _SIDECAR_SUFFIXES = (".aux.xml", ".ovr", ".msk")
 
 
-
 def _any_sidecar(names: list[str]) -> bool:
     """Whether a hidden file or GDAL side file may be among ``names`` (``True`` too if a name holds a newline).
 
@@ -514,8 +517,17 @@ def find_files(
         >>> [(os.path.basename(path), match.group("date")) for path, match in found]
         [('a_2021.tif', '2021'), ('b_2022.tif', '2022')]
     """
-    paths, matches = find_paths(root, pattern, regex, storage_options, with_siblings=with_siblings, name=name,
-                                all_siblings=all_siblings, origins=origins, retry=retry)
+    paths, matches = find_paths(
+        root,
+        pattern,
+        regex,
+        storage_options,
+        with_siblings=with_siblings,
+        name=name,
+        all_siblings=all_siblings,
+        origins=origins,
+        retry=retry,
+    )
     return list(zip(paths, matches))
 
 
@@ -546,9 +558,17 @@ def find_paths(
         return _find_files(root, pattern, regex, storage_options, with_siblings, name, all_siblings, origins, retry)
 
 
-def _find_files(root: Any, pattern: str, regex: re.Pattern[str], storage_options: Mapping[str, Any] | None,
-                with_siblings: bool, name: str, all_siblings: bool, origins: dict[str, str] | None,
-                retry: Any) -> tuple[list[str], list[re.Match[str]]]:
+def _find_files(
+    root: Any,
+    pattern: str,
+    regex: re.Pattern[str],
+    storage_options: Mapping[str, Any] | None,
+    with_siblings: bool,
+    name: str,
+    all_siblings: bool,
+    origins: dict[str, str] | None,
+    retry: Any,
+) -> tuple[list[str], list[re.Match[str]]]:
     lister = _Lister(storage_options or {}, retry, name)
     roots = _as_list(root)
     if len(roots) == 1 and not (with_siblings or all_siblings):
@@ -567,8 +587,11 @@ def _find_files(root: Any, pattern: str, regex: re.Pattern[str], storage_options
                 names_of[path] = fname
             continue
         # hidden files and GDAL's side files are not rasters of their own
-        kept = [(path, fname) for path, fname in found  # _is_sidecar, inlined (called per file)
-                if not (fname[:1] == "." or fname.lower().endswith(_SIDECAR_SUFFIXES))]
+        kept = [
+            (path, fname)
+            for path, fname in found  # _is_sidecar, inlined (called per file)
+            if not (fname[:1] == "." or fname.lower().endswith(_SIDECAR_SUFFIXES))
+        ]
         sidecars += len(found) - len(kept)
         if not candidates:  # the common case (one folder): no duplicates to look for
             candidates = dict.fromkeys([path for path, _ in kept], "scan")
@@ -603,8 +626,13 @@ def _find_files(root: Any, pattern: str, regex: re.Pattern[str], storage_options
     if origins is not None:
         origins.update((path, candidates[path]) for path in kept_paths)
     if ignored:
-        logger.info("%s: %d file(s) found by filename_glob %r do not match filename_regex, e.g. %s",
-                    name, len(ignored), pattern, ignored[:3])
+        logger.info(
+            "%s: %d file(s) found by filename_glob %r do not match filename_regex, e.g. %s",
+            name,
+            len(ignored),
+            pattern,
+            ignored[:3],
+        )
     if not kept_paths:
         raise DatasetNotFoundError(
             f"{name}: no files matching filename_glob {pattern!r} and filename_regex found in {root!r}"
@@ -612,8 +640,15 @@ def _find_files(root: Any, pattern: str, regex: re.Pattern[str], storage_options
     return kept_paths, kept_matches
 
 
-def _match_scan(paths: list[str], names: list[str], pattern: str, regex: re.Pattern[str], name: str, root: Any,
-                origins: dict[str, str] | None) -> tuple[list[str], list[re.Match[str]]]:
+def _match_scan(
+    paths: list[str],
+    names: list[str],
+    pattern: str,
+    regex: re.Pattern[str],
+    name: str,
+    root: Any,
+    origins: dict[str, str] | None,
+) -> tuple[list[str], list[re.Match[str]]]:
     """:func:`find_paths` for the files of one scan: their paths and names, each path once."""
     # hidden files and GDAL's side files are not rasters of their own: looked for with one regex over all
     # the names (calling _is_sidecar per name cost ~40% of listing 100,000 files), each name checked only
@@ -621,8 +656,9 @@ def _match_scan(paths: list[str], names: list[str], pattern: str, regex: re.Patt
     if _any_sidecar(names):
         keep = [not _is_sidecar(n) for n in names]
         if not all(keep):
-            logger.info("%s: skipped %d hidden or GDAL side file(s) (.*, *.aux.xml, *.ovr, *.msk)", name,
-                        len(keep) - sum(keep))
+            logger.info(
+                "%s: skipped %d hidden or GDAL side file(s) (.*, *.aux.xml, *.ovr, *.msk)", name, len(keep) - sum(keep)
+            )
             paths = list(itertools.compress(paths, keep))
             names = list(itertools.compress(names, keep))
     if any(map(operator.gt, paths, paths[1:])):  # a glob's files (a folder's come sorted): sorted by path
@@ -632,8 +668,13 @@ def _match_scan(paths: list[str], names: list[str], pattern: str, regex: re.Patt
     matches = list(map(regex.match, names))
     if None in matches:
         ignored = [path for path, match in zip(paths, matches) if match is None]
-        logger.info("%s: %d file(s) found by filename_glob %r do not match filename_regex, e.g. %s",
-                    name, len(ignored), pattern, ignored[:3])
+        logger.info(
+            "%s: %d file(s) found by filename_glob %r do not match filename_regex, e.g. %s",
+            name,
+            len(ignored),
+            pattern,
+            ignored[:3],
+        )
         paths = [path for path, match in zip(paths, matches) if match is not None]
         matches = [match for match in matches if match is not None]
     if not paths:
@@ -951,11 +992,11 @@ def _map_threads(read: Callable[[str], T], paths: Sequence[str], workers: int, b
     if workers <= 1 or len(paths) == 1:
         out: list[T] = []
         for start in range(0, len(paths), _CHUNK):
-            out.extend(_read_chunk(read, paths[start:start + _CHUNK], bar, local))
+            out.extend(_read_chunk(read, paths[start : start + _CHUNK], bar, local))
         return out
     # remote: a file per task (each waits on the network); local: chunks (less pool overhead)
     size = _CHUNK if local else 1
-    chunks = [paths[start:start + size] for start in range(0, len(paths), size)]
+    chunks = [paths[start : start + size] for start in range(0, len(paths), size)]
     with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="pipekit-geo-index") as pool:
         futures = [pool.submit(_read_chunk, read, chunk, bar, local) for chunk in chunks]
         try:
@@ -993,7 +1034,7 @@ def _strip_prefix(paths: list[str]) -> tuple[str, list[str]]:
     cut = "\0" + prefix
     # no path holds NUL (so each one follows a separator) and each separator is followed by the prefix
     if joined.count("\0") == len(paths) - 1 and joined.startswith(prefix) and joined.count(cut) == len(paths) - 1:
-        return prefix, joined[len(prefix):].split(cut)
+        return prefix, joined[len(prefix) :].split(cut)
     prefix = os.path.commonprefix(paths)  # noqa: RUF071
     return prefix, (list(map(operator.itemgetter(slice(len(prefix), None)), paths)) if prefix else list(paths))
 
@@ -1001,21 +1042,39 @@ def _strip_prefix(paths: list[str]) -> tuple[str, list[str]]:
 class _FileTable:
     """Per-file metadata in arrays (cheap to pickle for 100,000 files)."""
 
-    def __init__(self, paths: list[str], headers: list[RasterHeader], times: np.ndarray,
-                 band_spans: np.ndarray | None, band_overrides: dict[tuple[int, str], str]) -> None:
+    def __init__(
+        self,
+        paths: list[str],
+        headers: list[RasterHeader],
+        times: np.ndarray,
+        band_spans: np.ndarray | None,
+        band_overrides: dict[tuple[int, str], str],
+    ) -> None:
         columns = HeaderColumns.from_headers(headers)
         self._set(paths, columns, times, band_spans, band_overrides)
 
     @classmethod
-    def from_columns(cls, paths: list[str], columns: HeaderColumns, times: np.ndarray,
-                     band_spans: np.ndarray | None, band_overrides: dict[tuple[int, str], str]) -> _FileTable:
+    def from_columns(
+        cls,
+        paths: list[str],
+        columns: HeaderColumns,
+        times: np.ndarray,
+        band_spans: np.ndarray | None,
+        band_overrides: dict[tuple[int, str], str],
+    ) -> _FileTable:
         """A table from headers already in columns (a saved index, :mod:`pipekit.geo.index_cache`)."""
         table = cls.__new__(cls)
         table._set(paths, columns, times, band_spans, band_overrides)
         return table
 
-    def _set(self, paths: list[str], columns: HeaderColumns, times: np.ndarray,
-             band_spans: np.ndarray | None, band_overrides: dict[tuple[int, str], str]) -> None:
+    def _set(
+        self,
+        paths: list[str],
+        columns: HeaderColumns,
+        times: np.ndarray,
+        band_spans: np.ndarray | None,
+        band_overrides: dict[tuple[int, str], str],
+    ) -> None:
         self.prefix, self.names = _strip_prefix(paths)
         self.crs_list = columns.crs_list
         self.crs_ids = columns.crs_ids
@@ -1101,9 +1160,18 @@ class HeaderColumns:
         counts: bands; nodata, has_nodata: the nodata value (``NaN`` where it has none).
     """
 
-    def __init__(self, crs_list: list[CRS], crs_ids: np.ndarray, dtypes: list[str], dtype_ids: np.ndarray,
-                 transforms: np.ndarray, shapes: np.ndarray, counts: np.ndarray, nodata: np.ndarray,
-                 has_nodata: np.ndarray) -> None:
+    def __init__(
+        self,
+        crs_list: list[CRS],
+        crs_ids: np.ndarray,
+        dtypes: list[str],
+        dtype_ids: np.ndarray,
+        transforms: np.ndarray,
+        shapes: np.ndarray,
+        counts: np.ndarray,
+        nodata: np.ndarray,
+        has_nodata: np.ndarray,
+    ) -> None:
         self.crs_list = crs_list
         self.crs_ids = np.asarray(crs_ids, dtype=np.int32)
         self.dtypes = dtypes
@@ -1151,9 +1219,17 @@ class HeaderColumns:
     def take(self, rows: Any) -> HeaderColumns:
         """The columns of ``rows`` (an int array), in that order (the CRS and dtype lists are kept)."""
         rows = np.asarray(rows, dtype=np.int64)
-        return HeaderColumns(self.crs_list, self.crs_ids[rows], self.dtypes, self.dtype_ids[rows],
-                             self.transforms[rows], self.shapes[rows], self.counts[rows], self.nodata[rows],
-                             self.has_nodata[rows])
+        return HeaderColumns(
+            self.crs_list,
+            self.crs_ids[rows],
+            self.dtypes,
+            self.dtype_ids[rows],
+            self.transforms[rows],
+            self.shapes[rows],
+            self.counts[rows],
+            self.nodata[rows],
+            self.has_nodata[rows],
+        )
 
     def header(self, i: int, url: str) -> RasterHeader:
         """Row ``i`` as a :class:`RasterHeader` (the fields an index needs; the bounds computed)."""
@@ -1161,8 +1237,13 @@ class HeaderColumns:
         h, w = (int(v) for v in self.shapes[i])
         xs, ys = zip(*(apply_affine(t, c, r) for c, r in ((0, 0), (w, 0), (0, h), (w, h))))
         return RasterHeader(
-            url=url, crs=self.crs_list[int(self.crs_ids[i])], transform=t, width=w, height=h,
-            count=int(self.counts[i]), dtype=self.dtypes[int(self.dtype_ids[i])],
+            url=url,
+            crs=self.crs_list[int(self.crs_ids[i])],
+            transform=t,
+            width=w,
+            height=h,
+            count=int(self.counts[i]),
+            dtype=self.dtypes[int(self.dtype_ids[i])],
             nodata=float(self.nodata[i]) if self.has_nodata[i] else None,
             bounds=(min(xs), min(ys), max(xs), max(ys)),
         )

@@ -290,9 +290,7 @@ class GeoIndex:
             if np.isnan(arr[:, 4:]).any() or not np.isfinite(arr[:, :4]).all():
                 bad = np.isnan(arr).any(axis=1) | ~np.isfinite(arr[:, :4]).all(axis=1)
                 i = int(np.flatnonzero(bad)[0])
-                raise ValueError(
-                    f"GeoIndex entry {i} has NaN or infinite spatial bounds: {arr[i].tolist()}"
-                )
+                raise ValueError(f"GeoIndex entry {i} has NaN or infinite spatial bounds: {arr[i].tolist()}")
             bad = arr[:, 0] > arr[:, 1]
             bad |= arr[:, 2] > arr[:, 3]
             bad |= arr[:, 4] > arr[:, 5]

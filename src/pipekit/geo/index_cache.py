@@ -84,8 +84,24 @@ DEFAULT_NAME = ".pipekit-index.parquet"
 FORMAT = "pipekit-raster-index"
 VERSION = 1
 
-_HEADER_COLUMNS = ("filepath", "size", "stamp", "crs", "a", "b", "c", "d", "e", "f",
-                   "height", "width", "count", "dtype", "nodata", "has_nodata")
+_HEADER_COLUMNS = (
+    "filepath",
+    "size",
+    "stamp",
+    "crs",
+    "a",
+    "b",
+    "c",
+    "d",
+    "e",
+    "f",
+    "height",
+    "width",
+    "count",
+    "dtype",
+    "nodata",
+    "has_nodata",
+)
 
 
 class IndexCacheError(StageError, ValueError):
@@ -104,8 +120,12 @@ def _stamp(entry: Mapping[str, Any]) -> str:
     return ""
 
 
-def fingerprints(paths: Sequence[str], storage_options: Mapping[str, Any] | None = None,
-                 retry: Any = None, stage: str = "index_cache") -> list[tuple[int, str] | None]:
+def fingerprints(
+    paths: Sequence[str],
+    storage_options: Mapping[str, Any] | None = None,
+    retry: Any = None,
+    stage: str = "index_cache",
+) -> list[tuple[int, str] | None]:
     """``(size, stamp)`` of every path (``None`` where it cannot be had), in order.
 
     Local files: ``os.stat`` (the stamp is ``st_mtime_ns``).  Remote ones: one
@@ -124,8 +144,12 @@ def fingerprints(paths: Sequence[str], storage_options: Mapping[str, Any] | None
     return [(size, stamp) if size >= 0 else None for size, stamp in zip(sizes.tolist(), stamps)]
 
 
-def fingerprint_columns(paths: Sequence[str], storage_options: Mapping[str, Any] | None = None,
-                        retry: Any = None, stage: str = "index_cache") -> tuple[np.ndarray, list[str]]:
+def fingerprint_columns(
+    paths: Sequence[str],
+    storage_options: Mapping[str, Any] | None = None,
+    retry: Any = None,
+    stage: str = "index_cache",
+) -> tuple[np.ndarray, list[str]]:
     """:func:`fingerprints` as columns: sizes (``int64``, ``-1`` where unknown) and stamps (``""`` there).
 
     Example:
@@ -144,8 +168,12 @@ def fingerprint_columns(paths: Sequence[str], storage_options: Mapping[str, Any]
 _STAT_BATCH = 2048
 
 
-def _fingerprint_columns(paths: Sequence[str], storage_options: Mapping[str, Any] | None = None,
-                         retry: Any = None, stage: str = "index_cache") -> tuple[np.ndarray, Sequence[str]]:
+def _fingerprint_columns(
+    paths: Sequence[str],
+    storage_options: Mapping[str, Any] | None = None,
+    retry: Any = None,
+    stage: str = "index_cache",
+) -> tuple[np.ndarray, Sequence[str]]:
     """:func:`fingerprint_columns`, with the stamps of plain local paths as :class:`MtimeStamps` (integers)."""
     joined = "\n".join(paths)
     if "://" not in joined and "::" not in joined:  # plain local paths only (the common case)
@@ -202,7 +230,7 @@ def _stat_plain_paths(paths: Sequence[str]) -> tuple[np.ndarray, MtimeStamps]:
     mtimes = np.empty(n, dtype=np.int64)
     size_of, mtime_of, stat = operator.attrgetter("st_size"), operator.attrgetter("st_mtime_ns"), os.stat
     for start in range(0, n, _STAT_BATCH):
-        batch = paths[start:start + _STAT_BATCH]
+        batch = paths[start : start + _STAT_BATCH]
         stop = start + len(batch)
         try:
             found = list(map(stat, batch))
@@ -370,8 +398,15 @@ def _open_fs(url: str, storage_options: Mapping[str, Any] | None) -> tuple[Any, 
     return fsspec.core.url_to_fs(url, **dict(storage_options or {}))
 
 
-def write_index(url: str, paths: Sequence[str], sizes: Sequence[int], stamps: Sequence[str],
-                columns: HeaderColumns, crs: CRS, storage_options: Mapping[str, Any] | None = None) -> None:
+def write_index(
+    url: str,
+    paths: Sequence[str],
+    sizes: Sequence[int],
+    stamps: Sequence[str],
+    columns: HeaderColumns,
+    crs: CRS,
+    storage_options: Mapping[str, Any] | None = None,
+) -> None:
     """Write the headers of ``paths`` as a GeoParquet file at ``url`` (local: atomically, via a temporary file)."""
     import geopandas
     import pandas as pd
@@ -459,13 +494,18 @@ def read_index(
         table = pq.ParquetFile(pa.BufferReader(data)).read(columns=list(_HEADER_COLUMNS))
         meta = json.loads((table.schema.metadata or {}).get(b"pipekit", b"null"))
     except Exception as exc:
-        raise IndexCacheError("read saved index", url, stage, f"not a readable GeoParquet index: "
-                              f"{type(exc).__name__}: {exc}") from exc
+        raise IndexCacheError(
+            "read saved index", url, stage, f"not a readable GeoParquet index: {type(exc).__name__}: {exc}"
+        ) from exc
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise IndexCacheError("read saved index", url, stage, "not a pipekit raster index (no 'pipekit' metadata)")
     if meta.get("version") != VERSION:
-        raise IndexCacheError("read saved index", url, stage,
-                              f"saved by index format version {meta.get('version')!r}, this pipekit reads {VERSION}")
+        raise IndexCacheError(
+            "read saved index",
+            url,
+            stage,
+            f"saved by index format version {meta.get('version')!r}, this pipekit reads {VERSION}",
+        )
     try:
         n = table.num_rows
         if meta.get("files") != n:
@@ -486,9 +526,17 @@ def read_index(
             return column.to_numpy()
 
         transforms = np.stack([num(k) for k in "abcdef"], axis=1).astype(np.float64)
-        columns = HeaderColumns(crs_list, crs_ids, dtypes, dtype_ids, transforms,
-                                np.stack([num("height"), num("width")], axis=1), num("count"),
-                                num("nodata"), num("has_nodata"))
+        columns = HeaderColumns(
+            crs_list,
+            crs_ids,
+            dtypes,
+            dtype_ids,
+            transforms,
+            np.stack([num("height"), num("width")], axis=1),
+            num("count"),
+            num("nodata"),
+            num("has_nodata"),
+        )
         paths = table.column("filepath").combine_chunks()  # kept in Arrow (see SavedIndex)
         stamps = table.column("stamp").combine_chunks()
         sizes = num("size").astype(np.int64)
@@ -563,9 +611,17 @@ def _merge(parts: Sequence[tuple[HeaderColumns, np.ndarray]], n: int) -> HeaderC
     # CRS and dtype codes in order of first use, as reading the headers one by one gives them
     order_c = _first_use_order(crs_ids, len(crs_list))
     order_d = _first_use_order(dtype_ids, len(dtypes))
-    return HeaderColumns([crs_list[k] for k in order_c[0]], _mapped(order_c[1], crs_ids),
-                         [dtypes[k] for k in order_d[0]], _mapped(order_d[1], dtype_ids), transforms, shapes, counts,
-                         nodata, has_nodata)
+    return HeaderColumns(
+        [crs_list[k] for k in order_c[0]],
+        _mapped(order_c[1], crs_ids),
+        [dtypes[k] for k in order_d[0]],
+        _mapped(order_d[1], dtype_ids),
+        transforms,
+        shapes,
+        counts,
+        nodata,
+        has_nodata,
+    )
 
 
 def _mapped(code_map: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -640,8 +696,9 @@ class IndexCacheMixin:
         )
 
     # -- reading headers ---------------------------------------------------------------------
-    def _header_or_error(self, path: str, changed: frozenset[str] = frozenset(),
-                         reader: FastHeaderReader | None = None) -> RasterHeader | StageError:
+    def _header_or_error(
+        self, path: str, changed: frozenset[str] = frozenset(), reader: FastHeaderReader | None = None
+    ) -> RasterHeader | StageError:
         opener = self._opener  # type: ignore[attr-defined]
         if path in changed and not geo_io.is_local(path):
             # a remote file that changed since it was saved: GDAL's /vsis3/ and /vsicurl/ keep what they
@@ -662,8 +719,7 @@ class IndexCacheMixin:
         try:
             return read_index(url, self.storage_options, f"{self.name}.index_cache")  # type: ignore[attr-defined]
         except IndexCacheError as exc:
-            warnings.warn(f"{exc}; building the index from the files and saving it again", UserWarning,
-                          stacklevel=4)
+            warnings.warn(f"{exc}; building the index from the files and saving it again", UserWarning, stacklevel=4)
             return None
 
     def _read_metadata(self, paths: list[str]) -> tuple[HeaderColumns, list[int]]:
@@ -680,8 +736,11 @@ class IndexCacheMixin:
     def _read_metadata_now(self, paths: list[str]) -> tuple[HeaderColumns, list[int]]:
         name = self.name  # type: ignore[attr-defined]
         url = self.index_cache_url()
-        sizes, stamps = _fingerprint_columns(paths, self.storage_options,  # type: ignore[attr-defined]
-                                             stage=f"{name}.index_cache")
+        sizes, stamps = _fingerprint_columns(
+            paths,
+            self.storage_options,  # type: ignore[attr-defined]
+            stage=f"{name}.index_cache",
+        )
         saved = self._load_saved(url) if url is not None else None
         found = saved.rows_of(paths, sizes, stamps) if saved is not None else np.full(len(paths), -1, dtype=np.int64)
         misses = np.flatnonzero(found < 0).tolist()
@@ -693,8 +752,13 @@ class IndexCacheMixin:
             # rasterio opens fsspec file objects through one Python-file handler that is not safe across
             # threads: concurrent opens aborted GDAL ("Fatal Python error: Aborted") while reading S3 headers
             workers = 1
-        results = read_headers([paths[i] for i in misses], lambda p: self._header_or_error(p, changed, reader),
-                               workers, self.progress, desc=f"{name}: reading headers")
+        results = read_headers(
+            [paths[i] for i in misses],
+            lambda p: self._header_or_error(p, changed, reader),
+            workers,
+            self.progress,
+            desc=f"{name}: reading headers",
+        )
         if misses:
             logger.info("%s: %d header(s) parsed directly, %d read with rasterio", name, reader.fast, reader.slow)
         # the files kept: those reused, and those read whose headers can be indexed (errors reported in order)
@@ -728,8 +792,14 @@ class IndexCacheMixin:
         if url is not None:
             removed = len(saved) - len(cached_from) if saved is not None else 0
             changed = len(fresh) > 0 or removed > 0 or saved is None
-            logger.info("%s: saved index %s: %d file(s) reused, %d read, %d no longer there", name, url,
-                        len(cached_from), len(misses), removed)
+            logger.info(
+                "%s: saved index %s: %d file(s) reused, %d read, %d no longer there",
+                name,
+                url,
+                len(cached_from),
+                len(misses),
+                removed,
+            )
             if changed and ok:
                 self._pending_save = url
         return columns, ok
@@ -742,8 +812,11 @@ class IndexCacheMixin:
         try:
             self.save_index(url)
         except Exception as exc:
-            warnings.warn(f"{self.name}: cannot save the index to {url!r}: {type(exc).__name__}: {exc}",  # type: ignore[attr-defined]
-                          UserWarning, stacklevel=3)
+            warnings.warn(
+                f"{self.name}: cannot save the index to {url!r}: {type(exc).__name__}: {exc}",  # type: ignore[attr-defined]
+                UserWarning,
+                stacklevel=3,
+            )
 
     def save_index(self, path: Any = None) -> str:
         """Save the headers of the indexed files to a GeoParquet file and return where.
@@ -776,8 +849,10 @@ class IndexCacheMixin:
         """
         record = self.__dict__.get("_index_record")
         if record is None:
-            raise RuntimeError(f"{self.name}.save_index: this copy of the dataset was unpickled and holds no file "  # type: ignore[attr-defined]
-                               "fingerprints; save the index from the dataset that was built")
+            raise RuntimeError(
+                f"{self.name}.save_index: this copy of the dataset was unpickled and holds no file "  # type: ignore[attr-defined]
+                "fingerprints; save the index from the dataset that was built"
+            )
         if path is None:
             previous = self.index_cache
             self.index_cache = previous if previous not in (None, False) else True
@@ -789,7 +864,16 @@ class IndexCacheMixin:
             url = os.fspath(path)
         paths, sizes, stamps = record
         files = self._files  # type: ignore[attr-defined]
-        columns = HeaderColumns(files.crs_list, files.crs_ids, files.dtypes, files.dtype_ids, files.transforms,
-                                files.shapes, files.counts, files.nodata, files.has_nodata)
+        columns = HeaderColumns(
+            files.crs_list,
+            files.crs_ids,
+            files.dtypes,
+            files.dtype_ids,
+            files.transforms,
+            files.shapes,
+            files.counts,
+            files.nodata,
+            files.has_nodata,
+        )
         write_index(url, paths, sizes, stamps, columns, self.crs, self.storage_options)  # type: ignore[attr-defined]
         return url
