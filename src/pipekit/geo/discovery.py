@@ -5,8 +5,12 @@ functions of their own so that ``pipekit inspect`` shares them:
 
 * :func:`find_files`: scan roots (directories, files, globs, fsspec URLs,
   lists of them) for ``filename_glob``, skip hidden files and GDAL's side
-  files, keep the names matching ``filename_regex``;
-* :func:`date_interval`: the time interval a date in a file name stands for;
+  files, keep the names matching ``filename_regex`` (:func:`find_paths`: the
+  same as two lists, paths and matches; a local folder is listed with one
+  ``os.scandir`` per folder and list comprehensions, no step per file in
+  Python where a comprehension or a ``str`` method can do it);
+* :func:`date_interval`: the time interval a date in a file name stands for
+  (:func:`date_intervals`: of many names, each distinct date parsed once);
 * :func:`group_scenes`: band files grouped into scenes (``separate_files``
   products such as Landsat and Sentinel-2);
 * :func:`read_header` and :func:`read_headers`: what raster headers say
