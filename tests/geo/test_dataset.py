@@ -944,17 +944,27 @@ class TestVectorisedFileTable:
         rasters.write_tif(tmp_path / "t_20210701_0.tif", rasters.pattern(8, 8), UTM15, t)
         return self.Ranged(tmp_path)
 
-    @pytest.mark.parametrize("names", [
-        ["t_20210701_0.tif", "t_20210701_1.tif", "t_20210702_2.tif", "t_20200101-20201231_3.tif",
-         "t_-20201231_4.tif", "t_20200101-_5.tif", "t_-_6.tif"],
-        # the first file whose date fails is named, whichever group holds it (a stop, then a date)
-        ["t_20210101-20211399_2.tif", "t_20210701_0.tif", "t_20211301_1.tif"],
-        ["t_20210701_0.tif", "t_20211301_1.tif", "t_20211301_2.tif", "t_20211401_3.tif"],
-        ["t_20210701_0.tif", "t_20211301-20219999_1.tif", "t_20211301_2.tif"],  # the start fails first
-        ["t_20210701_0.tif"] * 3,  # one date for many files
-        # beyond datetime's range: not a ValueError, raised as the loop raised it
-        ["t_20210701_0.tif", "t_99991231_1.tif", "t_20211301_2.tif"],
-    ])
+    @pytest.mark.parametrize(
+        "names",
+        [
+            [
+                "t_20210701_0.tif",
+                "t_20210701_1.tif",
+                "t_20210702_2.tif",
+                "t_20200101-20201231_3.tif",
+                "t_-20201231_4.tif",
+                "t_20200101-_5.tif",
+                "t_-_6.tif",
+            ],
+            # the first file whose date fails is named, whichever group holds it (a stop, then a date)
+            ["t_20210101-20211399_2.tif", "t_20210701_0.tif", "t_20211301_1.tif"],
+            ["t_20210701_0.tif", "t_20211301_1.tif", "t_20211301_2.tif", "t_20211401_3.tif"],
+            ["t_20210701_0.tif", "t_20211301-20219999_1.tif", "t_20211301_2.tif"],  # the start fails first
+            ["t_20210701_0.tif"] * 3,  # one date for many files
+            # beyond datetime's range: not a ValueError, raised as the loop raised it
+            ["t_20210701_0.tif", "t_99991231_1.tif", "t_20211301_2.tif"],
+        ],
+    )
     def test_times_equal_the_per_file_loop(self, ranged, tmp_path, names):
         paths = [str(tmp_path / n) for n in names]
         matches = [ranged._regex.match(n) for n in names]
@@ -967,8 +977,13 @@ class TestVectorisedFileTable:
 
     def test_undated_regex_spans_all_time_and_dated_dataset_equals_loop(self, tmp_path, rasters):
         t = Affine(30.0, 0.0, X0, 0.0, -30.0, Y0)
-        for name in ("t_20210701_0.tif", "t_20210701_1.tif", "t_20200101-20201231_2.tif", "t_-_3.tif",
-                     "t_-20201231_4.tif"):
+        for name in (
+            "t_20210701_0.tif",
+            "t_20210701_1.tif",
+            "t_20200101-20201231_2.tif",
+            "t_-_3.tif",
+            "t_-20201231_4.tif",
+        ):
             rasters.write_tif(tmp_path / name, rasters.pattern(8, 8), UTM15, t)
         ds = self.Ranged(tmp_path)
         matches = [ds._regex.match(Path(p).name) for p in ds.files]
@@ -998,9 +1013,11 @@ class TestVectorisedFileTable:
         ds = Bands.__new__(Bands)
         ds._regex = re.compile(Bands.filename_regex, re.VERBOSE)
         paths = [str(tmp_path / "a" / "s1_B1.tif"), str(tmp_path / "b" / "s2_B1_20m.tif"), "s3://bucket/x/s3_B1.tif"]
-        bands_of = [{"B1": paths[0], "B2": str(tmp_path / "a" / "s1_B2.tif")},
-                    {"B1": paths[1], "B2": str(tmp_path / "c" / "s2_B2_10m.tif")},
-                    {"B1": paths[2], "B2": "s3://bucket/x/s3_B2.tif"}]
+        bands_of = [
+            {"B1": paths[0], "B2": str(tmp_path / "a" / "s1_B2.tif")},
+            {"B1": paths[1], "B2": str(tmp_path / "c" / "s2_B2_10m.tif")},
+            {"B1": paths[2], "B2": "s3://bucket/x/s3_B2.tif"},
+        ]
         matches = [ds._regex.match(p.replace("\\", "/").rsplit("/", 1)[-1]) for p in paths]
         spans, overrides = ds._band_columns(paths, matches, bands_of)
         expected_spans, expected_overrides = [], {}
@@ -1009,7 +1026,7 @@ class TestVectorisedFileTable:
             start, stop = match.span("band")
             expected_spans.append((offset + start, offset + stop))
             for band, other in bands_of[k].items():
-                if other != path[: offset + start] + band + path[offset + stop:]:
+                if other != path[: offset + start] + band + path[offset + stop :]:
                     expected_overrides[(k, band)] = other
         assert spans.tolist() == [list(s) for s in expected_spans] and spans.dtype == np.int64
         assert overrides == expected_overrides == {(1, "B2"): str(tmp_path / "c" / "s2_B2_10m.tif")}

@@ -240,9 +240,19 @@ class TestListingWithoutPerFileSteps:
     def tree(self, tmp_path: Path) -> Path:
         import os
 
-        names = ["b_20210702.tif", "a_20210701.tif", "sub/c_20210703.tif", "sub/deeper/a_20210704.tif",
-                 "sub2/x_20210705.tif", "sub/.hidden_20210701.tif", "a_20210701.tif.aux.xml", "notes.txt",
-                 "a-b_20210706.tif", "sub.tif/z_20210707.tif", "Z_20210708.tif"]
+        names = [
+            "b_20210702.tif",
+            "a_20210701.tif",
+            "sub/c_20210703.tif",
+            "sub/deeper/a_20210704.tif",
+            "sub2/x_20210705.tif",
+            "sub/.hidden_20210701.tif",
+            "a_20210701.tif.aux.xml",
+            "notes.txt",
+            "a-b_20210706.tif",
+            "sub.tif/z_20210707.tif",
+            "Z_20210708.tif",
+        ]
         for name in names:
             (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / name).write_bytes(b"")
@@ -273,10 +283,21 @@ class TestListingWithoutPerFileSteps:
         globbed, _ = find_paths(str(tmp_path / "t_00*.tif"), "*", re.compile(".*"))  # a glob's files, sorted
         assert globbed == sorted(str(tmp_path / n) for n in names if n.startswith("t_00"))
 
-    @pytest.mark.parametrize("names", [
-        ["a.tif", "b.tif"], [".a.tif", "b.tif"], ["a.tif", "b.TIF.AUX.XML"], ["a.tif.Ovr"], ["a.msk", "b"],
-        ["a.tif.aux", "b.ovr.tif"], ["x\n.y", "z"], ["ok"], ["a.tif.aux.xml2"], ["msk", "ovr", ".x"],
-    ])
+    @pytest.mark.parametrize(
+        "names",
+        [
+            ["a.tif", "b.tif"],
+            [".a.tif", "b.tif"],
+            ["a.tif", "b.TIF.AUX.XML"],
+            ["a.tif.Ovr"],
+            ["a.msk", "b"],
+            ["a.tif.aux", "b.ovr.tif"],
+            ["x\n.y", "z"],
+            ["ok"],
+            ["a.tif.aux.xml2"],
+            ["msk", "ovr", ".x"],
+        ],
+    )
     def test_any_sidecar_agrees_with_each_name(self, names):
         from pipekit.geo.discovery import _any_sidecar, _is_sidecar
 
@@ -285,11 +306,21 @@ class TestListingWithoutPerFileSteps:
         elif not any("\n" in n for n in names):
             assert not _any_sidecar(names)
 
-    @pytest.mark.parametrize("paths", [
-        [], ["/d/a.tif"], ["/d/t_01.tif", "/d/t_02.tif", "/d/t_10.tif"], ["/d/t_10.tif", "/d/t_02.tif", "/d/x.tif"],
-        ["/d/a.tif", "/e/b.tif"], ["a.tif", "b.tif"], ["/d/a\0.tif", "/d/a\0/d/a.tif"], ["/d/a", "/d/a", "/d/ab"],
-        ["s3://b/p/x_1.tif", "s3://b/p/x_2.tif"], ["/d/a.tif", "/d/a.tif\0/d/b", "/d/a.tif"],
-    ])
+    @pytest.mark.parametrize(
+        "paths",
+        [
+            [],
+            ["/d/a.tif"],
+            ["/d/t_01.tif", "/d/t_02.tif", "/d/t_10.tif"],
+            ["/d/t_10.tif", "/d/t_02.tif", "/d/x.tif"],
+            ["/d/a.tif", "/e/b.tif"],
+            ["a.tif", "b.tif"],
+            ["/d/a\0.tif", "/d/a\0/d/a.tif"],
+            ["/d/a", "/d/a", "/d/ab"],
+            ["s3://b/p/x_1.tif", "s3://b/p/x_2.tif"],
+            ["/d/a.tif", "/d/a.tif\0/d/b", "/d/a.tif"],
+        ],
+    )
     def test_strip_prefix_equals_commonprefix(self, paths):
         import os
 
@@ -298,7 +329,7 @@ class TestListingWithoutPerFileSteps:
         prefix, names = _strip_prefix(list(paths))
         expected = os.path.commonprefix(paths) if len(paths) > 1 else ""  # noqa: RUF071
         assert prefix == expected
-        assert names == [p[len(expected):] for p in paths]
+        assert names == [p[len(expected) :] for p in paths]
 
     def test_date_intervals_equal_date_interval(self):
         from pipekit.geo.discovery import date_interval, date_intervals
@@ -323,12 +354,29 @@ class TestListingWithoutPerFileSteps:
 
         rng = np.random.default_rng(0)
         n = 500
-        transforms = np.column_stack([rng.uniform(-30, 30, n), rng.uniform(-5, 5, n), rng.uniform(-1e6, 1e6, n),
-                                      rng.uniform(-5, 5, n), rng.uniform(-30, 30, n), rng.uniform(-1e6, 1e6, n)])
+        transforms = np.column_stack(
+            [
+                rng.uniform(-30, 30, n),
+                rng.uniform(-5, 5, n),
+                rng.uniform(-1e6, 1e6, n),
+                rng.uniform(-5, 5, n),
+                rng.uniform(-30, 30, n),
+                rng.uniform(-1e6, 1e6, n),
+            ]
+        )
         transforms[::3, 1] = transforms[::3, 3] = 0.0  # north-up ones too
         shapes = rng.integers(1, 5000, (n, 2))
-        columns = HeaderColumns([CRS.from_string(UTM15)], np.zeros(n), ["uint8"], np.zeros(n), transforms, shapes,
-                                np.ones(n), np.full(n, np.nan), np.zeros(n, dtype=bool))
+        columns = HeaderColumns(
+            [CRS.from_string(UTM15)],
+            np.zeros(n),
+            ["uint8"],
+            np.zeros(n),
+            transforms,
+            shapes,
+            np.ones(n),
+            np.full(n, np.nan),
+            np.zeros(n, dtype=bool),
+        )
         table = _FileTable.from_columns([f"/d/{i}.tif" for i in range(n)], columns, np.zeros((n, 2)), None, {})
         out = table.footprints(CRS.from_string(UTM15))
         # the computation before: corners stacked into [N, 4] and reduced along that axis

@@ -301,11 +301,16 @@ class TestFromArray:
         assert np.shares_memory(index.bounds, boxes) and not index.bounds.flags.writeable
         assert index == GeoIndex(boxes.copy()) and index.query((5, 12, 5, 6)).tolist() == [0, 1]
 
-    @pytest.mark.parametrize(("row", "message"), [
-        ([0, np.nan, 0, 1, 0, 1], "NaN or infinite"), ([0, 1, 0, np.inf, 0, 1], "NaN or infinite"),
-        ([0, 1, 0, 1, np.nan, 1], "NaN or infinite"), ([2, 1, 0, 1, 0, 1], "min greater"),
-        ([0, 1, 0, 1, 5, 1], "min greater"),
-    ])
+    @pytest.mark.parametrize(
+        ("row", "message"),
+        [
+            ([0, np.nan, 0, 1, 0, 1], "NaN or infinite"),
+            ([0, 1, 0, np.inf, 0, 1], "NaN or infinite"),
+            ([0, 1, 0, 1, np.nan, 1], "NaN or infinite"),
+            ([2, 1, 0, 1, 0, 1], "min greater"),
+            ([0, 1, 0, 1, 5, 1], "min greater"),
+        ],
+    )
     def test_refuses_what_the_constructor_refuses(self, row, message):
         boxes = np.array([[0, 1, 0, 1, 0, 1], [0, 1, 0, 1, 0, 1], row], dtype=np.float64)
         for build in (GeoIndex, GeoIndex._from_array):

@@ -414,8 +414,13 @@ class TestReloadWithoutPerFileObjects:
         order = np.r_[3:n, 0:3]  # first use of the CRSs and dtypes in another order than their lists'
         shuffled = columns.take(order)
         whole = _merge([(shuffled, np.arange(n))], n)
-        split = _merge([(shuffled.take(np.arange(0, n, 2)), np.arange(0, n, 2)),
-                        (shuffled.take(np.arange(1, n, 2)), np.arange(1, n, 2))], n)
+        split = _merge(
+            [
+                (shuffled.take(np.arange(0, n, 2)), np.arange(0, n, 2)),
+                (shuffled.take(np.arange(1, n, 2)), np.arange(1, n, 2)),
+            ],
+            n,
+        )
         assert [c.to_wkt() for c in whole.crs_list] == [c.to_wkt() for c in split.crs_list]
         assert whole.dtypes == split.dtypes
         for name in ("crs_ids", "dtype_ids", "transforms", "shapes", "counts", "nodata", "has_nodata"):
