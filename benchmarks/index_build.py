@@ -22,7 +22,8 @@ and that TorchGeo indexes as many files over the same area.
 There is no DataLoader here: an index is built once, in the main process.
 
 Run (the bench env has TorchGeo): ``PYTHONPATH=src $VB/bin/python benchmarks/index_build.py``
-(``--quick``: 1k and 10k only; ``--sizes``; ``--torchgeo-max N`` skips TorchGeo above N files).
+(``--quick``: 1k and 10k only; ``--sizes``; ``--torchgeo-max N`` skips TorchGeo above N files;
+``--profile N``: where a new process's reload of the largest size spends its time, cProfile's N costliest functions).
 """
 
 from __future__ import annotations
@@ -94,26 +95,65 @@ _FRESH_RELOAD = """
 import sys, time
 import geopandas  # noqa: F401  (a training script has imported it)
 from pipekit.datasets import RasterDataset
+top = int(sys.argv[3])
+if top:
+    import cProfile
+    profile = cProfile.Profile()
+    profile.enable()
 cpu, start = time.process_time(), time.perf_counter()
 dataset = RasterDataset(sys.argv[1], index_cache=sys.argv[2])
-print(time.perf_counter() - start, time.process_time() - cpu, len(dataset))
+wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+if top:
+    import pstats
+    profile.disable()
+    pstats.Stats(profile, stream=sys.stderr).sort_stats("tottime").print_stats(top)
+print(wall, cpu, len(dataset))
 """
 
 
-def fresh_reload(root: Path, cache: Path) -> tuple[float, float]:
-    """The reload timed in a new process (as when a training script starts): wall and CPU seconds."""
+def fresh_reload(root: Path, cache: Path, profile: int = 0) -> tuple[float, float]:
+    """The reload timed in a new process (as when a training script starts): wall and CPU seconds.
+
+    ``profile``: run it under cProfile and print its ``profile`` costliest
+    functions (own time) to stderr (the seconds returned then include cProfile's overhead).
+    """
     import subprocess
     import sys
 
     done = subprocess.run(
-        [sys.executable, "-c", _FRESH_RELOAD, str(root), str(cache)],
+        [sys.executable, "-c", _FRESH_RELOAD, str(root), str(cache), str(profile)],
         check=True,
         capture_output=True,
         text=True,
         env=os.environ.copy(),
     )
+    if profile:
+        print(done.stderr, file=sys.stderr, flush=True)
     wall, cpu, _ = done.stdout.split()
     return float(wall), float(cpu)
+
+
+def reload_only(base: Path, sizes: list[int], reloads: int) -> None:
+    """``reloads`` new-process reloads of each size (files and index left by a ``--keep`` run): min / median / max.
+
+    The pipekit timed is the one on ``PYTHONPATH``: run it with another tree's
+    ``src`` (and alternate) to compare two versions on the same files.
+    """
+    import statistics
+
+    print(f"new-process reloads under {base}; load average {os.getloadavg()[0]:.1f}; seconds min / median / max")
+    for n in sizes:
+        root, cache = base / f"n{n}", base / f"index-{n}.parquet"
+        if not cache.is_file():
+            raise SystemExit(f"no saved index {cache}: run once with --dir {base} --keep --sizes {n}")
+        runs = [fresh_reload(root, cache) for _ in range(reloads)]
+        walls, cpus = [w for w, _ in runs], [c for _, c in runs]
+        print(
+            f"{n:>8,} files: wall {min(walls):.2f} / {statistics.median(walls):.2f} / {max(walls):.2f}, "
+            f"CPU {min(cpus):.2f} / {statistics.median(cpus):.2f} / {max(cpus):.2f}, "
+            f"load {os.getloadavg()[0]:.1f}",
+            flush=True,
+        )
 
 
 def compare_headers(root: Path, count: int) -> None:
@@ -169,6 +209,18 @@ def main(argv: list[str] | None = None) -> None:
         default=0,
         help="first time N headers read three ways (pipekit, tifffile, rasterio) on the first size",
     )
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="then one more new-process reload of the largest size under cProfile: its N costliest functions",
+    )
+    parser.add_argument(
+        "--reload-only",
+        action="store_true",
+        help="only --reloads new-process reloads of each size's files and saved index (left by --dir D --keep)",
+    )
     parser.add_argument("--dir", default=None, help="where to write the files (default: a temporary folder)")
     parser.add_argument("--keep", action="store_true", help="keep the files (reused by the next run with --dir)")
     args = parser.parse_args(argv)
@@ -195,6 +247,11 @@ def main(argv: list[str] | None = None) -> None:
         finally:
             del os.environ["PIPEKIT_FAST_HEADERS"]
 
+    if args.reload_only:
+        if not args.dir:
+            parser.error("--reload-only reloads what a run with --dir DIR --keep left in DIR")
+        reload_only(Path(args.dir), sizes, args.reloads)
+        return
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="index-build-"))
     print(
         f"files under {base}; cores {len(os.sched_getaffinity(0))}, default index_workers "
@@ -250,6 +307,13 @@ def main(argv: list[str] | None = None) -> None:
                 f"{f'{tg_s:.1f} ({tg_cpu:.1f})':>16} {tg_s / pk_s:>10.1f} {tg_cpu / pk_cpu:>9.1f} "
                 f"{os.getloadavg()[0]:>5.1f}",
                 flush=True,
+            )
+        if args.profile:
+            n = sizes[-1]
+            wall, cpu = fresh_reload(base / f"n{n}", base / f"index-{n}.parquet", args.profile)
+            print(
+                f"profiled new-process reload of {n:,} files: {wall:.2f} s ({cpu:.2f} s CPU) under cProfile, "
+                f"load average {os.getloadavg()[0]:.1f}"
             )
     finally:
         if not args.keep and not args.dir:

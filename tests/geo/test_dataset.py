@@ -914,3 +914,119 @@ class TestDtypes:
                 return torch.float64
 
         assert Float64Product(utm_scene["root"])[box(0, 0, 4, 4)]["image"].dtype == torch.float64
+
+
+class TestVectorisedFileTable:
+    """The file table's times and band spans, built without a per-file loop, equal what the loop gave."""
+
+    class Ranged(RasterDataset):
+        filename_regex = r"^t_(?:(?P<date>\d{8})|(?P<start>\d{8})?-(?P<stop>\d{8})?)_(?P<k>\d+)\.tif$"
+        date_format = "%Y%m%d"
+
+    @staticmethod
+    def _loop_times(ds: RasterDataset, paths: list[str], matches: list) -> np.ndarray:
+        """The per-file loop ``_build_file_table`` ran before (one ``_time_interval`` per file)."""
+        times = np.empty((len(paths), 2))
+        for k, (path, match) in enumerate(zip(paths, matches)):
+            times[k] = ds._time_interval(path, match)
+        return times
+
+    @staticmethod
+    def _outcome(fn):
+        try:
+            return fn()
+        except Exception as exc:
+            return type(exc), str(exc)
+
+    @pytest.fixture
+    def ranged(self, tmp_path, rasters) -> RasterDataset:
+        t = Affine(30.0, 0.0, X0, 0.0, -30.0, Y0)
+        rasters.write_tif(tmp_path / "t_20210701_0.tif", rasters.pattern(8, 8), UTM15, t)
+        return self.Ranged(tmp_path)
+
+    @pytest.mark.parametrize(
+        "names",
+        [
+            [
+                "t_20210701_0.tif",
+                "t_20210701_1.tif",
+                "t_20210702_2.tif",
+                "t_20200101-20201231_3.tif",
+                "t_-20201231_4.tif",
+                "t_20200101-_5.tif",
+                "t_-_6.tif",
+            ],
+            # the first file whose date fails is named, whichever group holds it (a stop, then a date)
+            ["t_20210101-20211399_2.tif", "t_20210701_0.tif", "t_20211301_1.tif"],
+            ["t_20210701_0.tif", "t_20211301_1.tif", "t_20211301_2.tif", "t_20211401_3.tif"],
+            ["t_20210701_0.tif", "t_20211301-20219999_1.tif", "t_20211301_2.tif"],  # the start fails first
+            ["t_20210701_0.tif"] * 3,  # one date for many files
+            # beyond datetime's range: not a ValueError, raised as the loop raised it
+            ["t_20210701_0.tif", "t_99991231_1.tif", "t_20211301_2.tif"],
+        ],
+    )
+    def test_times_equal_the_per_file_loop(self, ranged, tmp_path, names):
+        paths = [str(tmp_path / n) for n in names]
+        matches = [ranged._regex.match(n) for n in names]
+        expected = self._outcome(lambda: self._loop_times(ranged, paths, matches))
+        actual = self._outcome(lambda: ranged._file_times(paths, matches))
+        if isinstance(expected, np.ndarray):
+            np.testing.assert_array_equal(actual, expected)
+        else:
+            assert expected[0] in (ParseError, OverflowError) and actual == expected
+
+    def test_undated_regex_spans_all_time_and_dated_dataset_equals_loop(self, tmp_path, rasters):
+        t = Affine(30.0, 0.0, X0, 0.0, -30.0, Y0)
+        for name in (
+            "t_20210701_0.tif",
+            "t_20210701_1.tif",
+            "t_20200101-20201231_2.tif",
+            "t_-_3.tif",
+            "t_-20201231_4.tif",
+        ):
+            rasters.write_tif(tmp_path / name, rasters.pattern(8, 8), UTM15, t)
+        ds = self.Ranged(tmp_path)
+        matches = [ds._regex.match(Path(p).name) for p in ds.files]
+        np.testing.assert_array_equal(ds._files.times, self._loop_times(ds, ds.files, matches))
+        plain = RasterDataset(tmp_path)
+        assert np.isneginf(plain._files.times[:, 0]).all() and np.isposinf(plain._files.times[:, 1]).all()
+
+    def test_an_overridden_time_interval_is_asked_per_file(self, tmp_path, rasters):
+        class Shifted(self.Ranged):
+            def _time_interval(self, path, match):
+                start, stop = super()._time_interval(path, match)
+                return start + 1.0, stop + 1.0
+
+        t = Affine(30.0, 0.0, X0, 0.0, -30.0, Y0)
+        rasters.write_tif(tmp_path / "t_20210701_0.tif", rasters.pattern(8, 8), UTM15, t)
+        day = datetime(2021, 7, 1, tzinfo=timezone.utc).timestamp()
+        assert Shifted(tmp_path)._files.times[0, 0] == day + 1.0
+
+    def test_band_spans_and_overrides_equal_the_per_file_loop(self, tmp_path):
+        from pipekit.geo.discovery import _split_name
+
+        class Bands(RasterDataset):
+            filename_regex = r"^s(?P<scene>\d)_(?P<band>B\d)(?:_(?P<resolution>\d+m))?\.tif$"
+            separate_files = True
+            all_bands = ("B1", "B2")
+
+        ds = Bands.__new__(Bands)
+        ds._regex = re.compile(Bands.filename_regex, re.VERBOSE)
+        paths = [str(tmp_path / "a" / "s1_B1.tif"), str(tmp_path / "b" / "s2_B1_20m.tif"), "s3://bucket/x/s3_B1.tif"]
+        bands_of = [
+            {"B1": paths[0], "B2": str(tmp_path / "a" / "s1_B2.tif")},
+            {"B1": paths[1], "B2": str(tmp_path / "c" / "s2_B2_10m.tif")},
+            {"B1": paths[2], "B2": "s3://bucket/x/s3_B2.tif"},
+        ]
+        matches = [ds._regex.match(p.replace("\\", "/").rsplit("/", 1)[-1]) for p in paths]
+        spans, overrides = ds._band_columns(paths, matches, bands_of)
+        expected_spans, expected_overrides = [], {}
+        for k, (path, match) in enumerate(zip(paths, matches)):  # the loop _build_file_table ran before
+            offset = len(_split_name(path)[0])
+            start, stop = match.span("band")
+            expected_spans.append((offset + start, offset + stop))
+            for band, other in bands_of[k].items():
+                if other != path[: offset + start] + band + path[offset + stop :]:
+                    expected_overrides[(k, band)] = other
+        assert spans.tolist() == [list(s) for s in expected_spans] and spans.dtype == np.int64
+        assert overrides == expected_overrides == {(1, "B2"): str(tmp_path / "c" / "s2_B2_10m.tif")}

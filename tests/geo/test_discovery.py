@@ -6,6 +6,7 @@ import re
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 from affine import Affine
 from rasterio.crs import CRS
@@ -212,3 +213,181 @@ class TestInspectSharesTheDatasetsScenes:
             f"landsat/a/{landsat}_SR_B1.TIF", f"landsat/a/{landsat}_SR_B2.TIF", f"landsat/b/{landsat}_SR_B3.TIF"]
         assert len(entries[f"s2/copy1/{S2}_*_*.tif"][1]) == 3 and len(entries[f"s2/copy2/{S2}_*_*.tif"][1]) == 2
 
+
+
+class TestListingWithoutPerFileSteps:
+    """find_paths' one-scandir-per-folder listing, and the file table's helpers, equal the per-file code."""
+
+    @staticmethod
+    def _walk_reference(top: Path, pattern: str, regex) -> list[tuple[str, str]]:
+        """What find_files did before: os.walk, fnmatch on the name or relative path, side files, sorted."""
+        import fnmatch
+        import os
+
+        from pipekit.geo.discovery import _is_sidecar
+
+        found = []
+        for dirpath, _, names in os.walk(top):
+            rel = os.path.relpath(dirpath, top)
+            rel = "" if rel == os.curdir else rel + os.sep
+            for n in names:
+                if fnmatch.fnmatchcase(n, pattern) or (rel and fnmatch.fnmatchcase(rel + n, pattern)):
+                    found.append((os.path.join(dirpath, n), n))
+        kept = sorted((p, n) for p, n in found if not _is_sidecar(n))
+        return [(p, regex.match(n).group(0)) for p, n in kept if regex.match(n)]
+
+    @pytest.fixture
+    def tree(self, tmp_path: Path) -> Path:
+        import os
+
+        names = [
+            "b_20210702.tif",
+            "a_20210701.tif",
+            "sub/c_20210703.tif",
+            "sub/deeper/a_20210704.tif",
+            "sub2/x_20210705.tif",
+            "sub/.hidden_20210701.tif",
+            "a_20210701.tif.aux.xml",
+            "notes.txt",
+            "a-b_20210706.tif",
+            "sub.tif/z_20210707.tif",
+            "Z_20210708.tif",
+        ]
+        for name in names:
+            (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / name).write_bytes(b"")
+        (tmp_path / "elsewhere").mkdir()
+        (tmp_path / "elsewhere" / "e_20210709.tif").write_bytes(b"")
+        os.symlink(tmp_path / "elsewhere", tmp_path / "linked")  # a link to a folder: listed, not followed
+        os.symlink(tmp_path / "a_20210701.tif", tmp_path / "l_20210710.tif")  # a link to a file: a file
+        return tmp_path
+
+    @pytest.mark.parametrize("pattern", ["*", "*.tif", "sub/*.tif", "*/deeper/*", "a_*"])
+    def test_find_paths_equals_the_walk_of_before(self, tree, pattern):
+        from pipekit.geo.discovery import find_paths
+
+        regex = re.compile(r"[a-zA-Z-]+_(?P<date>\d{8})")
+        expected = self._walk_reference(tree, pattern, regex)
+        paths, matches = find_paths(tree, pattern, regex)
+        assert list(zip(paths, [m.group(0) for m in matches])) == expected
+        assert [(p, m.group(0)) for p, m in find_files(tree, pattern, regex)] == expected
+
+    def test_one_folder_of_names_in_any_order_and_a_glob(self, tmp_path):
+        from pipekit.geo.discovery import find_paths
+
+        names = [f"t_{(i * 7919) % 1000:04d}.tif" for i in range(1000)]
+        for name in names:
+            (tmp_path / name).write_bytes(b"")
+        paths, _ = find_paths(tmp_path, "*", re.compile(".*"))
+        assert paths == sorted(str(tmp_path / n) for n in names)
+        globbed, _ = find_paths(str(tmp_path / "t_00*.tif"), "*", re.compile(".*"))  # a glob's files, sorted
+        assert globbed == sorted(str(tmp_path / n) for n in names if n.startswith("t_00"))
+
+    @pytest.mark.parametrize(
+        "names",
+        [
+            ["a.tif", "b.tif"],
+            [".a.tif", "b.tif"],
+            ["a.tif", "b.TIF.AUX.XML"],
+            ["a.tif.Ovr"],
+            ["a.msk", "b"],
+            ["a.tif.aux", "b.ovr.tif"],
+            ["x\n.y", "z"],
+            ["ok"],
+            ["a.tif.aux.xml2"],
+            ["msk", "ovr", ".x"],
+        ],
+    )
+    def test_any_sidecar_agrees_with_each_name(self, names):
+        from pipekit.geo.discovery import _any_sidecar, _is_sidecar
+
+        if any(_is_sidecar(n) for n in names):
+            assert _any_sidecar(names)  # may say True otherwise (a name with a newline): names then checked one by one
+        elif not any("\n" in n for n in names):
+            assert not _any_sidecar(names)
+
+    @pytest.mark.parametrize(
+        "paths",
+        [
+            [],
+            ["/d/a.tif"],
+            ["/d/t_01.tif", "/d/t_02.tif", "/d/t_10.tif"],
+            ["/d/t_10.tif", "/d/t_02.tif", "/d/x.tif"],
+            ["/d/a.tif", "/e/b.tif"],
+            ["a.tif", "b.tif"],
+            ["/d/a\0.tif", "/d/a\0/d/a.tif"],
+            ["/d/a", "/d/a", "/d/ab"],
+            ["s3://b/p/x_1.tif", "s3://b/p/x_2.tif"],
+            ["/d/a.tif", "/d/a.tif\0/d/b", "/d/a.tif"],
+        ],
+    )
+    def test_strip_prefix_equals_commonprefix(self, paths):
+        import os
+
+        from pipekit.geo.discovery import _strip_prefix
+
+        prefix, names = _strip_prefix(list(paths))
+        expected = os.path.commonprefix(paths) if len(paths) > 1 else ""  # noqa: RUF071
+        assert prefix == expected
+        assert names == [p[len(expected) :] for p in paths]
+
+    def test_date_intervals_equal_date_interval(self):
+        from pipekit.geo.discovery import date_interval, date_intervals
+
+        texts = ["20210701", None, "", "20210701", "20211301", "20200229", "20210229", "20200229"]
+        column = date_intervals(texts, "%Y%m%d")
+        for k, text in enumerate(texts):
+            assert column.given[k] == bool(text)
+            if text in ("20211301", "20210229"):  # no such month, no such day
+                assert column.failed[k] and column.error(k) is not None
+                with pytest.raises(ValueError, match=re.escape(str(column.error(k)))):
+                    date_interval(text, "%Y%m%d")
+                continue
+            assert not column.failed[k] and column.error(k) is None
+            if not text:
+                assert np.isnan(column.intervals[k]).all()
+            else:
+                assert tuple(column.intervals[k].tolist()) == date_interval(text, "%Y%m%d")
+
+    def test_footprints_equal_the_corner_reduction(self):
+        from pipekit.geo.discovery import HeaderColumns, _FileTable
+
+        rng = np.random.default_rng(0)
+        n = 500
+        transforms = np.column_stack(
+            [
+                rng.uniform(-30, 30, n),
+                rng.uniform(-5, 5, n),
+                rng.uniform(-1e6, 1e6, n),
+                rng.uniform(-5, 5, n),
+                rng.uniform(-30, 30, n),
+                rng.uniform(-1e6, 1e6, n),
+            ]
+        )
+        transforms[::3, 1] = transforms[::3, 3] = 0.0  # north-up ones too
+        shapes = rng.integers(1, 5000, (n, 2))
+        columns = HeaderColumns(
+            [CRS.from_string(UTM15)],
+            np.zeros(n),
+            ["uint8"],
+            np.zeros(n),
+            transforms,
+            shapes,
+            np.ones(n),
+            np.full(n, np.nan),
+            np.zeros(n, dtype=bool),
+        )
+        table = _FileTable.from_columns([f"/d/{i}.tif" for i in range(n)], columns, np.zeros((n, 2)), None, {})
+        out = table.footprints(CRS.from_string(UTM15))
+        # the computation before: corners stacked into [N, 4] and reduced along that axis
+        t = transforms
+        h, w = shapes[:, 0].astype(np.float64), shapes[:, 1].astype(np.float64)
+        cols = np.stack([np.zeros_like(w), w, np.zeros_like(w), w], axis=1)
+        rows = np.stack([np.zeros_like(h), np.zeros_like(h), h, h], axis=1)
+        xs = t[:, 0:1] * cols + t[:, 1:2] * rows + t[:, 2:3]
+        ys = t[:, 3:4] * cols + t[:, 4:5] * rows + t[:, 5:6]
+        expected = np.column_stack([xs.min(axis=1), xs.max(axis=1), ys.min(axis=1), ys.max(axis=1)])
+        np.testing.assert_array_equal(out, expected)
+        for i in range(0, n, 50):
+            left, bottom, right, top = table.native_bounds(i)
+            np.testing.assert_allclose(out[i], [left, right, bottom, top], rtol=1e-12)

@@ -290,3 +290,33 @@ class TestPickle:
         index.query((0, 1, 0, 1))
         size = len(pickle.dumps(index, protocol=pickle.HIGHEST_PROTOCOL))
         assert index.bounds.nbytes <= size < index.bounds.nbytes * 1.01 + 1000
+
+
+class TestFromArray:
+    """``GeoIndex._from_array``: a dataset's new boxes taken without a copy, checked as the constructor checks."""
+
+    def test_takes_the_array_and_equals_the_copying_constructor(self):
+        boxes = np.array([[0, 10, 0, 10, 0, 5], [10, 20, 0, 10, -np.inf, np.inf]], dtype=np.float64)
+        index = GeoIndex._from_array(boxes)
+        assert np.shares_memory(index.bounds, boxes) and not index.bounds.flags.writeable
+        assert index == GeoIndex(boxes.copy()) and index.query((5, 12, 5, 6)).tolist() == [0, 1]
+
+    @pytest.mark.parametrize(
+        ("row", "message"),
+        [
+            ([0, np.nan, 0, 1, 0, 1], "NaN or infinite"),
+            ([0, 1, 0, np.inf, 0, 1], "NaN or infinite"),
+            ([0, 1, 0, 1, np.nan, 1], "NaN or infinite"),
+            ([2, 1, 0, 1, 0, 1], "min greater"),
+            ([0, 1, 0, 1, 5, 1], "min greater"),
+        ],
+    )
+    def test_refuses_what_the_constructor_refuses(self, row, message):
+        boxes = np.array([[0, 1, 0, 1, 0, 1], [0, 1, 0, 1, 0, 1], row], dtype=np.float64)
+        for build in (GeoIndex, GeoIndex._from_array):
+            with pytest.raises(ValueError, match=f"entry 2 .*{message}|entry 2 has a {message}"):
+                build(boxes.copy())
+
+    def test_refuses_another_layout(self):
+        with pytest.raises(ValueError, match="takes an"):
+            GeoIndex._from_array(np.zeros((3, 4)))

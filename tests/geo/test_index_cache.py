@@ -349,3 +349,80 @@ class TestListingThroughAnOutage:
             assert "gave up after 3 attempts" in str(err) and root in str(err)
         finally:
             server.start_again()
+
+
+class TestReloadWithoutPerFileObjects:
+    """A saved index compared with the listing in columns (Arrow, integers) gives what the per-file code gave."""
+
+    def test_local_stamps_are_the_texts_of_before(self, folder):
+        from pipekit.geo.index_cache import MtimeStamps, _fingerprint_columns, fingerprint_columns
+
+        paths = [*sorted(str(p) for p in folder.iterdir()), str(folder / "gone.tif")]
+        sizes, stamps = _fingerprint_columns(paths)
+        assert isinstance(stamps, MtimeStamps)
+        expected = [(os.stat(p).st_size, f"mtime_ns={os.stat(p).st_mtime_ns}") for p in paths[:-1]] + [(-1, "")]
+        assert list(zip(sizes.tolist(), stamps)) == expected
+        assert list(zip(*fingerprint_columns(paths))) == [(s, t) for s, t in expected]
+        # a file:// URL among them: the loop of before, the same fingerprints
+        url_sizes, url_stamps = _fingerprint_columns([f"file://{paths[0]}", *paths[1:]])
+        assert isinstance(url_stamps, list) and list(zip(url_sizes.tolist(), url_stamps)) == expected
+        assert stamps.arrow().to_pylist() == [t or None for _, t in expected]
+        assert stamps.take([2, 0]).tolist() == [expected[2][1], expected[0][1]]
+
+    def test_rows_of_with_integer_stamps_equals_rows_of_with_texts(self, folder, tmp_path):
+        from pipekit.geo.index_cache import _fingerprint_columns
+
+        where = RasterDataset(folder).save_index(tmp_path / "i.parquet")
+        paths = sorted(str(p) for p in folder.iterdir())
+        touched = folder / "tile_004.tif"
+        st = os.stat(touched)
+        os.utime(touched, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
+        cases = [paths, paths[::-1], paths[3:], [*paths, str(folder / "new.tif")], paths[:10] + paths[11:]]
+        for case in cases:
+            saved = read_index(where)
+            sizes, stamps = _fingerprint_columns(case)
+            fast = saved.rows_of(case, sizes, stamps)
+            slow = read_index(where).rows_of(case, sizes, list(stamps))
+            np.testing.assert_array_equal(fast, slow)
+        saved = read_index(where)
+        sizes, stamps = _fingerprint_columns(paths)
+        rows = saved.rows_of(paths, sizes, stamps)
+        assert rows[paths.index(str(touched))] == -1 and (np.delete(rows, paths.index(str(touched))) >= 0).all()
+
+    def test_saved_paths_out_of_order_are_accepted_and_repeated_ones_refused(self, folder, tmp_path):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        where = RasterDataset(folder).save_index(tmp_path / "i.parquet")
+        table = pq.read_table(where)
+        reversed_rows = table.take(pa.array(np.arange(table.num_rows)[::-1]))
+        pq.write_table(reversed_rows, where)
+        saved = read_index(where)
+        assert saved.paths == sorted(saved.paths, reverse=True) and len(saved.rows) == 30
+        assert RasterDataset(folder, index_cache=where).files == RasterDataset(folder).files
+        i = table.schema.get_field_index("filepath")
+        paths = table.column("filepath").to_pylist()
+        pq.write_table(table.set_column(i, "filepath", pa.array([paths[0], *paths[:-1]])), where)
+        with pytest.raises(IndexCacheError, match="appears twice"):
+            read_index(where)
+
+    def test_merge_of_one_whole_part_equals_the_general_merge(self, folder):
+        from pipekit.geo.index_cache import _merge
+
+        columns = read_index(RasterDataset(folder).save_index(folder / "i.parquet")).columns
+        n = len(columns)
+        order = np.r_[3:n, 0:3]  # first use of the CRSs and dtypes in another order than their lists'
+        shuffled = columns.take(order)
+        whole = _merge([(shuffled, np.arange(n))], n)
+        split = _merge(
+            [
+                (shuffled.take(np.arange(0, n, 2)), np.arange(0, n, 2)),
+                (shuffled.take(np.arange(1, n, 2)), np.arange(1, n, 2)),
+            ],
+            n,
+        )
+        assert [c.to_wkt() for c in whole.crs_list] == [c.to_wkt() for c in split.crs_list]
+        assert whole.dtypes == split.dtypes
+        for name in ("crs_ids", "dtype_ids", "transforms", "shapes", "counts", "nodata", "has_nodata"):
+            np.testing.assert_array_equal(getattr(whole, name), getattr(split, name), err_msg=name)
+        assert whole.crs_ids[0] == 0 and whole.dtype_ids[0] == 0  # renumbered by first use

@@ -272,16 +272,28 @@ class GeoIndex:
         self._bounds = self._validated(arr)
         self._tree: _Tree | None = None
 
+    @classmethod
+    def _from_array(cls, arr: np.ndarray) -> GeoIndex:
+        """An index that takes ``arr`` (a new ``[N, 6]`` float64 array nobody else holds) without copying it."""
+        if arr.dtype != np.float64 or arr.ndim != 2 or arr.shape[1] != 6:
+            raise ValueError(f"GeoIndex._from_array takes an [N, 6] float64 array, got {arr.dtype} {arr.shape}")
+        index = cls.__new__(cls)
+        index._bounds = cls._validated(arr)
+        index._tree = None
+        return index
+
     @staticmethod
     def _validated(arr: np.ndarray) -> np.ndarray:
         if len(arr):
-            bad = np.isnan(arr).any(axis=1) | ~np.isfinite(arr[:, :4]).all(axis=1)
-            if bad.any():
+            # whole-array checks first (reducing [N, 6] along its short axis costs several times more),
+            # the offending row looked for only when one fails
+            if np.isnan(arr[:, 4:]).any() or not np.isfinite(arr[:, :4]).all():
+                bad = np.isnan(arr).any(axis=1) | ~np.isfinite(arr[:, :4]).all(axis=1)
                 i = int(np.flatnonzero(bad)[0])
-                raise ValueError(
-                    f"GeoIndex entry {i} has NaN or infinite spatial bounds: {arr[i].tolist()}"
-                )
-            bad = (arr[:, 0] > arr[:, 1]) | (arr[:, 2] > arr[:, 3]) | (arr[:, 4] > arr[:, 5])
+                raise ValueError(f"GeoIndex entry {i} has NaN or infinite spatial bounds: {arr[i].tolist()}")
+            bad = arr[:, 0] > arr[:, 1]
+            bad |= arr[:, 2] > arr[:, 3]
+            bad |= arr[:, 4] > arr[:, 5]
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])
                 raise ValueError(
