@@ -323,7 +323,7 @@ def inspect_rasters(listing: Listing, product_name: str | None, storage_options:
         # rasters without a CRS are reported in the table; rasterio's warning would only repeat it
         warnings.simplefilter("ignore", NotGeoreferencedWarning)
         first = candidates[0][0]
-        # fsspec file objects reach GDAL through a Python-file handler that is not safe across threads
+        # fsspec file objects reach GDAL through rasterio's Python-file handler: one thread (see geo.index_cache)
         workers = 1 if not geo_io.is_local(first) and not geo_io.uses_gdal_network(opener, first) else None
         metas = read_headers([c[0] for c in candidates], lambda url: _read_meta(opener, url, *named[url]), workers)
     scene_of = _scenes(candidates)

@@ -749,8 +749,9 @@ class IndexCacheMixin:
         reader = FastHeaderReader(lambda p: read_header(opener, p, name))
         workers = self.index_workers
         if misses and not geo_io.is_local(paths[misses[0]]) and not geo_io.uses_gdal_network(opener, paths[misses[0]]):
-            # rasterio opens fsspec file objects through one Python-file handler that is not safe across
-            # threads: concurrent opens aborted GDAL ("Fatal Python error: Aborted") while reading S3 headers
+            # fsspec file objects through rasterio's Python-file handler: kept on one thread. An abort once
+            # blamed on concurrent opens was a read raising into GDAL (fixed: see geo_io.OpenerReadError);
+            # whether rasterio's handler is safe across threads is not established, so this stays serial
             workers = 1
         results = read_headers(
             [paths[i] for i in misses],
