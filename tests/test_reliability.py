@@ -236,6 +236,9 @@ def pipelines(tmp: Path) -> dict[str, Callable[[], Any]]:
         "ListSource": lambda: ListSource(list(range(8)), shuffle=True),
         "SequenceWrapper+to_iter_datapipe": lambda: SequenceWrapper(list(range(6))).to_iter_datapipe(),
         "datasets.TarShards": lambda: datasets.TarShards(str(images / "shards"), batch_size=2, shuffle_buffer=3),
+        # training crops: the augment pipe that runs torchvision's ops on the plain image tensor
+        "datasets.TarShards(size)": lambda: datasets.TarShards(str(images / "shards"), batch_size=2, shuffle_buffer=3,
+                                                               size=8),
         "datasets.ImageFolder": lambda: datasets.ImageFolder(str(images / "folder"), batch_size=2),
     }
 
@@ -248,7 +251,7 @@ PIPELINES = [
     "SampleMultiplexer", "readlines", "parse_csv", "parse_csv_as_dict", "prefetch+pin_memory", "augment",
     "augment_batch", "round_robin_demux", "unzip", "random_split", "shard_expand+list_files_by_fsspec",
     "load_from_tar+webdataset", "load_from_zip", "zip_longest+zip_with_iter", "ListSource",
-    "SequenceWrapper+to_iter_datapipe", "datasets.TarShards", "datasets.ImageFolder",
+    "SequenceWrapper+to_iter_datapipe", "datasets.TarShards", "datasets.TarShards(size)", "datasets.ImageFolder",
 ]
 
 
