@@ -50,7 +50,7 @@ What is measured (issue 3, "Speed" and "From S3"):
    as ``Landsat8(root="s3://bucket/landsat8/", storage_options=...) & CDL(root="s3://bucket/cdl/", ...)``
    through GDAL's ``/vsis3/`` (pipekit's default) and through fsspec
    (``vsi=False``), against the same COGs on local disk, with 0 workers: once
-   with pipekit's caches (its ``GDAL_CACHEMAX`` and per-file ``VSI_CACHE``) and
+   with pipekit's caches (its ``GDAL_CACHEMAX``, /vsicurl/'s region cache) and
    once with them off (8 MiB block cache, ``VSI_CACHE=FALSE`` and
    ``CPL_VSIL_CURL_NON_CACHED`` through ``gdal_options=``).  A counting TCP proxy
    on 127.0.0.1 in front of the S3 port counts the bytes received, for GDAL's
@@ -990,7 +990,7 @@ def child_s3(spec: dict[str, Any]) -> dict[str, Any]:
     configure_gdal(spec["small_cachemax"] if caches_off else spec["cachemax"])
     if variant.endswith("-serial"):  # pipekit before issue 12: a sample's band files read one after another
         geo_io.CONCURRENT_PARTS = False
-    if variant.endswith("-serial") or variant.endswith("-envs"):  # before issue 12's S3 work: the GDAL
+    if variant.endswith("-serial") or variant.endswith("-envs") or variant.endswith("-before"):  # before issue 12's S3 work: the GDAL
         geo_io.LANE_ENV = False  # environment entered and left around every open and read
     cog_root = Path(spec["cog_root"])
     proxy = None
@@ -1012,6 +1012,8 @@ def child_s3(spec: dict[str, Any]) -> dict[str, Any]:
             "vsi": None if variant.startswith("vsi") else False,
             "gdal_options": dict(spec["gdal_options"]) if variant.endswith("-gdal") else {},
         }
+        if variant.endswith("-before"):  # pipekit's per-file VSI cache before issue 12's S3 work
+            build_args["gdal_options"].update({"VSI_CACHE": "TRUE", "VSI_CACHE_SIZE": 8 * MIB})
         if caches_off:  # no per-file VSI cache, no /vsicurl/ region cache (the GDAL block cache is small)
             build_args["gdal_options"].update(
                 {"VSI_CACHE": "FALSE", "CPL_VSIL_CURL_NON_CACHED": f"/vsis3/{spec['bucket']}/"}
@@ -1071,6 +1073,7 @@ S3_LABELS = {
     "local": "local COGs",
     "vsi": "S3, GDAL /vsis3/",
     "vsi-envs": "S3, /vsis3/, GDAL env entered per read",
+    "vsi-before": "S3, /vsis3/, env per read + VSI_CACHE 8 MiB",
     "vsi-serial": "S3, /vsis3/, band files one by one",
     "vsi-gdal": "S3, /vsis3/ with --s3-gdal options",
     "fsspec": "S3, fsspec (vsi=False)",
@@ -1188,7 +1191,7 @@ def s3_section(args: argparse.Namespace, root: Path) -> None:
         "  MiB/patch: bytes received from the server per patch (HTTP headers included); touched MiB: compressed "
         "size of\n  the full-resolution tiles each patch touches (6 band files + the CDL); new MiB: of those, "
         "tiles no earlier\n  patch of the run touched. Pass 1 includes opening the files (headers) in the reading "
-        f"threads.\n  pipekit's defaults: GDAL_CACHEMAX {pipekit_cachemax()} MiB, VSI_CACHE 8 MiB per file; "
+        f"threads.\n  pipekit's defaults: GDAL_CACHEMAX {pipekit_cachemax()} MiB, no per-file VSI_CACHE; "
         f"small cache / caches off: GDAL_CACHEMAX {args.small_cachemax} MiB,\n  and for S3 VSI_CACHE=FALSE and "
         "CPL_VSIL_CURL_NON_CACHED (gdal_options=), so every patch fetches its tiles again."
     )
@@ -1198,7 +1201,7 @@ def s3_section(args: argparse.Namespace, root: Path) -> None:
                 f"  {S3_LABELS[variant]}: dataset built (listing + headers) in {r['build']:.2f} s, "
                 f"{r['build_bytes'] / 1024:,.0f} KiB in {r['build_requests']} requests"
             )
-    for variant in ("vsi", "vsi-envs", "vsi-serial", "vsi-gdal", "fsspec", "vsi-nocache", "fsspec-nocache"):
+    for variant in ("vsi", "vsi-envs", "vsi-before", "vsi-serial", "vsi-gdal", "fsspec", "vsi-nocache", "fsspec-nocache"):
         if variant not in results or "error" in results[variant]:
             continue
         r = results[variant]
@@ -1274,7 +1277,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--s3-variants",
         nargs="+",
         choices=list(S3_LABELS),
-        default=[v for v in S3_LABELS if v != "vsi-gdal"],
+        default=[v for v in S3_LABELS if v not in ("vsi-gdal", "vsi-envs", "vsi-before")],
         help="S3 section variants (default all); e.g. local vsi for the first-pass ratio",
     )
     p.add_argument("--s3-repeat", type=int, default=1, help="rounds of the S3 variants, side by side (default 1)")

@@ -92,8 +92,11 @@ GDAL_OPTIONS: dict[str, Any] = {
 #: GDAL configuration in effect while remote files are opened and read.
 REMOTE_GDAL_OPTIONS: dict[str, Any] = {
     "GDAL_DISABLE_READDIR_ON_OPEN": "EMPTY_DIR",  # no directory listing, no sidecar probing
-    "VSI_CACHE": "TRUE",
-    "VSI_CACHE_SIZE": 8 * 2**20,  # bytes, per open file
+    # no per-file VSI cache on top of /vsicurl/'s own region cache (CPL_VSIL_CURL_CACHE_SIZE, 16 MiB a process):
+    # decoded tiles live in GDAL's block cache, and the second copy of every byte cost ~1-3 ms of CPU a
+    # sample from S3 for the same bytes and requests (benchmarks/README.md, issue 12, 2026-11-26);
+    # gdal_options={"VSI_CACHE": "TRUE", "VSI_CACHE_SIZE": ...} restores it
+    "VSI_CACHE": "FALSE",
     "GDAL_HTTP_MULTIRANGE": "YES",
     "GDAL_HTTP_MERGE_CONSECUTIVE_RANGES": "YES",
     "CPL_VSIL_CURL_USE_HEAD": "NO",
