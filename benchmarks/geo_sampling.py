@@ -990,8 +990,8 @@ def child_s3(spec: dict[str, Any]) -> dict[str, Any]:
     configure_gdal(spec["small_cachemax"] if caches_off else spec["cachemax"])
     if variant.endswith("-serial"):  # pipekit before issue 12: a sample's band files read one after another
         geo_io.CONCURRENT_PARTS = False
-    if variant.endswith("-serial") or variant.endswith("-envs") or variant.endswith("-before"):  # before issue 12's S3 work: the GDAL
-        geo_io.LANE_ENV = False  # environment entered and left around every open and read
+    if variant.endswith(("-serial", "-envs", "-before")):  # before issue 12's S3 work:
+        geo_io.LANE_ENV = False  # the GDAL environment entered and left around every open and read
     cog_root = Path(spec["cog_root"])
     proxy = None
     if variant.startswith("local"):
@@ -1201,7 +1201,16 @@ def s3_section(args: argparse.Namespace, root: Path) -> None:
                 f"  {S3_LABELS[variant]}: dataset built (listing + headers) in {r['build']:.2f} s, "
                 f"{r['build_bytes'] / 1024:,.0f} KiB in {r['build_requests']} requests"
             )
-    for variant in ("vsi", "vsi-envs", "vsi-before", "vsi-serial", "vsi-gdal", "fsspec", "vsi-nocache", "fsspec-nocache"):
+    for variant in (
+        "vsi",
+        "vsi-envs",
+        "vsi-before",
+        "vsi-serial",
+        "vsi-gdal",
+        "fsspec",
+        "vsi-nocache",
+        "fsspec-nocache",
+    ):
         if variant not in results or "error" in results[variant]:
             continue
         r = results[variant]

@@ -45,10 +45,12 @@ def _options_seen(opener: RasterOpener, url: str) -> dict:
 
 class TestLaneEnv:
     def test_kept_on_io_thread_and_switched_for_another_environment(self):
-        a = RasterOpener({"endpoint_url": "http://127.0.0.1:1", "key": "k", "secret": "s"},
-                         gdal_options={"GDAL_HTTP_TIMEOUT": "17"})
-        b = RasterOpener({"endpoint_url": "http://127.0.0.1:1", "key": "k", "secret": "s"},
-                         gdal_options={"GDAL_HTTP_TIMEOUT": "23"})
+        a = RasterOpener(
+            {"endpoint_url": "http://127.0.0.1:1", "key": "k", "secret": "s"}, gdal_options={"GDAL_HTTP_TIMEOUT": "17"}
+        )
+        b = RasterOpener(
+            {"endpoint_url": "http://127.0.0.1:1", "key": "k", "secret": "s"}, gdal_options={"GDAL_HTTP_TIMEOUT": "23"}
+        )
         seen = _options_seen(a, "s3://bucket/a.tif")
         assert seen["thread"].startswith("pipekit-geo-io")
         assert seen["inside"]["GDAL_HTTP_TIMEOUT"] == "17"
@@ -59,8 +61,9 @@ class TestLaneEnv:
         assert seen["inside"]["GDAL_HTTP_TIMEOUT"] == "17"
 
     def test_left_on_request_and_never_kept_off_the_io_threads(self):
-        opener = RasterOpener({"endpoint_url": "http://127.0.0.1:1", "key": "k", "secret": "s"},
-                              gdal_options={"GDAL_HTTP_TIMEOUT": "17"})
+        opener = RasterOpener(
+            {"endpoint_url": "http://127.0.0.1:1", "key": "k", "secret": "s"}, gdal_options={"GDAL_HTTP_TIMEOUT": "17"}
+        )
         resolved = opener.resolve("s3://bucket/a.tif")
         with opener.env(resolved):  # the calling thread: entered and left as before
             assert rasterio.env.getenv()["GDAL_HTTP_TIMEOUT"] == "17"
@@ -76,8 +79,9 @@ class TestLaneEnv:
 
     def test_switched_off_enters_per_block(self, monkeypatch):
         monkeypatch.setattr(geo_io, "LANE_ENV", False)
-        opener = RasterOpener({"endpoint_url": "http://127.0.0.1:1", "key": "k", "secret": "s"},
-                              gdal_options={"GDAL_HTTP_TIMEOUT": "17"})
+        opener = RasterOpener(
+            {"endpoint_url": "http://127.0.0.1:1", "key": "k", "secret": "s"}, gdal_options={"GDAL_HTTP_TIMEOUT": "17"}
+        )
         seen = _options_seen(opener, "s3://bucket/a.tif")
         assert seen["inside"]["GDAL_HTTP_TIMEOUT"] == "17"
         assert "GDAL_HTTP_TIMEOUT" not in seen["after"]

@@ -138,6 +138,7 @@ def is_transient_gdal(exc: BaseException) -> bool:
         current = current.__cause__ if current.__cause__ is not None else current.__context__
     return False
 
+
 # fsspec file objects handed to rasterio's opener: each read fetches what GDAL
 # asks for (a header, a tile) plus a small read-ahead for the header's many
 # small reads, instead of s3fs's default 5 MB read-ahead.
@@ -344,8 +345,9 @@ def surfacing_opener_errors(url: str) -> Iterator[None]:
         failure = _take_opener_failure()
         if failure is None:
             raise
-        raise OpenerReadError(f"reading {url} failed: {type(failure).__name__}: {failure} "
-                              f"(GDAL: {type(exc).__name__}: {exc})") from failure
+        raise OpenerReadError(
+            f"reading {url} failed: {type(failure).__name__}: {failure} (GDAL: {type(exc).__name__}: {exc})"
+        ) from failure
     failure = _take_opener_failure()
     if failure is not None:
         raise OpenerReadError(f"reading {url} failed: {type(failure).__name__}: {failure}") from failure
@@ -538,8 +540,10 @@ class RasterOpener:
         return hash(self.key)
 
     def __repr__(self) -> str:
-        shown = {k: ("***" if k in ("secret", "token", "aws_secret_access_key") else v)
-                 for k, v in self.storage_options.items()}
+        shown = {
+            k: ("***" if k in ("secret", "token", "aws_secret_access_key") else v)
+            for k, v in self.storage_options.items()
+        }
         return f"RasterOpener(storage_options={shown!r}, vsi={self.vsi!r})"
 
     # -- resolution ------------------------------------------------------------
@@ -678,8 +682,9 @@ def store_unreachable(opener: RasterOpener, url: str) -> bool:
     return False
 
 
-def retry_read(fn: Callable[[], T], *, opener: RasterOpener, url: str, stage: str,
-               recover: Callable[[], None] | None = None) -> T:
+def retry_read(
+    fn: Callable[[], T], *, opener: RasterOpener, url: str, stage: str, recover: Callable[[], None] | None = None
+) -> T:
     """``fn()`` (a window read of remote rasters) tried again after transient failures, under the default budget.
 
     GDAL retries each HTTP request a few times by itself; this covers an
@@ -712,8 +717,9 @@ def retry_read(fn: Callable[[], T], *, opener: RasterOpener, url: str, stage: st
         return reachable_failures[0] == 1
 
     try:
-        return default_policy().call(fn, action="read raster", url=url, stage=stage, recover=recover,
-                                     transient=transient)
+        return default_policy().call(
+            fn, action="read raster", url=url, stage=stage, recover=recover, transient=transient
+        )
     except ReadError as exc:
         failed = getattr(exc.__cause__, "url", None)
         if exc.action == "read raster" and exc.url == url and isinstance(failed, str) and failed != url:
@@ -845,8 +851,10 @@ def open_handle(opener: RasterOpener, url: str, stage: str = "RasterOpener") -> 
 
 # -- the per-process, per-thread handle cache -----------------------------------------------
 
-_budget = {"max_files": int(os.environ.get("PIPEKIT_GEO_MAX_OPEN_FILES", "128")),
-           "max_bytes": int(os.environ.get("PIPEKIT_GEO_MAX_HANDLE_BYTES", str(1 << 30)))}
+_budget = {
+    "max_files": int(os.environ.get("PIPEKIT_GEO_MAX_OPEN_FILES", "128")),
+    "max_bytes": int(os.environ.get("PIPEKIT_GEO_MAX_HANDLE_BYTES", str(1 << 30))),
+}
 
 
 def set_handle_budget(max_files: int | None = None, max_bytes: int | None = None) -> None:
@@ -978,8 +986,9 @@ class _Lanes:
 
     def __init__(self, count: int) -> None:
         self.pid = os.getpid()
-        self.executors = [concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"pipekit-geo-io-{k}")
-                          for k in range(count)]
+        self.executors = [
+            concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"pipekit-geo-io-{k}") for k in range(count)
+        ]
         self.pending = [0] * count
         self._lock = threading.Lock()
 
@@ -1034,8 +1043,9 @@ def run_remote(fn: Callable[..., T], *args: Any) -> T:
     return lanes.submit(lanes.idlest(), fn, *args).result()
 
 
-def run_parts(fn: Callable[[int], T], count: int, failed: Callable[[int], None] | None = None,
-              lanes: Sequence[int] | None = None) -> list[T]:
+def run_parts(
+    fn: Callable[[int], T], count: int, failed: Callable[[int], None] | None = None, lanes: Sequence[int] | None = None
+) -> list[T]:
     """``[fn(0), ..., fn(count - 1)]``, each ``fn(k)`` on I/O thread ``k % REMOTE_IO_THREADS``, all at once.
 
     The parts of one read (the band files of a scene): GDAL releases the GIL
