@@ -13,8 +13,15 @@ b/a (target: pipekit >= 0.98x the plain loader) and the CPU time per sample of
 each (the loader's process and its workers, read from ``/proc``), which moves
 less than wall time when the machine is shared.  Then the plumbing alone: CPU
 µs per item of a 5-pipe chain of ints.  Then JPEG decoding alone:
-pipekit's ``decode_image`` against PIL (``Image.open(...).convert("RGB")`` to a
-tensor), which is what most hand-written datasets use.
+pipekit's ``decode_image`` against the plain side's ``torchvision.io.decode_image``
+call and against PIL (``Image.open(...).convert("RGB")`` to a tensor), which is
+what most hand-written datasets use.
+
+One difference in the work: pipekit's ``decode_image`` applies the EXIF
+orientation of each JPEG (``apply_exif_orientation=True``), the plain side's
+``decode_image`` call does not (torchvision's default).  The synthetic JPEGs
+have no EXIF block, so both give the same tensors; parsing for the tag costs
+about 2 µs a JPEG (measured in ``benchmarks/README.md``, issue 12 section).
 
 Run: ``./run bench pipes_overhead`` (``--help`` for options).
 """
@@ -166,27 +173,34 @@ def compare(plain, ours, epochs: int) -> tuple[float, float, float, float]:
     )
 
 
-def decode_rates(files: list[str], repeats: int) -> tuple[float, float]:
+def decode_rates(files: list[str], repeats: int) -> tuple[float, float, float]:
+    """Images/s of pipekit's ``decode_image``, the plain side's torchvision call, and PIL (median of ``repeats``)."""
     blobs = [Path(f).read_bytes() for f in files]
 
     def with_pipekit() -> None:
-        for _ in IterableWrapper([(f, io.BytesIO(b)) for f, b in zip(files, blobs)]).decode_image(mode="RGB"):
+        items = [(f, io.BytesIO(b)) for f, b in zip(files, blobs)]  # fresh streams: no deep copy needed
+        for _ in IterableWrapper(items, deepcopy=False).decode_image(mode="RGB"):
             pass
+
+    def with_torchvision() -> None:  # what PlainFolder.__getitem__ calls
+        for b in blobs:
+            tv_decode_image(torch.frombuffer(bytearray(b), dtype=torch.uint8))
 
     def with_pil() -> None:
         for b in blobs:
             torch.from_numpy(np.asarray(Image.open(io.BytesIO(b)).convert("RGB"))).permute(2, 0, 1)
 
-    out = []
-    for fn in (with_pipekit, with_pil):
+    fns = (with_pipekit, with_torchvision, with_pil)
+    times: list[list[float]] = [[] for _ in fns]
+    for fn in fns:
         fn()
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
+    for _ in range(repeats):  # alternated, so that drift in the machine's load hits all three
+        for fn, out in zip(fns, times):
+            t0 = time.process_time()
             fn()
-            times.append(time.perf_counter() - t0)
-        out.append(len(blobs) / statistics.median(times))
-    return out[0], out[1]
+            out.append(time.process_time() - t0)
+    pk, tv, pil = (len(blobs) / statistics.median(t) for t in times)
+    return pk, tv, pil
 
 
 def chain_cost(items: int = 100_000, repeats: int = 3) -> float:
@@ -260,8 +274,12 @@ def main() -> None:
     print(f"5-pipe chain (shuffle, sharding_filter, map, batch) in pipekit.DataLoader: {chain_cost():.1f} µs CPU/item")
     if args.read_only:
         return
-    pk, pil = decode_rates(files, args.epochs)
-    print(f"JPEG decode: pipekit decode_image {pk:.1f} img/s, PIL {pil:.1f} img/s, ratio {pk / pil:.2f}x")
+    pk, tv, pil = decode_rates(files, args.epochs)
+    print(
+        f"JPEG decode (CPU time): pipekit decode_image {pk:.1f} img/s ({1e6 / pk:.0f} us), torchvision "
+        f"decode_image as the plain side calls it {tv:.1f} img/s ({1e6 / tv:.0f} us, no EXIF orientation), "
+        f"PIL {pil:.1f} img/s; pipekit/torchvision {pk / tv:.3f}x, pipekit/PIL {pk / pil:.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from rasterio.io import MemoryFile
 from rasterio.transform import Affine
 
 from pipekit.errors import DecodeError, ReadError
-from pipekit.pipes import Decoder, ImageDecoder, IterableWrapper
+from pipekit.pipes import Decoder, ImageDecoder, IterableWrapper, StreamWrapper
 from pipekit.testing import assert_resumes, resume_after
 
 
@@ -30,8 +30,13 @@ def encode(arr: np.ndarray, fmt: str, **kwargs) -> bytes:
 def geotiff(arr: np.ndarray) -> bytes:
     bands, height, width = arr.shape
     profile = {
-        "driver": "GTiff", "width": width, "height": height, "count": bands, "dtype": str(arr.dtype),
-        "crs": "EPSG:4326", "transform": Affine(0.1, 0, 10, 0, -0.1, 50),
+        "driver": "GTiff",
+        "width": width,
+        "height": height,
+        "count": bands,
+        "dtype": str(arr.dtype),
+        "crs": "EPSG:4326",
+        "transform": Affine(0.1, 0, 10, 0, -0.1, 50),
     }
     with MemoryFile() as mem:
         with mem.open(**profile) as ds:
@@ -170,6 +175,33 @@ class TestImageDecoder:
             list(IterableWrapper([("a.png", 42)]).decode_image(on_error="skip"))
         with pytest.raises(TypeError, match="text mode"):
             list(IterableWrapper([("a.png", io.StringIO("text"))], deepcopy=False).decode_image())
+
+    def test_stream_wrappers_read_and_closed(self, image_dir: Path) -> None:
+        # open_files_by_fsspec's streams are read through the wrapped file and closed via the wrapper.
+        path = str(image_dir / "a.png")
+        stream = StreamWrapper(Tracking((image_dir / "a.png").read_bytes()), name=path)
+        [(url, img)] = list(IterableWrapper([(path, stream)], deepcopy=False).decode_image())
+        assert url == path and img.shape == (3, 4, 5)
+        assert stream.closed and stream.file_obj.was_closed
+
+    def test_stream_wrapper_read_error_names_url_and_stage(self) -> None:
+        stream = StreamWrapper(FailingStream(), name="s3://b/x.png")
+        with pytest.raises(ReadError, match="connection reset") as info:
+            list(IterableWrapper([("s3://b/x.png", stream)], deepcopy=False).decode_image())
+        assert (info.value.url, info.value.stage) == ("s3://b/x.png", "decode_image")
+        assert stream.closed  # closed even though the read failed
+        text = StreamWrapper(io.StringIO("text"), name="t.png")
+        with pytest.raises(TypeError, match="text mode"):
+            list(IterableWrapper([("t.png", text)], deepcopy=False).decode_image())
+
+    def test_child_stream_closes_its_parent(self) -> None:
+        # A wrapper with a parent (an archive member) goes through StreamWrapper.close's bookkeeping.
+        parent = StreamWrapper(Tracking(b"archive"))
+        parent.close_on_last_child = True
+        child = StreamWrapper(Tracking(encode(RGB, "PNG")), parent_stream=parent)
+        out = list(IterableWrapper([("m.png", child)], deepcopy=False).decode_image())
+        assert out[0][1].shape == (3, 4, 5)
+        assert child.closed and parent.closed
 
     def test_len(self) -> None:
         assert len(IterableWrapper([("a", b"")] * 3).decode_image()) == 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 
 import pytest
@@ -114,8 +115,11 @@ class TestPipesTorchDoesNotStart:
             lambda: IterableWrapper(range(10)).random_split(
                 total_length=10, weights={"a": 0.5, "b": 0.5}, seed=0, target="a"
             ),
-            lambda: IterableWrapper([(f"k{i}", i) for i in range(8)]).to_map_datapipe()
-            .to_iter_datapipe(indices=[f"k{i}" for i in range(8)]),
+            lambda: (
+                IterableWrapper([(f"k{i}", i) for i in range(8)])
+                .to_map_datapipe()
+                .to_iter_datapipe(indices=[f"k{i}" for i in range(8)])
+            ),
         ],
     )
     def test_their_position_is_kept(self, make):
@@ -137,3 +141,49 @@ def test_register_stateless():
     assert not_snapshot_capable(pipe) == ["Passthrough"]
     register_stateless(Passthrough)
     assert not_snapshot_capable(pipe) == []
+
+
+class CountsLookups(IterDataPipe):
+    """A stateless pipe that records the attributes missed on its instances (torch's ``__getattr__`` path)."""
+
+    stateless = True
+    missed: list[str] = []
+
+    def __init__(self, source):
+        self.source = source
+
+    def __iter__(self):
+        yield from self.source
+
+    def __getattr__(self, name):
+        CountsLookups.missed.append(name)
+        return super().__getattr__(name)
+
+
+class Pausable(IterDataPipe):
+    stateless = True
+    paused = 0
+
+    def __init__(self, source):
+        self.source = source
+
+    def __iter__(self):
+        yield from self.source
+
+    @contextlib.contextmanager
+    def pause(self):
+        Pausable.paused += 1
+        yield
+
+
+def test_snapshot_looks_for_pause_on_the_class():
+    # A pipe without pause() is not asked for it on the instance: there torch's IterDataPipe.__getattr__
+    # raises an AttributeError, once per pipe with every checkpoint (every batch in DataLoader workers).
+    CountsLookups.missed.clear()
+    Pausable.paused = 0
+    pipe = Pausable(CountsLookups(IterableWrapper(range(4))))
+    it = iter(pipe)
+    next(it)
+    assert snapshot_pipeline(pipe) is not None
+    assert "pause" not in CountsLookups.missed
+    assert Pausable.paused == 1  # pipes that have one are still paused

@@ -18,7 +18,7 @@ import torch
 
 from pipekit.decoders import decode_image_bytes, default_handlers, normalize_image_mode
 from pipekit.errors import DecodeError, ReadError, SkipLog, StageError, check_on_error
-from pipekit.pipes.base import IterDataPipe, functional_datapipe
+from pipekit.pipes.base import IterDataPipe, StreamWrapper, functional_datapipe
 
 __all__ = ["Decoder", "ImageDecoder"]
 
@@ -26,6 +26,9 @@ _BYTES = (bytes, bytearray, memoryview)
 
 
 def _split_item(item: Any, stage: str) -> tuple[str, Any]:
+    if type(item) is tuple and len(item) == 2:  # the usual (url, stream) pair: no further checks
+        url, data = item
+        return url if type(url) is str else str(url), data
     if not (isinstance(item, (tuple, list)) and len(item) == 2):
         raise TypeError(f"{stage}: expected (url, stream_or_bytes) tuples, got {type(item).__name__}: {item!r:.80}")
     url, data = item
@@ -34,8 +37,24 @@ def _split_item(item: Any, stage: str) -> tuple[str, Any]:
 
 def _read_all(data: Any, url: str, stage: str) -> Any:
     """Read a stream fully and close it; bytes-likes become ``bytes``; anything else is returned."""
-    if isinstance(data, bytes):
+    kind = type(data)
+    if kind is bytes:
         return data
+    if kind is StreamWrapper and data.parent_stream is None:
+        # What open_files_by_fsspec yields: read the wrapped file itself (the wrapper's
+        # __getattr__ costs a lookup per call), then close through the wrapper, which marks it closed.
+        file = data.file_obj
+        try:
+            out = file.read()
+        except Exception as exc:
+            raise ReadError("read", url, stage, f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            data.close()
+        if type(out) is bytes:
+            return out
+        if isinstance(out, str):
+            raise TypeError(f"{stage}: the stream of {url!r} is in text mode; open files in binary mode ('rb')")
+        return bytes(out)
     if isinstance(data, _BYTES):
         return bytes(data)
     read = getattr(data, "read", None)
@@ -113,15 +132,16 @@ class ImageDecoder(IterDataPipe[tuple[str, torch.Tensor]]):
         self.skip_log = SkipLog("decode_image")
 
     def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
+        mode, skip = self.mode, self.on_error != "raise"
         for item in self.source_datapipe:
             url, data = _split_item(item, "decode_image")
             try:
                 raw = _read_all(data, url, "decode_image")
                 if isinstance(raw, str):
                     raise TypeError(f"decode_image: got a str for {url!r}, expected bytes or a binary stream")
-                image = decode_image_bytes(raw, mode=self.mode, url=url, stage="decode_image")
+                image = decode_image_bytes(raw, mode=mode, url=url, stage="decode_image")
             except StageError as exc:
-                if self.on_error == "raise":
+                if not skip:
                     raise
                 self.skip_log.record(exc)
                 continue

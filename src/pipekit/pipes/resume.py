@@ -174,9 +174,10 @@ def prepare_for_resume(pipe: IterDataPipe) -> IterDataPipe:
 def _pause_all(pipes: list[Any]) -> contextlib.ExitStack:
     stack = contextlib.ExitStack()
     for dp in pipes:  # top-down: downstream threads stop pulling first
-        pause = getattr(dp, "pause", None)
-        if callable(pause):
-            stack.enter_context(pause())
+        # Looked up on the class: on the instance, torch's IterDataPipe.__getattr__ raises (and
+        # formats) an AttributeError for each pipe without one, with every checkpoint.
+        if callable(getattr(type(dp), "pause", None)):
+            stack.enter_context(dp.pause())
     return stack
 
 
