@@ -66,9 +66,7 @@ def _resized_crop_step(op: v2.RandomResizedCrop) -> Step:
 
     def step(image: torch.Tensor, g: torch.Generator) -> torch.Tensor:
         top, left, h, w = _resized_crop_params(op, image.shape[-2], image.shape[-1], g)
-        return F.resized_crop(
-            image, top, left, h, w, size=size, interpolation=interpolation, antialias=antialias
-        )
+        return F.resized_crop(image, top, left, h, w, size=size, interpolation=interpolation, antialias=antialias)
 
     return step
 
