@@ -1,4 +1,4 @@
-"""pipekit.transforms._direct: torchvision's crop and flips from a generator, equal to the transforms on the global RNG."""
+"""pipekit.transforms._direct: torchvision's crop and flips from a generator, equal to the transforms."""
 
 from __future__ import annotations
 

@@ -132,9 +132,14 @@ class TestRandomStream:
         expected = torch.rand(2)
         torch.manual_seed(1)
         s = RandomStream(0)
-        with pytest.raises(KeyError), s.torch_global():
-            torch.rand(10)
-            raise KeyError("boom")
+
+        def fail() -> None:
+            with s.torch_global():
+                torch.rand(10)
+                raise KeyError("boom")
+
+        with pytest.raises(KeyError):
+            fail()
         assert torch.equal(torch.rand(2), expected)
         with s.torch_global():  # the stream moved on by the 10 numbers drawn before the error
             after = torch.rand(1)

@@ -43,8 +43,8 @@ def _resized_crop_params(op: v2.RandomResizedCrop, height: int, width: int, g: t
     for _ in range(10):
         target_area = area * torch.empty(1).uniform_(op.scale[0], op.scale[1], generator=g).item()
         aspect_ratio = torch.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1], generator=g)).item()  # type: ignore[arg-type]
-        w = int(round(math.sqrt(target_area * aspect_ratio)))
-        h = int(round(math.sqrt(target_area / aspect_ratio)))
+        w = round(math.sqrt(target_area * aspect_ratio))
+        h = round(math.sqrt(target_area / aspect_ratio))
         if 0 < w <= width and 0 < h <= height:
             i = int(torch.randint(0, height - h + 1, size=(1,), generator=g).item())
             j = int(torch.randint(0, width - w + 1, size=(1,), generator=g).item())
@@ -52,10 +52,10 @@ def _resized_crop_params(op: v2.RandomResizedCrop, height: int, width: int, g: t
     in_ratio = float(width) / float(height)  # fallback: a central crop
     if in_ratio < min(op.ratio):
         w = width
-        h = int(round(w / min(op.ratio)))
+        h = round(w / min(op.ratio))
     elif in_ratio > max(op.ratio):
         h = height
-        w = int(round(h * max(op.ratio)))
+        w = round(h * max(op.ratio))
     else:
         w, h = width, height
     return (height - h) // 2, (width - w) // 2, h, w
