@@ -3,14 +3,15 @@
 :func:`direct_image_ops` turns a list of ops that are exactly torchvision v2's
 ``RandomResizedCrop``, ``RandomHorizontalFlip`` and ``RandomVerticalFlip``
 (the training ops of :func:`pipekit.datasets._recipe.standard_image_transforms`)
-into one function ``run(image, generator) -> image``.  It draws the same
-random numbers, in the same order and with the same dtypes, as those
-transforms draw from torch's global RNG, but from ``generator`` (a
-:class:`~pipekit.transforms.seeding.RandomStream`'s own), and calls the same
-kernels (``F.resized_crop``, ``F.horizontal_flip``, ``F.vertical_flip``) with
-the same arguments.  So for a generator in the state the global RNG would be
-in, the image and the generator's next state are the same, bit for bit, as
-running the transforms inside :meth:`RandomStream.torch_global`.
+into steps ``step(image, generator) -> image``.  They draw the same random
+numbers, in the same order and with the same dtypes, as those transforms draw
+from torch's global RNG, but from ``generator`` (a
+:class:`~pipekit.transforms.seeding.RandomStream`'s own), and call the kernels
+the transforms dispatch a plain tensor to (``F.resized_crop_image``,
+``F.horizontal_flip_image``, ``F.vertical_flip_image``) with the same
+arguments.  So for a generator in the state the global RNG would be in, the
+image and the generator's next state are the same, bit for bit, as running
+the transforms inside :meth:`RandomStream.torch_global`.
 
 What it saves, per sample, is the swap of torch's global RNG state (four
 5 KB state copies) and the transforms' input flattening and dispatch: about
@@ -36,39 +37,45 @@ __all__ = ["direct_image_ops"]
 Step = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
 
 
-def _resized_crop_params(op: v2.RandomResizedCrop, height: int, width: int, g: torch.Generator) -> tuple[int, ...]:
-    """``RandomResizedCrop.make_params`` (torchvision 0.2x), drawing from ``g``."""
-    area = height * width
-    log_ratio = op._log_ratio
-    for _ in range(10):
-        target_area = area * torch.empty(1).uniform_(op.scale[0], op.scale[1], generator=g).item()
-        aspect_ratio = torch.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1], generator=g)).item()  # type: ignore[arg-type]
-        w = round(math.sqrt(target_area * aspect_ratio))
-        h = round(math.sqrt(target_area / aspect_ratio))
-        if 0 < w <= width and 0 < h <= height:
-            i = int(torch.randint(0, height - h + 1, size=(1,), generator=g).item())
-            j = int(torch.randint(0, width - w + 1, size=(1,), generator=g).item())
-            return i, j, h, w
-    in_ratio = float(width) / float(height)  # fallback: a central crop
-    if in_ratio < min(op.ratio):
-        w = width
-        h = round(w / min(op.ratio))
-    elif in_ratio > max(op.ratio):
-        h = height
-        w = round(h * max(op.ratio))
-    else:
-        w, h = width, height
-    return (height - h) // 2, (width - w) // 2, h, w
+class _ResizedCropStep:
+    """``RandomResizedCrop`` on a plain image tensor: ``make_params`` (torchvision 0.2x) drawing from a generator."""
 
+    def __init__(self, op: v2.RandomResizedCrop) -> None:
+        self.scale = (op.scale[0], op.scale[1])
+        # uniform_ takes its bounds as doubles: the float32 log-ratios, as floats, draw the same numbers
+        self.log_ratio = (float(op._log_ratio[0]), float(op._log_ratio[1]))
+        self.ratio = (min(op.ratio), max(op.ratio))
+        self.size, self.interpolation, self.antialias = op.size, op.interpolation, op.antialias
 
-def _resized_crop_step(op: v2.RandomResizedCrop) -> Step:
-    size, interpolation, antialias = op.size, op.interpolation, op.antialias
+    def params(self, height: int, width: int, g: torch.Generator) -> tuple[int, int, int, int]:
+        area = height * width
+        draw = torch.empty(1)  # float32, as torch.empty(1) in make_params
+        for _ in range(10):
+            target_area = area * draw.uniform_(self.scale[0], self.scale[1], generator=g).item()
+            aspect_ratio = torch.exp(draw.uniform_(self.log_ratio[0], self.log_ratio[1], generator=g)).item()
+            w = round(math.sqrt(target_area * aspect_ratio))
+            h = round(math.sqrt(target_area / aspect_ratio))
+            if 0 < w <= width and 0 < h <= height:
+                i = int(torch.randint(0, height - h + 1, size=(1,), generator=g).item())
+                j = int(torch.randint(0, width - w + 1, size=(1,), generator=g).item())
+                return i, j, h, w
+        in_ratio = float(width) / float(height)  # fallback: a central crop
+        if in_ratio < self.ratio[0]:
+            w = width
+            h = round(w / self.ratio[0])
+        elif in_ratio > self.ratio[1]:
+            h = height
+            w = round(h * self.ratio[1])
+        else:
+            w, h = width, height
+        return (height - h) // 2, (width - w) // 2, h, w
 
-    def step(image: torch.Tensor, g: torch.Generator) -> torch.Tensor:
-        top, left, h, w = _resized_crop_params(op, image.shape[-2], image.shape[-1], g)
-        return F.resized_crop(image, top, left, h, w, size=size, interpolation=interpolation, antialias=antialias)
-
-    return step
+    def __call__(self, image: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+        top, left, h, w = self.params(image.shape[-2], image.shape[-1], g)
+        # the kernel F.resized_crop dispatches a plain tensor to
+        return F.resized_crop_image(
+            image, top, left, h, w, size=self.size, interpolation=self.interpolation, antialias=self.antialias
+        )
 
 
 def _flip_step(p: float, kernel: Callable[[torch.Tensor], torch.Tensor]) -> Step:
@@ -110,11 +117,11 @@ def direct_image_ops(ops: Sequence[Any]) -> list[Step] | None:
     for op in ops:
         kind = type(op)
         if kind is v2.RandomResizedCrop:
-            steps.append(_resized_crop_step(op))
+            steps.append(_ResizedCropStep(op))
         elif kind is v2.RandomHorizontalFlip:
-            steps.append(_flip_step(op.p, F.horizontal_flip))
+            steps.append(_flip_step(op.p, F.horizontal_flip_image))
         elif kind is v2.RandomVerticalFlip:
-            steps.append(_flip_step(op.p, F.vertical_flip))
+            steps.append(_flip_step(op.p, F.vertical_flip_image))
         else:
             return None
     return steps
