@@ -166,6 +166,12 @@ class _ImageAugmenter(Augmenter):
     seeding and checkpoint are ``augment``'s.  Any other sample (other
     tensors, other shapes, a missing key) goes through ``Augment`` as before,
     with its checks and messages.
+
+    When the ops are exactly ``RandomResizedCrop`` and flips (the recipe
+    without ``trivial_augment``), they run as :func:`~pipekit.transforms._direct.direct_image_ops`
+    steps: the same draws, taken from the stream's own ``torch.Generator``
+    instead of swapping torch's global RNG for each sample, and the same
+    kernels, so the same images and stream positions (checkpoints).
     """
 
     def __init__(self, source_datapipe: IterDataPipe, ops: list[Any], image_key: str) -> None:

@@ -14,10 +14,11 @@ image and the generator's next state are the same, bit for bit, as running
 the transforms inside :meth:`RandomStream.torch_global`.
 
 What it saves, per sample, is the swap of torch's global RNG state (four
-5 KB state copies) and the transforms' input flattening and dispatch: about
-40-60 µs of a 320x256 JPEG's ~2 ms decode + crop (issue 12).  Ops of any
-other type (or subclasses) make :func:`direct_image_ops` return ``None``:
-the caller runs them as transforms.
+copies of its 5 KB state: ~13 µs alone, 60-100 µs measured with a resize
+after it) and the transforms' input flattening and dispatch: 60-150 µs of a
+320x256 JPEG's ~2 ms decode + crop on a shared 2-core machine (issue 12).
+Ops of any other type (or subclasses) make :func:`direct_image_ops` return
+``None``: the caller runs them as transforms.
 
 Imports torchvision (from :mod:`pipekit.datasets.tar_shards`' training pipe only).
 """
