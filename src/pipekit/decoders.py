@@ -397,16 +397,21 @@ def _decode_png16_color(data: bytes) -> torch.Tensor:
     return decode_png(_byte_tensor(data), apply_exif_orientation=True)
 
 
-def _decode_jpeg(data: bytes, channels: int | None) -> torch.Tensor:
+@functools.cache
+def _tv_jpeg() -> tuple[Callable[..., torch.Tensor], dict[int | None, Any], Any]:
+    """torchvision's ``decode_jpeg``, its ``ImageReadMode`` per channel count and the default (imported once)."""
     from torchvision.io import ImageReadMode, decode_jpeg
 
-    if channels == 1:
-        tv_mode = ImageReadMode.GRAY  # libjpeg's own luma: no chroma upsampling
-    elif channels in (3, 4):
-        tv_mode = ImageReadMode.RGB  # also converts CMYK and grayscale JPEGs
-    else:
-        tv_mode = ImageReadMode.UNCHANGED
-    return decode_jpeg(_byte_tensor(data), mode=tv_mode, apply_exif_orientation=True)
+    # GRAY: libjpeg's own luma, no chroma upsampling; RGB also converts CMYK and grayscale JPEGs
+    modes = {1: ImageReadMode.GRAY, 3: ImageReadMode.RGB, 4: ImageReadMode.RGB}
+    return decode_jpeg, modes, ImageReadMode.UNCHANGED
+
+
+def _decode_jpeg(data: bytes, channels: int | None) -> torch.Tensor:
+    decode_jpeg, modes, unchanged = _tv_jpeg()
+    # torchvision reads the orientation from the APP1 segment libjpeg keeps while parsing the
+    # header: no measurable cost for JPEGs without one (issue 12), so it is always asked for
+    return decode_jpeg(_byte_tensor(data), mode=modes.get(channels, unchanged), apply_exif_orientation=True)
 
 
 def _decode_webp(data: bytes) -> torch.Tensor:
@@ -477,8 +482,10 @@ def decode_image_bytes(
     fmt = image_format(raw)
     if fmt == "heic":
         raise DecodeError(
-            "decode image", url, stage, "HEIC images are not supported (install a Pillow HEIF plug-in "
-            "and decode with a custom handler)"
+            "decode image",
+            url,
+            stage,
+            "HEIC images are not supported (install a Pillow HEIF plug-in and decode with a custom handler)",
         )
     try:
         if fmt == "jpeg":

@@ -9,8 +9,10 @@ import sys
 import tarfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from PIL import Image, ImageOps
 
 import pipekit
 from pipekit import datasets
@@ -180,12 +182,70 @@ class TestTrainAugment:
         assert len(calls) == len(samples) == SHARDS * PER_SHARD  # another tensor in the sample: Augment
         assert all(s[".jpg"].shape == (3, 16, 16) for s in samples)
 
+    def test_crop_and_flip_never_swap_the_global_rng(self, shards, monkeypatch):
+        from pipekit.transforms.seeding import RandomStream
+
+        def refuse(self):
+            raise AssertionError("swapped torch's global RNG")
+
+        monkeypatch.setattr(RandomStream, "torch_global", refuse)
+        ds = datasets.TarShards(str(shards), batch_size=4, size=16, shuffle_buffer=8)
+        torch.manual_seed(0)
+        batches = list(ds)
+        assert sum(len(b["__key__"]) for b in batches) == SHARDS * PER_SHARD
+        assert all(b[".jpg"].shape[1:] == (3, 16, 16) for b in batches)
+        with pytest.raises(AssertionError, match="swapped"):  # TrivialAugmentWide still takes the swap
+            list(datasets.TarShards(str(shards), batch_size=4, size=16, trivial_augment=True))
+
+    def test_resumes_mid_epoch_with_the_same_crops(self, shards):
+        def loader():
+            ds = datasets.TarShards(str(shards), batch_size=2, size=16, shuffle_buffer=8)
+            return pipekit.DataLoader(ds, num_workers=0)
+
+        torch.manual_seed(4)
+        full = list(loader())
+        torch.manual_seed(4)
+        first = loader()
+        it = iter(first)
+        head = [next(it) for _ in range(5)]
+        state = pickle.loads(pickle.dumps(first.state_dict()))
+        torch.manual_seed(99)  # the resumed crops come from the checkpointed stream, not from torch's seed
+        resumed = loader()
+        resumed.load_state_dict(state)
+        got = head + list(resumed)
+        assert [b["__key__"] for b in got] == [b["__key__"] for b in full]
+        assert all(torch.equal(a[".jpg"], b[".jpg"]) for a, b in zip(got, full))
+
     def test_errors_are_noted(self, shards):
         ds = datasets.TarShards(str(shards), batch_size=None, size=64, decode={".jpg": _tiny_image})
         with pytest.raises(ZeroDivisionError) as info:
             next(iter(ds))
         if sys.version_info >= (3, 11):  # exception notes
             assert "in Augment step 0 (RandomResizedCrop), in augment" in info.value.__notes__
+
+
+class TestExif:
+    def test_an_exif_rotated_jpeg_comes_out_upright(self, tmp_path):
+        # 6 = "rotate 90 clockwise to display": stored 40 wide x 24 high, shown 24 wide x 40 high
+        stored = Image.new("RGB", (40, 24), (0, 0, 255))
+        stored.paste((255, 0, 0), (0, 0, 10, 24))  # red: the stored image's left columns
+        exif = Image.Exif()
+        exif[0x0112] = 6
+        buf = io.BytesIO()
+        stored.save(buf, "JPEG", quality=95, exif=exif.tobytes())
+        path = tmp_path / "exif-000.tar"
+        with tarfile.open(path, "w") as tar:
+            for name, data in (("r.jpg", buf.getvalue()), ("r.cls", b"0")):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        image = next(iter(datasets.TarShards(str(path), train=False, batch_size=None)))[".jpg"]
+        assert image.shape == (3, 40, 24)  # upright: taller than wide
+        expected = torch.from_numpy(np.array(ImageOps.exif_transpose(Image.open(io.BytesIO(buf.getvalue())))))
+        assert (image.permute(1, 2, 0).int() - expected.int()).abs().max() <= 2
+        assert image[0, :8, 12].float().mean() > 200 and image[2, -8:, 12].float().mean() > 200  # red on top
+        crops = next(iter(datasets.TarShards(str(path), batch_size=None, size=8)))[".jpg"]
+        assert crops.shape == (3, 8, 8)
 
 
 class TestOverrides:
@@ -236,6 +296,26 @@ class TestErrors:
             list(datasets.TarShards(str(path), train=False, batch_size=None))
         samples = list(datasets.TarShards(str(path), train=False, batch_size=None, on_error="skip"))
         assert samples == []
+
+    def test_corrupt_image_named_with_url_and_stage_when_training(self, tmp_path):
+        path = tmp_path / "bad-001.tar"
+        good = io.BytesIO()
+        Image.new("RGB", (8, 6), (1, 2, 3)).save(good, "JPEG")
+        with tarfile.open(path, "w") as tar:
+            for name, data in (
+                ("a.jpg", good.getvalue()),
+                ("a.cls", b"1"),
+                ("b.jpg", b"\xff\xd8\xff nope"),
+                ("b.cls", b"2"),
+            ):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        with pytest.raises(DecodeError, match=r"bad-001\.tar/b\.jpg.*decode") as info:
+            list(datasets.TarShards(str(path), batch_size=None, size=4))
+        assert info.value.stage == "decode"
+        ds = datasets.TarShards(str(path), batch_size=None, size=4, on_error="skip")
+        assert [s["__key__"].rsplit("/", 1)[1] for s in ds] == ["a"]
 
     def test_truncated_shard_is_named(self, shards, tmp_path):
         data = (shards / "shard-000000.tar").read_bytes()

@@ -142,8 +142,32 @@ class TestTarArchiveLoader:
         got = [(u, s.read()) for u, s in IterableWrapper([("a.tar", NonSeekable(data))]).load_from_tar()]
         assert got == [(f"a.tar/{n}", d) for n, d in MEMBERS]
 
+    def test_member_urls_agree_with_normpath(self) -> None:
+        import posixpath
+
+        from pipekit.pipes.archives import TarArchiveLoader
+
+        loader = TarArchiveLoader(IterableWrapper([]))
+        names = ["x.jpg", "a.b.c", "d/x.jpg", "./x", "d//y", "d/./y", "d/", "x\\y.jpg", "...", ".hidden", "a..b"]
+        for name in names:
+            expected = "s.tar/" + posixpath.normpath(name.replace("\\", "/")).lstrip("/")
+            assert loader._member_url("s.tar", name) == expected, name
+
+    def test_unsafe_name_rules(self) -> None:
+        from pipekit.pipes.archives import _unsafe_name
+
+        assert _unsafe_name("d\\..\\..\\evil.txt") == "has a '..' path component"
+        assert _unsafe_name("c:\\evil.txt") == _unsafe_name("/evil") == "has an absolute path"
+        assert _unsafe_name("./") == "has an empty name"
+        assert [_unsafe_name(n) for n in ("a..b", "x/..y", "C", "1:y")] == [None] * 4
+
     @pytest.mark.parametrize(
-        ("bad", "why"), [("../evil.txt", r"'\.\.' path component"), ("/etc/evil.txt", "absolute path")]
+        ("bad", "why"),
+        [
+            ("../evil.txt", r"'\.\.' path component"),
+            ("/etc/evil.txt", "absolute path"),
+            ("C:evil.txt", "absolute path"),
+        ],
     )
     def test_unsafe_names_refused(self, tmp_path: Path, bad: str, why: str) -> None:
         path = str(write_tar(tmp_path / "a.tar", [("ok.txt", b"ok"), (bad, b"evil"), ("ok2.txt", b"ok2")]))

@@ -111,6 +111,41 @@ class TestRandomStream:
             assert torch.equal(torch.rand(3), expected_t)
         assert np.array_equal(b.numpy().random(3), expected_n)
 
+    def test_generator_and_torch_global_draw_one_sequence(self):
+        a, b = RandomStream(2), RandomStream(2)
+        with a.torch_global():
+            x = torch.rand(3)
+        y = torch.rand(2, generator=a.generator())
+        with a.torch_global():
+            z = torch.randint(0, 1000, (4,))
+        with b.torch_global():
+            expected = torch.rand(5), torch.randint(0, 1000, (4,))
+        assert torch.equal(torch.cat([x, y]), expected[0]) and torch.equal(z, expected[1])
+        state = b.state_dict()
+        assert torch.equal(state["torch"], a.state_dict()["torch"])
+        c = RandomStream(0)
+        c.load_state_dict(state)
+        assert torch.equal(torch.rand(4, generator=c.generator()), torch.rand(4, generator=b.generator()))
+
+    def test_torch_global_restores_the_global_rng_after_an_error(self):
+        torch.manual_seed(1)
+        expected = torch.rand(2)
+        torch.manual_seed(1)
+        s = RandomStream(0)
+
+        def fail() -> None:
+            with s.torch_global():
+                torch.rand(10)
+                raise KeyError("boom")
+
+        with pytest.raises(KeyError):
+            fail()
+        assert torch.equal(torch.rand(2), expected)
+        with s.torch_global():  # the stream moved on by the 10 numbers drawn before the error
+            after = torch.rand(1)
+        fresh = RandomStream(0)
+        assert torch.equal(torch.rand(11, generator=fresh.generator())[10:], after)
+
     def test_rank_changes_the_stream(self, monkeypatch):
         monkeypatch.setenv("RANK", "0")
         s0 = stream_seed(seed=4, salt=1)

@@ -166,12 +166,22 @@ class _ImageAugmenter(Augmenter):
     seeding and checkpoint are ``augment``'s.  Any other sample (other
     tensors, other shapes, a missing key) goes through ``Augment`` as before,
     with its checks and messages.
+
+    When the ops are exactly ``RandomResizedCrop`` and flips (the recipe
+    without ``trivial_augment``), they run as :func:`~pipekit.transforms._direct.direct_image_ops`
+    steps: the same draws, taken from the stream's own ``torch.Generator``
+    instead of swapping torch's global RNG for each sample, and the same
+    kernels, so the same images and stream positions (checkpoints).
     """
 
     def __init__(self, source_datapipe: IterDataPipe, ops: list[Any], image_key: str) -> None:
+        from pipekit.transforms._direct import direct_image_ops
+
         super().__init__(source_datapipe, ops, image_key=image_key, mask_keys=())
         self.image_ops = list(ops)
         self.image_key = image_key
+        # the crop and flips straight from the stream's generator, without swapping torch's global RNG
+        self._direct = direct_image_ops(self.image_ops)
 
     def _plain_image(self, item: Any) -> Any:
         """The image of ``item`` when the plain-tensor path applies to it, else ``None``."""
@@ -185,8 +195,24 @@ class _ImageAugmenter(Augmenter):
                 return None
         return image
 
+    def _run_ops(self, image: torch.Tensor) -> torch.Tensor:
+        ops, stream, i = self.image_ops, self._stream, 0
+        try:
+            if self._direct is not None:
+                g = stream.generator()
+                for i, step in enumerate(self._direct):  # noqa: B007  (i names the step in errors)
+                    image = step(image, g)
+            else:
+                with stream.torch_global():
+                    for i, op in enumerate(ops):  # noqa: B007
+                        image = op(image)
+        except Exception as exc:
+            _note(exc, f"in Augment step {i} ({type(ops[i]).__name__}), in augment")
+            raise
+        return image
+
     def __iter__(self) -> Iterator[Any]:
-        ops, key, stream = self.image_ops, self.image_key, self._stream
+        key, stream = self.image_key, self._stream
         for item in self.source_datapipe:
             image = self._plain_image(item)
             if image is None:
@@ -197,14 +223,7 @@ class _ImageAugmenter(Augmenter):
                     raise
                 yield out
                 continue
-            with stream.torch_global():
-                for i, op in enumerate(ops):
-                    try:
-                        image = op(image)
-                    except Exception as exc:
-                        _note(exc, f"in Augment step {i} ({type(op).__name__}), in augment")
-                        raise
-            yield {**item, key: image}
+            yield {**item, key: self._run_ops(image)}
 
 
 class TarShards(Recipe):

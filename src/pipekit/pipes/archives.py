@@ -75,12 +75,15 @@ def _remote_fileobj(raw: Any) -> Any:
     return ChunkedReader(raw)
 
 
+_DRIVE = re.compile(r"[A-Za-z]:")
+
+
 def _unsafe_name(name: str) -> str | None:
     """Why an archive member name is refused, or ``None`` if it is safe."""
     parts = name.replace("\\", "/")
-    if parts.startswith("/") or re.match(r"^[A-Za-z]:", parts):
+    if parts.startswith("/") or _DRIVE.match(parts):
         return "has an absolute path"
-    if ".." in parts.split("/"):
+    if ".." in parts and ".." in parts.split("/"):
         return "has a '..' path component"
     if not parts.strip("/.").strip():
         return "has an empty name"
@@ -158,6 +161,8 @@ class ArchiveLoader(ResumablePipe):
         self.skip_log.record(exc)
 
     def _member_url(self, url: str, name: str) -> str:
+        if "/" not in name and "\\" not in name and name not in ("", ".", ".."):
+            return url + "/" + name  # a plain file name: normpath would return it as it is
         return url + "/" + posixpath.normpath(name.replace("\\", "/")).lstrip("/")
 
     def _load(self, url: str, stream: Any, skip: int) -> Iterator[tuple[str, StreamWrapper]]:

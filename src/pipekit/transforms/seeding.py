@@ -165,8 +165,19 @@ class RandomStream:
 
     def _init_runtime(self) -> None:
         self._owner: tuple[int, int | None] | None = None
-        self._torch_state: torch.Tensor | None = None
+        self._gen: torch.Generator | None = None  # the stream's torch numbers (a CPU generator)
         self._np: np.random.Generator | None = None
+
+    @property
+    def _torch_state(self) -> torch.Tensor | None:
+        """The torch generator's state (a ``uint8`` tensor), ``None`` before the stream starts."""
+        return None if self._gen is None else self._gen.get_state()
+
+    @_torch_state.setter
+    def _torch_state(self, state: torch.Tensor) -> None:
+        gen = torch.Generator()
+        gen.set_state(state)
+        self._gen = gen
 
     def __getstate__(self) -> dict[str, Any]:
         return {"seed": self.seed, "salt": self.salt}
@@ -188,7 +199,7 @@ class RandomStream:
         """Restart the stream from ``seed`` (exactly, without mixing anything in)."""
         g = torch.Generator()
         g.manual_seed(int(seed) & _MASK64)
-        self._torch_state = g.get_state()
+        self._gen = g
         self._np = np.random.default_rng(mix_seed(int(seed), 1))
         self._owner = self._process()
 
@@ -203,12 +214,27 @@ class RandomStream:
         runs are no longer reproducible).
         """
         self._ensure()
-        with torch.random.fork_rng(devices=[]):
-            torch.set_rng_state(self._torch_state)
-            try:
-                yield
-            finally:
-                self._torch_state = torch.get_rng_state()
+        assert self._gen is not None
+        # torch.random.fork_rng(devices=[]) with less around it: this runs once per sample
+        default = torch.default_generator
+        saved = default.get_state()
+        default.set_state(self._gen.get_state())
+        try:
+            yield
+        finally:
+            self._gen.set_state(default.get_state())
+            default.set_state(saved)
+
+    def generator(self) -> torch.Generator:
+        """The stream's torch generator, for drawing with ``generator=`` (no swap of torch's global RNG).
+
+        Numbers drawn from it and numbers drawn from torch's global RNG inside
+        :meth:`torch_global` come from the same sequence: the stream moves on
+        either way, and its :meth:`state_dict` records where.
+        """
+        self._ensure()
+        assert self._gen is not None
+        return self._gen
 
     def numpy(self) -> np.random.Generator:
         """The stream's numpy generator (for batch-level parameters)."""
@@ -219,8 +245,8 @@ class RandomStream:
     def state_dict(self) -> dict[str, Any]:
         """The stream's current position (picklable)."""
         self._ensure()
-        assert self._np is not None and self._torch_state is not None
-        return {"torch": self._torch_state.clone(), "numpy": self._np.bit_generator.state}
+        assert self._np is not None and self._gen is not None
+        return {"torch": self._gen.get_state(), "numpy": self._np.bit_generator.state}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a :meth:`state_dict` position (in this process)."""
