@@ -271,6 +271,60 @@ class TestExifOrientation:
         assert out.is_contiguous()
 
 
+class TestJpegOperator:
+    """JPEGs go straight to torchvision's CPU operator; the public function where the operator is missing."""
+
+    @pytest.fixture
+    def rotated_jpegs(self) -> list[bytes]:
+        arr = smooth_rgb()
+        exif = Image.Exif()
+        exif[0x0112] = 6
+        return [
+            encode(Image.fromarray(arr), "JPEG", quality=90),
+            encode(Image.fromarray(arr), "JPEG", quality=90, exif=exif.tobytes()),
+            encode(Image.fromarray(arr[:, :, 0]), "JPEG", quality=90),
+            encode(Image.fromarray(arr).convert("CMYK"), "JPEG", quality=90),
+        ]
+
+    @staticmethod
+    def public_call(data: bytes, mode: str | None) -> torch.Tensor:
+        from torchvision.io import ImageReadMode, decode_jpeg
+
+        tv_mode = {None: ImageReadMode.UNCHANGED, "RGB": ImageReadMode.RGB, "L": ImageReadMode.GRAY}[mode]
+        raw = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        return decode_jpeg(raw, mode=tv_mode, apply_exif_orientation=True)
+
+    @pytest.mark.parametrize("mode", [None, "RGB", "L"])
+    def test_same_pixels_as_torchvision_decode_jpeg(self, rotated_jpegs: list[bytes], mode: str | None) -> None:
+        for data in rotated_jpegs:
+            expected = self.public_call(data, mode)
+            if mode is None and expected.shape[0] == 4:
+                continue  # CMYK kept as four channels by torchvision; pipekit's None mode gives RGB
+            assert torch.equal(decode_image_bytes(data, mode=mode), expected)
+
+    def test_without_the_operator_the_public_function_is_used(
+        self, rotated_jpegs: list[bytes], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        import pipekit.decoders as decoders
+
+        direct = [decode_image_bytes(data, mode="RGB") for data in rotated_jpegs]
+        monkeypatch.setattr(decoders, "_jpeg_operator", lambda: None)  # as if the extension had not loaded
+        decoders._tv_jpeg.cache_clear()
+        try:
+            calls = []
+            import torchvision.io
+
+            real = torchvision.io.decode_jpeg
+            monkeypatch.setattr(torchvision.io, "decode_jpeg", lambda *a, **k: calls.append(k) or real(*a, **k))
+            fallback = [decode_image_bytes(data, mode="RGB") for data in rotated_jpegs]
+        finally:
+            monkeypatch.undo()
+            decoders._tv_jpeg.cache_clear()
+        assert len(calls) == len(rotated_jpegs) and all(k["apply_exif_orientation"] for k in calls)
+        assert all(torch.equal(a, b) for a, b in zip(direct, fallback))
+        assert fallback[1].shape == (3, 48, 32)  # orientation 6 applied on the fallback path too
+
+
 class TestErrors:
     def test_empty(self) -> None:
         with pytest.raises(DecodeError, match="empty") as info:

@@ -397,21 +397,48 @@ def _decode_png16_color(data: bytes) -> torch.Tensor:
     return decode_png(_byte_tensor(data), apply_exif_orientation=True)
 
 
+def _jpeg_operator() -> Callable[..., torch.Tensor] | None:
+    """torchvision's registered CPU JPEG operator, or ``None`` where its image extension did not load."""
+    try:
+        return torch.ops.image.decode_jpeg
+    except (AttributeError, RuntimeError):
+        return None
+
+
 @functools.cache
-def _tv_jpeg() -> tuple[Callable[..., torch.Tensor], dict[int | None, Any], Any]:
-    """torchvision's ``decode_jpeg``, its ``ImageReadMode`` per channel count and the default (imported once)."""
+def _tv_jpeg() -> tuple[Callable[[torch.Tensor, Any], torch.Tensor], dict[int | None, Any], Any]:
+    """A JPEG decoder ``(bytes tensor, ImageReadMode) -> CHW tensor`` with EXIF orientation applied, and the
+    ``ImageReadMode`` per channel count and the default (looked up once).
+
+    The decoder is torchvision's CPU operator ``torch.ops.image.decode_jpeg``, the call
+    ``torchvision.io.decode_jpeg`` ends in for one CPU tensor: its per-call API-usage
+    logging, deprecation check, device and mode parsing cost ~20 µs an image, as much
+    as the rest of the per-image plumbing (issue 12).  Where that operator is not
+    registered, ``torchvision.io.decode_jpeg`` itself (which then explains why).
+    """
     from torchvision.io import ImageReadMode, decode_jpeg
 
     # GRAY: libjpeg's own luma, no chroma upsampling; RGB also converts CMYK and grayscale JPEGs
     modes = {1: ImageReadMode.GRAY, 3: ImageReadMode.RGB, 4: ImageReadMode.RGB}
-    return decode_jpeg, modes, ImageReadMode.UNCHANGED
+    op = _jpeg_operator()
+    if op is None:
+
+        def decode(data: torch.Tensor, mode: Any) -> torch.Tensor:
+            return decode_jpeg(data, mode=mode, apply_exif_orientation=True)
+
+    else:
+
+        def decode(data: torch.Tensor, mode: Any) -> torch.Tensor:
+            return op(data, mode.value, True)
+
+    return decode, modes, ImageReadMode.UNCHANGED
 
 
 def _decode_jpeg(data: bytes, channels: int | None) -> torch.Tensor:
-    decode_jpeg, modes, unchanged = _tv_jpeg()
+    decode, modes, unchanged = _tv_jpeg()
     # torchvision reads the orientation from the APP1 segment libjpeg keeps while parsing the
     # header: no measurable cost for JPEGs without one (issue 12), so it is always asked for
-    return decode_jpeg(_byte_tensor(data), mode=modes.get(channels, unchanged), apply_exif_orientation=True)
+    return decode(_byte_tensor(data), modes.get(channels, unchanged))
 
 
 def _decode_webp(data: bytes) -> torch.Tensor:
