@@ -500,6 +500,126 @@ class TestTruncation:
         assert list(skipping) == [] and skipping.skip_log.count == 1
 
 
+def archive_bytes(members: list[tuple[str, bytes]], fmt: int = tarfile.USTAR_FORMAT, dirs=(), links=()) -> bytes:
+    """A tar archive in ``fmt`` with ``members``, directory entries first and symbolic links (name, target) last."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt) as tar:
+        for d in dirs:
+            info = tarfile.TarInfo(d)
+            info.type = tarfile.DIRTYPE
+            tar.addfile(info)
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        for name, target in links:
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            tar.addfile(info)
+    return buf.getvalue()
+
+
+def outcome(data: bytes, fast: bool, monkeypatch: pytest.MonkeyPatch, **kwargs):
+    """What ``load_from_tar`` yields for ``data`` (read whole), the error it ends with, and what it skipped."""
+    import pipekit.pipes.archives as archives
+
+    monkeypatch.setattr(archives, "FAST_TAR_HEADERS", fast)
+    pipe = IterableWrapper([("s.tar", io.BytesIO(data))]).load_from_tar(**kwargs)
+    got, err = read_all_or_error(pipe)
+    skipped = [(item.url, item.stage, item.reason) for item in pipe.skip_log.skipped]
+    return got, (None if err is None else (err.url, err.stage, err.action, err.reason)), skipped
+
+
+class TestPlainHeaders:
+    """Plain headers are read without tarfile's per-header work, with tarfile's results (issue 12)."""
+
+    LONG = "a-directory-name-of-sixty-characters-to-need-the-prefix-field/" * 2 + "image.jpg"
+
+    def cases(self) -> dict[str, bytes]:
+        small = members_of(40)
+        mixed = [*small[:5], (self.LONG, b"long" * 300), ("x" * 120 + ".bin", b"gnu long name"), *small[5:9]]
+        big = [*small[:3], ("big.bin", bytes(range(256)) * 400), *small[3:6]]
+        return {
+            "ustar": archive_bytes(small),
+            "gnu": archive_bytes(small, tarfile.GNU_FORMAT),
+            "pax": archive_bytes(small, tarfile.PAX_FORMAT),
+            "v7 names joined with the ustar prefix": archive_bytes([(self.LONG, b"p" * 10), *small[:3]]),
+            "long names mid-archive (pax)": archive_bytes(mixed, tarfile.PAX_FORMAT),
+            "long names mid-archive (gnu)": archive_bytes(mixed, tarfile.GNU_FORMAT),
+            "dirs and links": archive_bytes(small[:6], dirs=("d/", "d/e/"), links=(("ln", "0001.bin"),)),
+            "a member over the size limit": archive_bytes(big),
+            "gzip": gzip.compress(archive_bytes(small)),
+            "unsafe names": archive_bytes([("ok.txt", b"1"), ("../evil.txt", b"2"), ("/abs.txt", b"3"), ("z", b"4")]),
+        }
+
+    def test_same_members_urls_and_bytes_as_tarfile(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import pipekit.pipes.archives as archives
+
+        monkeypatch.setattr(archives, "PLAIN_MEMBER_MAX_BYTES", 64 * 1024)
+        for name, data in self.cases().items():
+            for on_error in ("raise", "skip"):
+                plain = outcome(data, True, monkeypatch, on_error=on_error)
+                reference = outcome(data, False, monkeypatch, on_error=on_error)
+                assert plain == reference, (name, on_error)
+                assert plain[0] or plain[1], name
+
+    def test_every_cut_and_a_corrupt_header_give_tarfiles_errors(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        data = archive_bytes(members_of(12))
+        corrupt = bytearray(data)
+        corrupt[5 * tarfile.BLOCKSIZE + 3] ^= 0xFF  # a name byte of a later header: its checksum fails
+        variants = [data[:cut] for cut in range(0, len(data) + 1, 97)] + [bytes(corrupt)]
+        for variant in variants:
+            for on_error in ("raise", "skip"):
+                plain = outcome(variant, True, monkeypatch, on_error=on_error)
+                assert plain == outcome(variant, False, monkeypatch, on_error=on_error), (len(variant), on_error)
+
+    def test_resume_mid_archive_on_either_path(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        import pipekit.pipes.archives as archives
+
+        small = members_of(8)
+        path = tmp_path / "s.tar"
+        path.write_bytes(
+            archive_bytes([*small[:3], ("y" * 150, b"long"), *small[3:]], tarfile.GNU_FORMAT, dirs=("d/",))
+        )
+
+        def chain():
+            return IterableWrapper([str(path)]).open_files_by_fsspec(mode="rb").load_from_tar().map(read_item)
+
+        monkeypatch.setattr(archives, "FAST_TAR_HEADERS", True)
+        whole = list(chain())
+        assert len(whole) == 9
+        for stop in range(len(whole) + 1):
+            for fast_after in (True, False):
+                pipe = chain()
+                it = iter(pipe)
+                first = [next(it) for _ in range(stop)]
+                state = snapshot_pipeline(pipe)
+                monkeypatch.setattr(archives, "FAST_TAR_HEADERS", fast_after)
+                again = chain()
+                restore_pipeline(again, state)
+                rest = list(again)
+                monkeypatch.setattr(archives, "FAST_TAR_HEADERS", True)
+                assert first + rest == whole, (stop, fast_after)
+
+    def test_tarfile_reads_only_what_is_not_plain(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import pipekit.pipes.archives as archives
+
+        calls = []
+        real = archives._EndCheckedTarInfo.fromtarfile.__func__
+
+        def counting(cls, tar):
+            calls.append(tar.offset)
+            return real(cls, tar)
+
+        monkeypatch.setattr(archives._EndCheckedTarInfo, "fromtarfile", classmethod(counting))
+        got, err, _ = outcome(archive_bytes(members_of(50)), True, monkeypatch)
+        assert len(got) == 50 and err is None
+        assert len(calls) <= 2  # the end-of-archive marker only (tarfile reads it once to open, once to end)
+        calls.clear()
+        outcome(archive_bytes(members_of(50)), False, monkeypatch)
+        assert len(calls) > 50
+
+
 class TestZipArchiveLoader:
     def zip_chain(self, paths, **kwargs):
         return IterableWrapper(paths).open_files_by_fsspec(mode="rb", **kwargs).load_from_zip().map(read_item)
