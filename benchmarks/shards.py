@@ -11,7 +11,20 @@ torchvision v2 ops), batches of 64, in a DataLoader with 0 and 2 workers:
 (b) the same with resume snapshots off (``snapshot_every_n_steps`` larger than
     an epoch), to show what exact resume costs (workers only);
 (c) ``webdataset.WebDataset(urls).shuffle(1000).map(decode + ops).to_tuple().batched(64)``
-    in ``torch.utils.data.DataLoader(batch_size=None)``.
+    in ``torch.utils.data.DataLoader(batch_size=None)``;
+(d) LitData (Lightning AI's ``litdata``), when installed (the ``bench`` extra):
+    its users convert data once with ``litdata.optimize`` into binary chunks,
+    so the same samples (the JPEG bytes untouched, the label) are converted
+    into as many chunks as there are shards, and read with
+    ``StreamingDataLoader(StreamingDataset(dir, shuffle=True, transform=decode +
+    ops), batch_size=64)``.  LitData shuffles the chunk order and the samples
+    within each chunk rather than through a buffer, and copies each remote chunk
+    whole into a local cache before reading it: from S3, its timed epochs after
+    the warm-up read that local cache (its first pass is printed separately).
+
+MosaicML Streaming is not compared: ``pip install mosaicml-streaming`` (0.13)
+downgrades numpy to 2.1 and pulls ~45 cloud-SDK packages (Azure, GCS, OCI,
+transformers) into the environment, which we do not do to a user's stack.
 
 One difference in what the two sides do: pipekit applies a JPEG's EXIF
 orientation (``decode_jpeg(..., apply_exif_orientation=True)``) and the
@@ -38,13 +51,17 @@ for S3, the ``weed`` binary of the ``dev`` extra.
 from __future__ import annotations
 
 import argparse
+import atexit
 import io
+import json
 import platform
+import shutil
 import statistics
 import sys
 import tarfile
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +105,7 @@ def write_shards(root: Path, samples: int, shards: int, size: tuple[int, int], s
 
 
 class WdsSample:
-    """webdataset's side of the work: decode the JPEG (torchvision, RGB) and run the same ops."""
+    """webdataset's and LitData's side of the work: decode the JPEG (torchvision, RGB) and run the same ops."""
 
     def __init__(self, size: int) -> None:
         self.ops = standard_image_transforms(size, train=True)
@@ -126,6 +143,88 @@ def wds_loader(urls: list[str], args: argparse.Namespace, workers: int) -> torch
     return torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers, persistent_workers=workers > 0)
 
 
+def litdata_available() -> bool:
+    """Whether ``litdata`` is installed (the ``bench`` extra)."""
+    try:
+        import litdata  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _shard_samples(path: str) -> Iterator[dict[str, Any]]:
+    """The ``{"jpg": bytes, "cls": int}`` samples of one tar shard, in order (``litdata.optimize``'s function)."""
+    pending: dict[str, dict[str, bytes]] = {}
+    with tarfile.open(path) as tar:
+        for member in tar:
+            if not member.isfile():
+                continue
+            key, _, ext = member.name.partition(".")
+            f = tar.extractfile(member)
+            if f is None:
+                raise ValueError(f"{path}: member {member.name} cannot be read")
+            sample = pending.setdefault(key, {})
+            sample[ext] = f.read()
+            if "jpg" in sample and "cls" in sample:
+                del pending[key]
+                yield {"jpg": sample["jpg"], "cls": int(sample["cls"])}
+    if pending:
+        raise ValueError(f"{path}: incomplete samples {sorted(pending)[:3]}")
+
+
+def write_litdata(shards: list[Path], out: Path, samples: int) -> Path:
+    """The shards' samples in LitData's format under ``out`` (one chunk per shard), converted once and reused."""
+    from litdata import optimize
+
+    stamp = json.dumps([[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in shards])
+    marker = out / "converted-from.json"
+    if marker.exists() and marker.read_text() == stamp and (out / "index.json").exists():
+        return out
+    shutil.rmtree(out, ignore_errors=True)
+    optimize(
+        fn=_shard_samples,
+        inputs=[str(p) for p in shards],
+        output_dir=str(out),
+        chunk_size=-(-samples // len(shards)),
+        num_workers=1,
+        reorder_files=False,
+        verbose=False,
+    )
+    if not (out / "index.json").exists():
+        raise RuntimeError(f"litdata.optimize wrote no index.json under {out}")
+    marker.write_text(stamp)
+    return out
+
+
+def litdata_loader(
+    input_dir: str, args: argparse.Namespace, workers: int, storage_options: dict[str, Any] | None
+) -> Any:
+    """``StreamingDataLoader(StreamingDataset(input_dir, shuffle=True, transform=...), batch_size=B)``."""
+    from litdata import StreamingDataLoader, StreamingDataset
+
+    options = None
+    if storage_options:
+        # litdata 0.2.76 fetches remote chunks with obstore when it is installed, but builds the obstore
+        # store without ``allow_http``, so an ``http://`` endpoint (this loopback server) fails with
+        # "builder error: BadScheme".  Its boto3 path (a real S3 client on a thread) reads the same chunks.
+        import litdata.streaming.downloader as downloader
+
+        downloader._OBSTORE_AVAILABLE = False
+        client = storage_options["client_kwargs"]
+        options = {
+            "aws_access_key_id": storage_options["key"],
+            "aws_secret_access_key": storage_options["secret"],
+            "endpoint_url": client["endpoint_url"],
+            "region_name": client.get("region_name", "us-east-1"),
+        }
+    cache = tempfile.mkdtemp(prefix="bench-litdata-cache-")  # a cold chunk cache for each loader
+    atexit.register(shutil.rmtree, cache, ignore_errors=True)
+    ds = StreamingDataset(
+        input_dir, cache_dir=cache, shuffle=True, transform=WdsSample(args.size), storage_options=options
+    )
+    return StreamingDataLoader(ds, batch_size=args.batch, num_workers=workers, persistent_workers=workers > 0)
+
+
 def pipekit_loader(
     urls: list[str], args: argparse.Namespace, workers: int, resume: bool, storage_options: dict[str, Any] | None
 ) -> pipekit.DataLoader:
@@ -156,10 +255,12 @@ def epoch_rate(loader: Any) -> tuple[float, float]:
     return n / (time.perf_counter() - t0), (time.process_time() - c0) / max(n, 1) * 1e6
 
 
-def compare(loaders: dict[str, Any], epochs: int) -> dict[str, tuple[float, float]]:
-    """Median samples/s and CPU µs/sample of each loader, epochs taken in turn (ABC ABC) after a warm-up epoch each."""
-    for loader in loaders.values():
-        epoch_rate(loader)
+def compare(loaders: dict[str, Any], epochs: int) -> dict[str, tuple[float, float, float]]:
+    """Median samples/s and CPU µs/sample of each loader, epochs taken in turn (ABC ABC) after a warm-up epoch each.
+
+    Also the warm-up epoch's samples/s (the first pass: cold caches, LitData's chunk downloads).
+    """
+    first = {name: epoch_rate(loader)[0] for name, loader in loaders.items()}
     rates: dict[str, list[tuple[float, float]]] = {name: [] for name in loaders}
     for _ in range(epochs):
         for name, loader in loaders.items():
@@ -168,7 +269,7 @@ def compare(loaders: dict[str, Any], epochs: int) -> dict[str, tuple[float, floa
         if isinstance(loader, pipekit.DataLoader):
             loader.shutdown()
     return {
-        name: (statistics.median(r for r, _ in runs), statistics.median(c for _, c in runs))
+        name: (statistics.median(r for r, _ in runs), statistics.median(c for _, c in runs), first[name])
         for name, runs in rates.items()
     }
 
@@ -191,8 +292,16 @@ def checkpoint_cost(urls: list[str], args: argparse.Namespace, storage_options: 
     )
 
 
+COMPETITORS = ("webdataset", "litdata")
+
+
 def run_cell(
-    where: str, urls: list[str], args: argparse.Namespace, workers: int, storage_options: dict[str, Any] | None
+    where: str,
+    urls: list[str],
+    args: argparse.Namespace,
+    workers: int,
+    storage_options: dict[str, Any] | None,
+    litdata_dir: str | None,
 ) -> None:
     loaders: dict[str, Callable[[], Any]] = {
         "pipekit": lambda: pipekit_loader(urls, args, workers, True, storage_options),
@@ -201,22 +310,25 @@ def run_cell(
         loaders["pipekit, resume off"] = lambda: pipekit_loader(urls, args, workers, False, storage_options)
     if not args.resume_cost_only:
         loaders["webdataset"] = lambda: wds_loader(urls, args, workers)
+        if litdata_dir is not None:
+            loaders["litdata"] = lambda: litdata_loader(litdata_dir, args, workers, storage_options)
     measured = compare({name: make() for name, make in loaders.items()}, args.epochs)
-    rates = {name: rate for name, (rate, _) in measured.items()}
-    wds_rate = rates.get("webdataset")
-    cells = [f"webdataset {wds_rate:7.1f}/s"] if wds_rate else []
+    rates = {name: rate for name, (rate, _, _) in measured.items()}
+    best = max((n for n in rates if n in COMPETITORS), key=rates.__getitem__, default=None)
+    cells = [f"{name} {rates[name]:7.1f}/s" for name in COMPETITORS if name in rates]
     for name, rate in rates.items():
-        if name != "webdataset":
-            cells.append(f"{name} {rate:7.1f}/s" + (f" ({rate / wds_rate:.2f}x)" if wds_rate else ""))
+        if name not in COMPETITORS:
+            cells.append(f"{name} {rate:7.1f}/s" + (f" ({rate / rates[best]:.2f}x {best})" if best else ""))
     if "pipekit, resume off" in rates:
         cells.append(f"resume on/off {rates['pipekit'] / rates['pipekit, resume off']:.3f}")
-    if workers == 0 and wds_rate:  # all the work is in this process: its CPU time per sample, steadier under load
-        cpu = {name: c for name, (_, c) in measured.items()}
-        cells.append(
-            f"CPU/sample webdataset {cpu['webdataset']:.0f} µs, pipekit {cpu['pipekit']:.0f} µs "
-            f"(webdataset/pipekit {cpu['webdataset'] / cpu['pipekit']:.2f})"
-        )
+    if workers == 0 and best:  # all the work is in this process: its CPU time per sample, steadier under load
+        cpu = {name: c for name, (_, c, _) in measured.items()}
+        shown = ", ".join(f"{name} {cpu[name]:.0f} µs" for name in (*COMPETITORS, "pipekit") if name in cpu)
+        cells.append(f"CPU/sample {shown} ({best}/pipekit {cpu[best] / cpu['pipekit']:.2f})")
     print(f"{where:>5} | {workers} workers | {' | '.join(cells)}", flush=True)
+    if where != "local":
+        firsts = ", ".join(f"{name} {first:.1f}/s" for name, (_, _, first) in measured.items())
+        print(f"{'':>5} | first pass (warm-up epoch): {firsts}", flush=True)
 
 
 def main() -> None:
@@ -236,6 +348,7 @@ def main() -> None:
         action="store_true",
         help="only pipekit with resume on and off (more epochs for less noise)",
     )
+    parser.add_argument("--skip-litdata", action="store_true", help="leave LitData out even where it is installed")
     args = parser.parse_args()
     if args.quick:
         args.samples, args.epochs = 2000, 1
@@ -251,12 +364,19 @@ def main() -> None:
     print(
         f"# machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
         f"python {platform.python_version()}; samples/s, median of {args.epochs} epoch(s) after a warm-up, "
-        "ratios against webdataset"
+        "ratios against the faster of webdataset and LitData"
     )
+    lit_dir = None
+    if args.skip_litdata or args.resume_cost_only:
+        pass
+    elif litdata_available():
+        lit_dir = write_litdata(paths, root.with_name(root.name + "-litdata"), args.samples)
+    else:
+        print("# LitData not installed (pip install litdata, or the bench extra): not compared")
     local = [str(p) for p in paths]
     if not args.skip_local:
         for workers in args.workers:
-            run_cell("local", local, args, workers, None)
+            run_cell("local", local, args, workers, None, str(lit_dir) if lit_dir else None)
         if 2 in args.workers:
             checkpoint_cost(local, args, None)
     if args.skip_s3:
@@ -273,9 +393,13 @@ def main() -> None:
         for p in paths:
             fs.put_file(str(p), f"shards/{p.name}")
         remote = [f"s3://shards/{p.name}" for p in paths]
+        remote_lit = None
+        if lit_dir is not None:
+            fs.put(f"{lit_dir}/", "shards/litdata/", recursive=True)
+            remote_lit = "s3://shards/litdata"
         register_wds_s3(server.storage_options)
         for workers in args.workers:
-            run_cell("s3", remote, args, workers, server.storage_options)
+            run_cell("s3", remote, args, workers, server.storage_options, remote_lit)
     finally:
         server.stop()
 
