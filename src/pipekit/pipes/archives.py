@@ -215,7 +215,12 @@ class TarArchiveLoader(ArchiveLoader):
     reads, the last two kept in memory, so a shard costs a few large requests
     in order (not a seek and read per header and member, nor a range fetched
     again when a reader looks back at the previous sample); a resumed archive
-    reads on from the member it skips to.
+    reads on from the member it skips to.  In a seekable, uncompressed archive
+    the plain headers (regular files up to 16 MiB and directories) are read
+    without ``tarfile``'s per-header work and those members are read whole
+    as they are reached; from the first header that is anything else (a long
+    name, a link, the end marker) ``tarfile`` reads the rest, so the members,
+    their URLs and every error are the same either way.
 
     Member names that are absolute or contain a ``..`` component are refused
     with :class:`~pipekit.errors.ArchiveError`, as are corrupt or truncated
