@@ -98,6 +98,15 @@ class TestEval:
 
 
 class TestTrain:
+    @pytest.mark.parametrize("trivial_augment", [False, True])
+    def test_training_crops_pickle_mid_epoch(self, shards, trivial_augment):
+        """Spawned workers (macOS, Windows) get the pipe pickled: the training crop and flip steps included."""
+        ds = datasets.TarShards(str(shards), batch_size=None, size=16, trivial_augment=trivial_augment)
+        it = iter(ds)
+        next(it)
+        copy = pickle.loads(pickle.dumps(ds))
+        assert next(iter(copy))[".jpg"].shape == (3, 16, 16)
+
     def test_shuffled_at_shard_and_sample_level(self, shards):
         ds = datasets.TarShards(str(shards / PATTERN), batch_size=None, shuffle_buffer=5)
         torch.manual_seed(0)

@@ -74,3 +74,20 @@ def test_other_ops_or_subclasses_are_not_taken(ops):
 
 def test_an_empty_list_is_no_steps():
     assert direct_image_ops([]) == []
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_steps_pickle_and_draw_the_same(name):
+    import pickle
+
+    steps = direct_image_ops(OPS[name]())
+    copies = pickle.loads(pickle.dumps(steps))
+    image = _images(3)[0]
+    outs = []
+    for chain in (steps, copies):
+        g = torch.Generator().manual_seed(5)
+        out = image
+        for step in chain:
+            out = step(out, g)
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1])

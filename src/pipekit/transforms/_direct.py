@@ -79,13 +79,16 @@ class _ResizedCropStep:
         )
 
 
-def _flip_step(p: float, kernel: Callable[[torch.Tensor], torch.Tensor]) -> Step:
-    def step(image: torch.Tensor, g: torch.Generator) -> torch.Tensor:
-        if torch.rand(1, generator=g) >= p:  # _RandomApplyTransform.forward's test
-            return image
-        return kernel(image)
+class _FlipStep:
+    """``RandomHorizontalFlip`` / ``RandomVerticalFlip`` on a plain image tensor (a class: pipes are pickled)."""
 
-    return step
+    def __init__(self, p: float, kernel: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        self.p, self.kernel = p, kernel
+
+    def __call__(self, image: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+        if torch.rand(1, generator=g) >= self.p:  # _RandomApplyTransform.forward's test
+            return image
+        return self.kernel(image)
 
 
 def direct_image_ops(ops: Sequence[Any]) -> list[Step] | None:
@@ -120,9 +123,9 @@ def direct_image_ops(ops: Sequence[Any]) -> list[Step] | None:
         if kind is v2.RandomResizedCrop:
             steps.append(_ResizedCropStep(op))
         elif kind is v2.RandomHorizontalFlip:
-            steps.append(_flip_step(op.p, F.horizontal_flip_image))
+            steps.append(_FlipStep(op.p, F.horizontal_flip_image))
         elif kind is v2.RandomVerticalFlip:
-            steps.append(_flip_step(op.p, F.vertical_flip_image))
+            steps.append(_FlipStep(op.p, F.vertical_flip_image))
         else:
             return None
     return steps
