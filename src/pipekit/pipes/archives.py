@@ -421,6 +421,15 @@ def _octal(field: bytes) -> int | None:
         return None
 
 
+class _MemberBytes(io.BytesIO):
+    """An archive member :class:`_PlainMembers` read whole: in memory, but still an archive member stream.
+
+    Not a plain ``io.BytesIO``, so the DataLoader's open-stream check treats it
+    like ``tarfile``'s member streams: a pipeline that sends member streams
+    from its workers gets the same error whichever path read the archive.
+    """
+
+
 class _PlainMembers:
     """The leading plain members of a seekable, uncompressed tar archive, without ``tarfile``'s per-header work.
 
@@ -533,7 +542,7 @@ class _PlainMembers:
             member_url = loader._member_url(url, name)
             note_opened(member_url, stage)
             self.yielded += 1
-            yield member_url, StreamWrapper(io.BytesIO(data), parent, name=member_url)
+            yield member_url, StreamWrapper(_MemberBytes(data), parent, name=member_url)
 
 
 class _EndCheckedTarInfo(tarfile.TarInfo):
