@@ -563,6 +563,59 @@ class TestPlainHeaders:
                 assert plain == reference, (name, on_error)
                 assert plain[0] or plain[1], name
 
+    def test_small_read_ahead_pieces_give_the_same_results(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Pieces smaller than a member, across headers, and skipped members past the piece read: same as tarfile."""
+        import pipekit.pipes.archives as archives
+
+        monkeypatch.setattr(archives, "PLAIN_MEMBER_MAX_BYTES", 64 * 1024)
+        for piece in (512, 700, 3000):
+            monkeypatch.setattr(archives, "_READ_AHEAD", piece)
+            for name, data in self.cases().items():
+                cuts = [data, data[: len(data) // 2], data[: len(data) - 700]]
+                for variant in cuts:
+                    plain = outcome(variant, True, monkeypatch, on_error="skip")
+                    assert plain == outcome(variant, False, monkeypatch, on_error="skip"), (piece, name, len(variant))
+
+    def test_a_shard_is_read_in_few_large_reads(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import pipekit.pipes.archives as archives
+
+        class Counting(io.BytesIO):
+            reads = 0
+
+            def read(self, n=-1):
+                Counting.reads += 1
+                return super().read(n)
+
+        monkeypatch.setattr(archives, "FAST_TAR_HEADERS", True)
+        data = archive_bytes([(f"{i:04d}.bin", bytes([i % 256]) * 3000) for i in range(300)])  # ~1.1 MB
+        got = [read_item(i) for i in IterableWrapper([("s.tar", Counting(data))]).load_from_tar()]
+        assert len(got) == 300 and got[7] == ("s.tar/0007.bin", b"\x07" * 3000)
+        # one read per piece, and tarfile's few at the end-of-archive marker; not two per member (600)
+        assert Counting.reads <= len(data) // archives._READ_AHEAD + 8
+
+    def test_header_checksum_matches_the_byte_sum(self) -> None:
+        import random
+
+        from pipekit.pipes.archives import _header_sum
+
+        def reference(block: bytes) -> int:
+            return 256 + sum(block[:148]) + sum(block[156:])
+
+        rng = random.Random(0)
+        names = ["a.jpg", "dir/" * 20 + "x.cls", "caf\u00e9/\u00fcber.png", "\u65e5\u672c.txt"]
+        blocks = []
+        for fmt in (tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT):
+            for name in names:
+                info = tarfile.TarInfo(name)
+                info.size = rng.randrange(10**6)
+                info.mtime = rng.randrange(2**33)
+                blocks.append(info.tobuf(fmt, "utf-8", "surrogateescape")[:512])
+        blocks += [bytes(rng.randrange(256) for _ in range(512)) for _ in range(200)]  # garbage, high bytes
+        blocks += [bytes(rng.randrange(128) for _ in range(512)) for _ in range(200)]  # garbage, all ASCII
+        blocks += [b"\x7f" * 512, b"\xff" * 512, bytes(512)]
+        for block in blocks:
+            assert _header_sum(block) == reference(block)
+
     def test_every_cut_and_a_corrupt_header_give_tarfiles_errors(self, monkeypatch: pytest.MonkeyPatch) -> None:
         data = archive_bytes(members_of(12))
         corrupt = bytearray(data)
