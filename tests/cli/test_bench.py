@@ -79,7 +79,7 @@ class TestWebDataset:
         rows = stage_table(out)
         names = [r[1] for r in rows]
         assert names == chain_names(datasets.TarShards(str(shards), size=16, batch_size=2))
-        assert {"load_from_tar", "webdataset", "decode", "shuffle"} <= set(names)
+        assert {"load_tar_samples", "decode", "shuffle"} <= set(names)
         assert re.search(r"with 2 DataLoader worker\(s\): 2 batches \(4 samples\) in [\d.]+ s: ", out)
 
 

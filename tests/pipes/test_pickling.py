@@ -265,6 +265,7 @@ FACTORIES: dict[str, Factory] = {
     "Slicer": lambda d: IterableWrapper([(1, 2, 3), (4, 5, 6)]).slice(0, 2),
     "StreamReader": lambda d: d.opened("b.txt").read_from_stream(),
     "TarArchiveLoader": lambda d: d.opened("w.tar").load_from_tar(),
+    "TarSampleLoader": lambda d: d.opened("w.tar").load_tar_samples(),
     "ThreadPoolMapper": lambda d: nums().threadpool_map(add_one, max_workers=2),
     "UnBatcher": lambda d: nums().batch(4).unbatch(),
     "UnZipper": lambda d: nums().map(pair).unzip(sequence_length=2)[1],

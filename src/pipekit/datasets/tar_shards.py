@@ -7,9 +7,9 @@ The recipe::
     ListSource(shards)        shard list shuffled per epoch (train), before sharding_filter
     -> sharding_filter        each shard to one DataLoader worker / distributed rank
     -> open_files_by_fsspec   (url, stream), with storage_options for S3
-    -> load_from_tar          members streamed, never extracted
-    -> webdataset             sample dicts
-    -> read the members       bytes, so the shuffle buffer (and a checkpoint of it) holds no open streams
+    -> load_tar_samples       sample dicts of the members' bytes (load_from_tar + webdataset + reading
+                              the members, in one pipe), so the shuffle buffer (and a checkpoint
+                              of it) holds no open streams; never extracted to disk
     -> shuffle                sample-level buffer (train)
     -> decode                 by extension: .jpg/.png -> uint8 [C, H, W], .cls -> int, .json -> dict, ...
     [-> resize/crop images    with size=: RandomResizedCrop + flip (train) | Resize + CenterCrop]
@@ -17,8 +17,8 @@ The recipe::
     [-> batch + collate]
 
 Not to be confused with the ``webdataset`` *pipe*
-(:class:`pipekit.pipes.WebDataset`, torchdata's ``WebDataset``), the grouping
-stage this recipe uses.
+(:class:`pipekit.pipes.WebDataset`, torchdata's ``WebDataset``), whose grouping
+``load_tar_samples`` (:class:`pipekit.pipes.TarSampleLoader`) does here.
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ from pipekit.datasets._recipe import (
     check_stage,
     standard_image_transforms,
 )
-from pipekit.errors import ReadError
 from pipekit.pipes.base import IterDataPipe
 from pipekit.pipes.sample_transforms import Augmenter
 from pipekit.pipes.webdataset import shard_expand
@@ -104,27 +103,6 @@ def _list_tars(url: str, storage_options: dict[str, Any]) -> list[str]:
     if not found:
         raise FileNotFoundError(f"TarShards: no tar shards in {url!r}")
     return sorted(p if local else fs.unstrip_protocol(p) for p in found)
-
-
-class _ReadMembers:
-    """Read every stream of a sample dict into ``bytes`` (and close it); other values pass."""
-
-    def __call__(self, sample: Mapping[str, Any]) -> dict[str, Any]:
-        out = {}
-        for key, value in sample.items():
-            read = getattr(value, "read", None)
-            if key.startswith("__") or not callable(read):
-                out[key] = value
-                continue
-            try:
-                out[key] = read()
-            except Exception as exc:
-                raise ReadError("read", f"{sample.get('__key__', '?')}{key}", "TarShards", exc) from exc
-            finally:
-                close = getattr(value, "close", None)
-                if callable(close):
-                    close()
-        return out
 
 
 class _ImageOps:
@@ -230,9 +208,10 @@ class TarShards(Recipe):
     """Samples from WebDataset tar shards (local, S3 or any fsspec URL), shuffled, decoded, batched.
 
     Also available as ``datasets.WebDataset``, after the ``webdataset``
-    library's class it replaces; the pipe :class:`pipekit.pipes.WebDataset`
-    (torchdata's ``webdataset``) is the step inside it that groups archive
-    members into samples.
+    library's class it replaces (not the pipe :class:`pipekit.pipes.WebDataset`,
+    torchdata's ``webdataset``).  Archive members are grouped into samples and
+    read as bytes in one step, :class:`pipekit.pipes.TarSampleLoader`
+    (``load_tar_samples``): the samples of ``load_from_tar().webdataset()``.
 
     In training the shard list is shuffled each epoch before
     ``sharding_filter`` hands each shard to one DataLoader worker / rank (so
@@ -343,9 +322,7 @@ class TarShards(Recipe):
         pipe: IterDataPipe = ListSource(self.shards, shuffle=self.train and bool(shuffle_shards))
         pipe = pipe.sharding_filter()
         pipe = pipe.open_files_by_fsspec(mode="rb", storage_options=options)
-        pipe = pipe.load_from_tar(on_error=on_error)
-        pipe = pipe.webdataset()
-        pipe = pipe.map(_ReadMembers())
+        pipe = pipe.load_tar_samples(on_error=on_error)
         if self.train and shuffle_buffer:
             pipe = pipe.shuffle(buffer_size=shuffle_buffer)
         if decode is True or isinstance(decode, Mapping):
@@ -380,5 +357,6 @@ WebDataset = TarShards
 
 The same class as :class:`TarShards`.  Not to be confused with the pipe
 :class:`pipekit.pipes.WebDataset` (torchdata's ``webdataset``), which groups
-``(path, stream)`` archive members into samples and which this recipe uses.
+``(path, stream)`` archive members into samples (this recipe groups them with
+:class:`pipekit.pipes.TarSampleLoader`, which reads them as bytes in the same step).
 """

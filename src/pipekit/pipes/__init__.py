@@ -19,6 +19,7 @@ Where each pipe lives (functional name -> module):
 ``load_from_tar load_from_zip``                              :mod:`~pipekit.pipes.archives`
 ``decompress load_from_bz2 load_from_xz extract``            :mod:`~pipekit.pipes.decompress`
 ``webdataset shard_expand``                                  :mod:`~pipekit.pipes.webdataset`
+``load_tar_samples`` (tar members grouped, as bytes)         :mod:`~pipekit.pipes.tar_samples`
 ``write_shards`` ``ShardWriter TarWriter``                   :mod:`~pipekit.pipes.shard_writer`
 ``readlines parse_csv parse_csv_as_dict parse_json_files``   :mod:`~pipekit.pipes.parsing`
 ``decode_image decode``                                      :mod:`~pipekit.pipes.decode`
@@ -73,6 +74,7 @@ from pipekit.pipes.mapping import *
 from pipekit.pipes.mapstyle import *
 from pipekit.pipes.sample_transforms import *
 from pipekit.pipes.shard_writer import *
+from pipekit.pipes.tar_samples import *
 from pipekit.pipes.webdataset import *
 from pipekit.pipes.zipping import *
 from pipekit.pipes import (
@@ -101,6 +103,7 @@ from pipekit.pipes import (
     mapstyle,
     sample_transforms,
     shard_writer,
+    tar_samples,
     webdataset,
     zipping,
 )
@@ -136,6 +139,7 @@ __all__ = sorted(
         *mapstyle.__all__,
         *sample_transforms.__all__,
         *shard_writer.__all__,
+        *tar_samples.__all__,
         *webdataset.__all__,
         *zipping.__all__,
     }

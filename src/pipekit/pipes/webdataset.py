@@ -33,8 +33,11 @@ def _split(path: str) -> tuple[str, str]:
     the archive URL.  Backslashes are turned into ``/`` first.
     """
     p = path.replace("\\", "/")
-    m = _KEY_SUFFIX.match(p)
-    return (m.group(1), m.group(2)) if m else (p, "")
+    if "\n" in p:  # (the pattern's "." stops at line breaks: keep its answer for such names)
+        m = _KEY_SUFFIX.match(p)
+        return (m.group(1), m.group(2)) if m else (p, "")
+    dot = p.find(".", p.rfind("/") + 1)  # the pattern's answer, without a regular expression per member
+    return (p, "") if dot == -1 else (p[:dot], p[dot:])
 
 
 def _is_stream(value: Any) -> bool:
