@@ -17,7 +17,7 @@ from PIL import Image, ImageOps
 import pipekit
 from pipekit import datasets
 from pipekit.datasets.tar_shards import expand_shard_urls
-from pipekit.errors import ArchiveError, DecodeError
+from pipekit.errors import ArchiveError, DecodeError, ReadError
 from pipekit.synthetic import write_image_shards
 
 SHARDS, PER_SHARD = 4, 6
@@ -402,3 +402,108 @@ def test_webdataset_is_the_same_recipe():
 
     assert datasets.WebDataset is datasets.TarShards is old_module.WebDataset
     assert GroupingPipe is not datasets.WebDataset
+
+
+@pytest.mark.s3
+class TestCacheDir:
+    """``cache_dir=``: remote shards copied whole once, read locally afterwards, checked against the object."""
+
+    def upload(self, s3_server, shards) -> str:
+        bucket = s3_server.create_bucket()
+        fs = s3_server.fs()
+        for s in range(SHARDS):
+            fs.put(str(shards / f"shard-{s:06d}.tar"), f"{bucket}/shard-{s:06d}.tar")
+        return bucket
+
+    def eval_keys(self, ds) -> list[str]:
+        return [s["__key__"] for s in ds]
+
+    def test_same_samples_and_keys_from_the_copies(self, s3_server, shards, tmp_path):
+        bucket = self.upload(s3_server, shards)
+        url = f"s3://{bucket}/{PATTERN}"
+        opts = s3_server.storage_options
+        plain = datasets.TarShards(url, train=False, batch_size=None, storage_options=opts)
+        cached = datasets.TarShards(url, train=False, batch_size=None, storage_options=opts, cache_dir=tmp_path)
+        expected = list(plain)
+        got = list(cached)
+        assert [s["__key__"] for s in got] == [s["__key__"] for s in expected]
+        assert all(k.startswith(f"s3://{bucket}/shard-") for k in (s["__key__"] for s in got))
+        assert all(torch.equal(a[".jpg"], b[".jpg"]) and a[".cls"] == b[".cls"] for a, b in zip(got, expected))
+        copies = sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".tar")
+        assert len(copies) == SHARDS and all(name.endswith(".tar") for name in copies)
+        for s in range(SHARDS):  # byte for byte the objects
+            local = next(tmp_path.glob(f"*-shard-{s:06d}.tar"))
+            assert local.read_bytes() == (shards / f"shard-{s:06d}.tar").read_bytes()
+        assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+    def test_second_epoch_reads_the_copies_not_the_objects(self, s3_server, shards, tmp_path, monkeypatch):
+        bucket = self.upload(s3_server, shards)
+        ds = datasets.TarShards(
+            f"s3://{bucket}/{PATTERN}", train=False, batch_size=None,
+            storage_options=s3_server.storage_options, cache_dir=tmp_path,
+        )
+        first = self.eval_keys(ds)
+        from pipekit.pipes.fsspec_io import FSSpecFileOpener
+
+        opened = []
+        real = FSSpecFileOpener.reopen
+
+        def counting(self, url):
+            opened.append(url)
+            return real(self, url)
+
+        monkeypatch.setattr(FSSpecFileOpener, "reopen", counting)
+        assert self.eval_keys(ds) == first
+        assert opened == []  # no object opened again: the copies were up to date
+
+    def test_a_replaced_object_is_copied_again(self, s3_server, shards, tmp_path):
+        bucket = self.upload(s3_server, shards)
+        opts = s3_server.storage_options
+        url = f"s3://{bucket}/shard-000000.tar"
+        ds = datasets.TarShards(url, train=False, batch_size=None, storage_options=opts, cache_dir=tmp_path)
+        assert len(self.eval_keys(ds)) == PER_SHARD
+        smaller = tmp_path / "other"
+        write_image_shards(smaller, shards=1, per_shard=2, size=32, progress=False)
+        s3_server.fs().put(str(smaller / "shard-000000.tar"), f"{bucket}/shard-000000.tar")
+        assert len(self.eval_keys(ds)) == 2  # not the stale copy's 6
+
+    def test_a_missing_object_is_named(self, s3_server, shards, tmp_path):
+        bucket = self.upload(s3_server, shards)
+        url = f"s3://{bucket}/shard-000009.tar"
+        ds = datasets.TarShards(
+            url, train=False, batch_size=None, storage_options=s3_server.storage_options, cache_dir=tmp_path
+        )
+        with pytest.raises(ReadError, match=r"shard-000009\.tar") as info:
+            list(ds)
+        assert "TarShards cache" in str(info.value)
+
+    def test_resume_mid_shard_with_workers(self, s3_server, shards, tmp_path):
+        bucket = self.upload(s3_server, shards)
+
+        def loader():
+            ds = datasets.TarShards(
+                f"s3://{bucket}/{PATTERN}", batch_size=2, shuffle_buffer=4, size=16,
+                storage_options=s3_server.storage_options, cache_dir=tmp_path / "cache",
+            )
+            return pipekit.DataLoader(ds, num_workers=2)
+
+        torch.manual_seed(3)
+        full = [k for b in loader() for k in b["__key__"]]
+        torch.manual_seed(3)
+        first = loader()
+        it = iter(first)
+        head = [k for _ in range(4) for k in next(it)["__key__"]]
+        state = pickle.loads(pickle.dumps(first.state_dict()))
+        del it
+        resumed = loader()
+        resumed.load_state_dict(state)
+        rest = [k for b in resumed for k in b["__key__"]]
+        assert head + rest == full
+        assert len(set(full)) == SHARDS * PER_SHARD
+
+    def test_local_shards_are_read_in_place(self, shards, tmp_path):
+        ds = datasets.TarShards(str(shards / PATTERN), train=False, batch_size=None, cache_dir=tmp_path / "c")
+        assert self.eval_keys(ds) == _keys(shards)
+        assert not (tmp_path / "c").exists()
+        with pytest.raises(TypeError, match="cache_dir must be a folder path"):
+            datasets.TarShards(str(shards / PATTERN), cache_dir=3)

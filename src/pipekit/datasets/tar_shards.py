@@ -6,7 +6,8 @@ The recipe::
 
     ListSource(shards)        shard list shuffled per epoch (train), before sharding_filter
     -> sharding_filter        each shard to one DataLoader worker / distributed rank
-    -> open_files_by_fsspec   (url, stream), with storage_options for S3
+    -> open_files_by_fsspec   (url, stream), with storage_options for S3 (with cache_dir: from a
+                              local copy of each remote shard, made on first use)
     -> load_tar_samples       sample dicts of the members' bytes (load_from_tar + webdataset + reading
                               the members, in one pipe), so the shuffle buffer (and a checkpoint
                               of it) holds no open streams; never extracted to disk
@@ -38,6 +39,7 @@ from pipekit.datasets._recipe import (
     check_stage,
     standard_image_transforms,
 )
+from pipekit.datasets._shard_cache import CachedShardOpener
 from pipekit.pipes.base import IterDataPipe
 from pipekit.pipes.sample_transforms import Augmenter
 from pipekit.pipes.webdataset import shard_expand
@@ -252,6 +254,14 @@ class TarShards(Recipe):
         drop_last: drop each worker's last, shorter batch.
         on_error: ``"raise"`` or ``"skip"`` corrupt archive members and
             undecodable files (recorded in those pipes' ``skip_log``).
+        cache_dir: a local folder where remote shards are copied whole the
+            first time they are read and read from afterwards (later epochs
+            read local disk; the ``webdataset`` library's and LitData's
+            cache).  Each open checks the copy against the remote object's
+            size and ETag / modification time (one metadata request per shard
+            and epoch) and copies it again when it changed.  Local shards are
+            read in place.  ``None`` (default): remote shards are streamed
+            every epoch.
 
     Attributes:
         shards: the shard URLs, in their unshuffled order.
@@ -291,9 +301,12 @@ class TarShards(Recipe):
         collate_fn: Callable[[list[Any]], Any] | None = None,
         drop_last: bool = False,
         on_error: str = "raise",
+        cache_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__()
         where = "TarShards"
+        if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
+            raise TypeError(f"{where}: cache_dir must be a folder path or None, got {cache_dir!r}")
         if storage_options is not None and not isinstance(storage_options, Mapping):
             raise TypeError(f"{where}: storage_options must be a dict, got {type(storage_options).__name__}")
         batch_size = check_positive_int(batch_size, "batch_size", where, allow_none=True)
@@ -321,7 +334,10 @@ class TarShards(Recipe):
 
         pipe: IterDataPipe = ListSource(self.shards, shuffle=self.train and bool(shuffle_shards))
         pipe = pipe.sharding_filter()
-        pipe = pipe.open_files_by_fsspec(mode="rb", storage_options=options)
+        if cache_dir is not None:
+            pipe = CachedShardOpener(pipe, cache_dir, self.storage_options)
+        else:
+            pipe = pipe.open_files_by_fsspec(mode="rb", storage_options=options)
         pipe = pipe.load_tar_samples(on_error=on_error)
         if self.train and shuffle_buffer:
             pipe = pipe.shuffle(buffer_size=shuffle_buffer)

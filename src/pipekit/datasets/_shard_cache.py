@@ -1,0 +1,138 @@
+"""A local copy of each remote shard: ``TarShards(cache_dir=...)``.
+
+Remote shards (S3, HTTP, any fsspec URL) are copied whole into ``cache_dir``
+the first time they are opened and read from the local copy afterwards, as
+the ``webdataset`` library's ``cache_dir`` and LitData's chunk cache do.
+Unlike those, each open checks the copy against the remote object (its size
+and ETag or modification time, one metadata request per shard and epoch), so
+a shard replaced on the server is fetched again rather than read stale.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import posixpath
+import shutil
+import uuid
+from typing import Any
+
+import fsspec
+
+from pipekit.errors import ReadError
+from pipekit.pipes.base import IterDataPipe, StreamWrapper
+from pipekit.pipes.fsspec_io import FSSpecFileOpener, _local_path
+
+logger = logging.getLogger("pipekit")
+
+STAGE = "TarShards cache"
+_COPY_CHUNK = 8 * 2**20
+
+
+def _stamp(url: str, info: dict[str, Any]) -> dict[str, Any]:
+    """What identifies a version of the remote object: its size and ETag / modification time, as fsspec reports them."""
+    version = None
+    for key in ("ETag", "etag", "LastModified", "last_modified", "mtime", "updated"):
+        if info.get(key) is not None:
+            version = f"{key}={info[key]}"
+            break
+    return {"url": url, "size": info.get("size"), "version": version}
+
+
+class CachedShardOpener(FSSpecFileOpener):
+    """``open_files_by_fsspec(mode="rb")`` that reads remote files from whole local copies in ``cache_dir``.
+
+    Yields ``(url, stream)`` with the original URL (sample keys do not
+    change), the stream reading the local copy.  A copy is made the first time
+    a URL is opened: the remote file is read through the opener's retrying
+    stream into a temporary file in ``cache_dir``, its size checked against
+    the remote object's, and renamed into place with a small JSON record of
+    the object's size and version next to it.  Each later open asks the
+    storage for the object's metadata (retried like reads) and uses the copy
+    only when it matches; otherwise the copy is made again.  Processes that
+    copy the same shard at once (workers of different jobs) each write their
+    own temporary file and the last rename wins, so a reader never sees a
+    partial copy.  Local paths are opened in place.  ``reopen(url)`` (used by
+    ``load_from_tar`` to resume) goes through the cache too.
+
+    Errors name the URL and the stage ``"TarShards cache"`` (a missing object,
+    a copy cut short, a full disk).
+    """
+
+    def __init__(
+        self, source_datapipe: IterDataPipe[str], cache_dir: str | os.PathLike[str], storage_options: dict[str, Any]
+    ) -> None:
+        super().__init__(source_datapipe, mode="rb", storage_options=storage_options or None)
+        self.cache_dir = os.fspath(cache_dir)
+
+    def _opener(self) -> Any:
+        return self.reopen
+
+    def reopen(self, url: str) -> StreamWrapper:
+        if not isinstance(url, str) or _local_path(url) is not None:
+            return super().reopen(url)
+        local = self.local_copy(url)
+        try:
+            file = open(local, "rb")  # noqa: SIM115 - closed downstream
+        except OSError as exc:
+            raise ReadError("open", local, STAGE, exc) from exc
+        return StreamWrapper(file, name=url)
+
+    def path_for(self, url: str) -> str:
+        """Where the copy of ``url`` lives: a hash of the URL and the object's name, in ``cache_dir``."""
+        name = posixpath.basename(url.split("?", 1)[0].rstrip("/")) or "shard"
+        return os.path.join(self.cache_dir, f"{hashlib.sha1(url.encode()).hexdigest()[:16]}-{name}")
+
+    def local_copy(self, url: str) -> str:
+        """The path of an up-to-date local copy of ``url``, made now if there is none."""
+        try:
+            fs, path = fsspec.core.url_to_fs(url, **self.kwargs_for_connection)
+            info = self.retry.call(lambda: fs.info(path), action="stat", url=url, stage=STAGE)
+        except ReadError:
+            raise
+        except Exception as exc:  # a missing object, refused credentials...
+            raise ReadError("stat", url, STAGE, exc) from exc
+        stamp = _stamp(url, info)
+        local = self.path_for(url)
+        record = local + ".json"
+        try:
+            with open(record) as f:
+                cached = json.load(f)
+            if cached == stamp and os.path.getsize(local) == stamp["size"]:
+                return local
+        except (OSError, ValueError):
+            pass  # no copy yet, or one cut short by a crash: make it (below)
+        self._copy(url, local, stamp)
+        return local
+
+    def _copy(self, url: str, local: str, stamp: dict[str, Any]) -> None:
+        os.makedirs(self.cache_dir, exist_ok=True)
+        tag = f".{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+        tmp, tmp_record = local + tag, local + ".json" + tag
+        try:
+            source = super().reopen(url)  # the opener's retrying stream: a dropped connection continues
+            try:
+                with open(tmp, "wb") as out:
+                    shutil.copyfileobj(source, out, _COPY_CHUNK)
+                    written = out.tell()
+            finally:
+                source.close()
+            if stamp["size"] is not None and written != stamp["size"]:
+                problem = f"copied {written} bytes, the object has {stamp['size']} (it changed or was cut)"
+                raise ReadError("copy", url, STAGE, problem)
+            with open(tmp_record, "w") as f:
+                json.dump(stamp, f)
+            os.replace(tmp, local)
+            os.replace(tmp_record, local + ".json")
+        except ReadError:
+            raise
+        except OSError as exc:
+            raise ReadError("copy", url, STAGE, f"{exc} (writing {local!r})") from exc
+        finally:
+            for leftover in (tmp, tmp_record):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(leftover)
+        logger.debug("TarShards: copied %s to %s (%d bytes)", url, local, written)
