@@ -20,7 +20,10 @@ torchvision v2 ops), batches of 64, in a DataLoader with 0 and 2 workers:
     ops), batch_size=64)``.  LitData shuffles the chunk order and the samples
     within each chunk rather than through a buffer, and copies each remote chunk
     whole into a local cache before reading it: from S3, its timed epochs after
-    the warm-up read that local cache (its first pass is printed separately).
+    the warm-up read that local cache (its first pass is printed separately);
+(e) from S3 also pipekit with ``TarShards(cache_dir=...)``, which does the same
+    (each shard copied whole into a fresh local folder on first use, then read
+    from it).
 
 MosaicML Streaming is not compared: ``pip install mosaicml-streaming`` (0.13)
 downgrades numpy to 2.1 and pulls ~45 cloud-SDK packages (Azure, GCS, OCI,
@@ -226,8 +229,17 @@ def litdata_loader(
 
 
 def pipekit_loader(
-    urls: list[str], args: argparse.Namespace, workers: int, resume: bool, storage_options: dict[str, Any] | None
+    urls: list[str],
+    args: argparse.Namespace,
+    workers: int,
+    resume: bool,
+    storage_options: dict[str, Any] | None,
+    cache: bool = False,
 ) -> pipekit.DataLoader:
+    cache_dir = None
+    if cache:  # a cold local copy of the shards for each loader, as LitData's chunk cache
+        cache_dir = tempfile.mkdtemp(prefix="bench-pipekit-cache-")
+        atexit.register(shutil.rmtree, cache_dir, ignore_errors=True)
     ds = datasets.TarShards(
         urls,
         batch_size=args.batch,
@@ -235,6 +247,7 @@ def pipekit_loader(
         size=args.size,
         image_mode="RGB",
         storage_options=storage_options,
+        cache_dir=cache_dir,
     )
     kw = {} if resume or workers == 0 else {"snapshot_every_n_steps": NEVER}
     return pipekit.DataLoader(ds.pipe, num_workers=workers, **kw)
@@ -308,6 +321,8 @@ def run_cell(
     }
     if workers > 0:
         loaders["pipekit, resume off"] = lambda: pipekit_loader(urls, args, workers, False, storage_options)
+    if where != "local" and not args.resume_cost_only:
+        loaders["pipekit, cache_dir"] = lambda: pipekit_loader(urls, args, workers, True, storage_options, cache=True)
     if not args.resume_cost_only:
         loaders["webdataset"] = lambda: wds_loader(urls, args, workers)
         if litdata_dir is not None:
