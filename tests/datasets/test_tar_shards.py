@@ -477,6 +477,18 @@ class TestCacheDir:
             list(ds)
         assert "TarShards cache" in str(info.value)
 
+    def test_an_unusable_cache_dir_is_named_with_the_shard(self, s3_server, shards, tmp_path):
+        bucket = self.upload(s3_server, shards)
+        not_a_folder = tmp_path / "file"
+        not_a_folder.write_text("x")
+        ds = datasets.TarShards(
+            f"s3://{bucket}/shard-000000.tar", train=False, batch_size=None,
+            storage_options=s3_server.storage_options, cache_dir=not_a_folder,
+        )
+        with pytest.raises(ReadError, match=r"shard-000000\.tar") as info:
+            list(ds)
+        assert info.value.stage == "TarShards cache" and str(not_a_folder) in str(info.value)
+
     def test_resume_mid_shard_with_workers(self, s3_server, shards, tmp_path):
         bucket = self.upload(s3_server, shards)
 

@@ -109,10 +109,10 @@ class CachedShardOpener(FSSpecFileOpener):
         return local
 
     def _copy(self, url: str, local: str, stamp: dict[str, Any]) -> None:
-        os.makedirs(self.cache_dir, exist_ok=True)
         tag = f".{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
         tmp, tmp_record = local + tag, local + ".json" + tag
         try:
+            os.makedirs(self.cache_dir, exist_ok=True)
             source = super().reopen(url)  # the opener's retrying stream: a dropped connection continues
             try:
                 with open(tmp, "wb") as out:
@@ -132,7 +132,7 @@ class CachedShardOpener(FSSpecFileOpener):
         except OSError as exc:
             raise ReadError("copy", url, STAGE, f"{exc} (writing {local!r})") from exc
         finally:
-            for leftover in (tmp, tmp_record):
-                with contextlib.suppress(FileNotFoundError):
+            for leftover in (tmp, tmp_record):  # (none exists when the folder cannot be used: the error above tells)
+                with contextlib.suppress(OSError):
                     os.unlink(leftover)
         logger.debug("TarShards: copied %s to %s (%d bytes)", url, local, written)
