@@ -326,6 +326,31 @@ class TestErrors:
         ds = datasets.TarShards(str(path), batch_size=None, size=4, on_error="skip")
         assert [s["__key__"].rsplit("/", 1)[1] for s in ds] == ["a"]
 
+    def test_truncated_shard_with_two_workers_is_named_or_counted(self, shards, tmp_path):
+        """The error reaches the main process naming the shard and stage; skipped, it is counted there."""
+        import shutil
+
+        for s in range(1, SHARDS):
+            shutil.copy(shards / f"shard-{s:06d}.tar", tmp_path)
+        data = (shards / "shard-000000.tar").read_bytes()
+        (tmp_path / "cut.tar").write_bytes(data[: len(data) // 2 + 100])
+        urls = [str(tmp_path / "cut.tar"), *(str(tmp_path / f"shard-{s:06d}.tar") for s in range(1, SHARDS))]
+        loader = pipekit.DataLoader(datasets.TarShards(urls, train=False, batch_size=2), num_workers=2)
+        with pytest.raises(ArchiveError, match=r"cut\.tar") as info:
+            list(loader)
+        assert info.value.stage == "load_from_tar"
+        loader.shutdown()
+        skipping = pipekit.DataLoader(
+            datasets.TarShards(urls, train=False, batch_size=2, on_error="skip"), num_workers=2
+        )
+        keys = [k for b in skipping for k in b["__key__"]]
+        report = skipping.skip_report()
+        skipping.shutdown()
+        assert report.count == 1 and report.skipped[0].url == str(tmp_path / "cut.tar")
+        good = [k for k in keys if "/cut.tar/" not in k]
+        assert len(good) == (SHARDS - 1) * PER_SHARD == len(set(good))
+        assert 0 < len(keys) - len(good) < PER_SHARD  # the samples before the cut, the rest counted above
+
     def test_truncated_shard_is_named(self, shards, tmp_path):
         data = (shards / "shard-000000.tar").read_bytes()
         (tmp_path / "cut.tar").write_bytes(data[: len(data) // 2 + 100])
