@@ -30,6 +30,8 @@ from pipekit.pipes.base import StreamWrapper as PipekitStream
 from pipekit.pipes.resume import restore_pipeline, snapshot_pipeline
 from pipekit.testing import assert_resumes, resume_after
 
+from .conftest import archive_bytes
+
 MEMBERS = [("0001.jpg", b"jpeg-1" * 100), ("0001.cls", b"3"), ("dir/0002.jpg", b"jpeg-2" * 50), ("0002.cls", b"5")]
 
 
@@ -498,25 +500,6 @@ class TestTruncation:
                 assert got == [] and err is not None and err.stage == "load_from_zip", cut
         skipping = IterableWrapper([("z.zip", io.BytesIO(data[:-1]))]).load_from_zip(on_error="skip")
         assert list(skipping) == [] and skipping.skip_log.count == 1
-
-
-def archive_bytes(members: list[tuple[str, bytes]], fmt: int = tarfile.USTAR_FORMAT, dirs=(), links=()) -> bytes:
-    """A tar archive in ``fmt`` with ``members``, directory entries first and symbolic links (name, target) last."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=fmt) as tar:
-        for d in dirs:
-            info = tarfile.TarInfo(d)
-            info.type = tarfile.DIRTYPE
-            tar.addfile(info)
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-        for name, target in links:
-            info = tarfile.TarInfo(name)
-            info.type, info.linkname = tarfile.SYMTYPE, target
-            tar.addfile(info)
-    return buf.getvalue()
 
 
 def outcome(data: bytes, fast: bool, monkeypatch: pytest.MonkeyPatch, **kwargs):

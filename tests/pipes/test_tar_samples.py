@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import io
 import pickle
 import tarfile
 from pathlib import Path
@@ -14,19 +13,7 @@ from pipekit.errors import ArchiveError, ParseError
 from pipekit.pipes import IterableWrapper, TarSampleLoader
 from pipekit.testing import assert_resumes
 
-
-def tar_bytes(members: list[tuple[str, bytes]], fmt: int = tarfile.USTAR_FORMAT, dirs: tuple[str, ...] = ()) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=fmt) as tar:
-        for d in dirs:
-            info = tarfile.TarInfo(d)
-            info.type = tarfile.DIRTYPE
-            tar.addfile(info)
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+from .conftest import archive_bytes
 
 
 def samples(n: int, start: int = 0, long: bool = False) -> list[tuple[str, bytes]]:
@@ -57,10 +44,10 @@ def ours(urls: list[str], **kwargs) -> TarSampleLoader:
 def shards(tmp_path: Path) -> list[str]:
     """Four shards: ustar, GNU long names, pax with directories, and a gzip-compressed one."""
     files = {
-        "a.tar": tar_bytes(samples(12)),
-        "b.tar": tar_bytes(samples(5, 12, long=True), tarfile.GNU_FORMAT),
-        "c.tar": tar_bytes(samples(6, 17), tarfile.PAX_FORMAT, dirs=("d/",)),
-        "d.tar.gz": gzip.compress(tar_bytes(samples(7, 23))),
+        "a.tar": archive_bytes(samples(12)),
+        "b.tar": archive_bytes(samples(5, 12, long=True), tarfile.GNU_FORMAT),
+        "c.tar": archive_bytes(samples(6, 17), tarfile.PAX_FORMAT, dirs=("d/",)),
+        "d.tar.gz": gzip.compress(archive_bytes(samples(7, 23))),
     }
     paths = []
     for name, data in files.items():
@@ -86,7 +73,7 @@ class TestSamples:
 
     def test_a_member_without_extension_is_counted_not_lost_silently(self, tmp_path: Path) -> None:
         path = tmp_path / "s.tar"
-        path.write_bytes(tar_bytes([*samples(2), ("README", b"x"), *samples(1, 2)]))
+        path.write_bytes(archive_bytes([*samples(2), ("README", b"x"), *samples(1, 2)]))
         pipe = ours([str(path)])
         assert [s["__key__"].rsplit("/", 1)[1] for s in pipe] == ["00000", "00001", "00002"]
         assert pipe.skip_log.count == 1
@@ -95,13 +82,13 @@ class TestSamples:
 
     def test_a_repeated_extension_raises_naming_the_member(self, tmp_path: Path) -> None:
         path = tmp_path / "s.tar"
-        path.write_bytes(tar_bytes([("0001.jpg", b"a"), ("0001.jpg", b"b")]))
+        path.write_bytes(archive_bytes([("0001.jpg", b"a"), ("0001.jpg", b"b")]))
         with pytest.raises(ParseError, match=r"already has a '\.jpg' field") as info:
             list(ours([str(path)]))
         assert info.value.url == f"{path}/0001.jpg"
 
     def test_a_truncated_shard_raises_or_is_counted(self, tmp_path: Path) -> None:
-        data = tar_bytes(samples(6))
+        data = archive_bytes(samples(6))
         path = tmp_path / "cut.tar"
         path.write_bytes(data[: len(data) // 2])
         with pytest.raises(ArchiveError, match="truncated") as info:

@@ -10,26 +10,23 @@ a shard replaced on the server is fetched again rather than read stale.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import os
 import posixpath
-import shutil
-import uuid
 from typing import Any
 
 import fsspec
 
 from pipekit.errors import ReadError
 from pipekit.pipes.base import IterDataPipe, StreamWrapper
+from pipekit.pipes.disk_cache import _write_atomic
 from pipekit.pipes.fsspec_io import FSSpecFileOpener, _local_path
 
 logger = logging.getLogger("pipekit")
 
 STAGE = "TarShards cache"
-_COPY_CHUNK = 8 * 2**20
 
 
 def _stamp(url: str, info: dict[str, Any]) -> dict[str, Any]:
@@ -109,30 +106,16 @@ class CachedShardOpener(FSSpecFileOpener):
         return local
 
     def _copy(self, url: str, local: str, stamp: dict[str, Any]) -> None:
-        tag = f".{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-        tmp, tmp_record = local + tag, local + ".json" + tag
+        """Copy ``url`` to ``local`` (atomically), then its record: the record is what makes the copy count."""
         try:
             os.makedirs(self.cache_dir, exist_ok=True)
-            source = super().reopen(url)  # the opener's retrying stream: a dropped connection continues
-            try:
-                with open(tmp, "wb") as out:
-                    shutil.copyfileobj(source, out, _COPY_CHUNK)
-                    written = out.tell()
-            finally:
-                source.close()
-            if stamp["size"] is not None and written != stamp["size"]:
-                problem = f"copied {written} bytes, the object has {stamp['size']} (it changed or was cut)"
-                raise ReadError("copy", url, STAGE, problem)
-            with open(tmp_record, "w") as f:
-                json.dump(stamp, f)
-            os.replace(tmp, local)
-            os.replace(tmp_record, local + ".json")
-        except ReadError:
-            raise
         except OSError as exc:
-            raise ReadError("copy", url, STAGE, f"{exc} (writing {local!r})") from exc
-        finally:
-            for leftover in (tmp, tmp_record):  # (none exists when the folder cannot be used: the error above tells)
-                with contextlib.suppress(OSError):
-                    os.unlink(leftover)
+            raise ReadError("copy", url, STAGE, f"{exc} (the cache folder {self.cache_dir!r})") from exc
+        source = super().reopen(url)  # the opener's retrying stream: a dropped connection continues
+        _write_atomic(local, source, binary=True, stage=STAGE)  # reads the stream through, closes it
+        written = os.path.getsize(local)
+        if stamp["size"] is not None and written != stamp["size"]:
+            problem = f"copied {written} bytes, the object has {stamp['size']} (it changed or was cut)"
+            raise ReadError("copy", url, STAGE, problem)  # no record: the next open copies it again
+        _write_atomic(local + ".json", json.dumps(stamp), binary=False, stage=STAGE)
         logger.debug("TarShards: copied %s to %s (%d bytes)", url, local, written)

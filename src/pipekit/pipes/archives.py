@@ -320,7 +320,7 @@ class TarArchiveLoader(ArchiveLoader):
         if plain_ok and is_seekable(raw):
             start = raw.tell()
             plain = _PlainMembers(url, raw, self)
-            yield from plain.members(skip, parent, wrap=self.wrap_members)
+            yield from plain.members(skip, parent)
             index, yielded = plain.index, plain.yielded
             if raw.tell() != start:
                 mode = "r:"  # headers were read: an uncompressed archive, tarfile goes on from here
@@ -513,11 +513,11 @@ class _PlainMembers:
             name = name.rstrip("/")
         return name, size, is_dir
 
-    def members(self, skip: int, parent: StreamWrapper | None, wrap: bool = True) -> Iterator[tuple[str, Any]]:
+    def members(self, skip: int, parent: StreamWrapper | None) -> Iterator[tuple[str, Any]]:
         """``(member_url, stream)`` for the leading plain members after the first ``skip`` entries.
 
-        ``wrap=False`` yields each member's ``bytes`` instead of a stream over
-        them (what :class:`~pipekit.datasets.tar_shards.TarShards` reads).
+        A loader whose ``wrap_members`` is ``False`` gets each member's ``bytes``
+        instead of a stream over them (:class:`~pipekit.pipes.TarSampleLoader`).
         The archive is read in sequential pieces of :data:`_READ_AHEAD`
         bytes (at least a member's size), from which headers and members are
         cut, so a shard of small files costs one read call per piece rather
@@ -525,7 +525,7 @@ class _PlainMembers:
         header not read here.
         """
         raw, url, loader = self.raw, self.url, self.loader
-        stage = loader.stage
+        stage, wrap = loader.stage, loader.wrap_members
         try:
             pos = raw.tell()
             total = raw.seek(0, io.SEEK_END)

@@ -211,8 +211,12 @@ def _write_atomic(
     skip_read: bool = False,
     expected: str | None = None,
     hash_type: str = "sha256",
+    stage: str = "end_caching",
 ) -> None:
-    """Write ``data`` to a temporary file next to ``path``, check its hash, rename it to ``path``."""
+    """Write ``data`` to a temporary file next to ``path``, check its hash, rename it to ``path``.
+
+    Errors name ``path`` and ``stage`` (the pipe or recipe writing).
+    """
     directory = os.path.dirname(path) or "."
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     digest = hashlib.new(hash_type) if expected is not None else None
@@ -221,28 +225,28 @@ def _write_atomic(
             os.makedirs(directory, exist_ok=True)
             f = open(tmp, "wb") if binary else open(tmp, "w", encoding="utf-8", newline="")  # noqa: SIM115
         except OSError as exc:
-            raise ReadError("write", path, "end_caching", exc) from exc
+            raise ReadError("write", path, stage, exc) from exc
         with f:
             for chunk in _chunks(data, binary, skip_read, path):
                 try:
                     f.write(chunk)
                 except OSError as exc:
-                    raise ReadError("write", path, "end_caching", exc) from exc
+                    raise ReadError("write", path, stage, exc) from exc
                 if digest is not None:
                     digest.update(chunk if binary else chunk.encode("utf-8"))
             try:
                 f.flush()
                 os.fsync(f.fileno())
             except OSError as exc:
-                raise ReadError("write", path, "end_caching", exc) from exc
+                raise ReadError("write", path, stage, exc) from exc
         if digest is not None and digest.hexdigest() != expected:
             raise CacheError(
-                "cache", path, "end_caching", f"{hash_type} mismatch: expected {expected}, got {digest.hexdigest()}"
+                "cache", path, stage, f"{hash_type} mismatch: expected {expected}, got {digest.hexdigest()}"
             )
         try:
             os.replace(tmp, path)
         except OSError as exc:
-            raise ReadError("write", path, "end_caching", exc) from exc
+            raise ReadError("write", path, stage, exc) from exc
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
