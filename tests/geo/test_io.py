@@ -6,6 +6,7 @@ import logging
 import multiprocessing
 import os
 import pickle
+import random
 import re
 import threading
 import time
@@ -476,6 +477,44 @@ class TestRunParts:
         with pytest.raises(ZeroDivisionError):
             geo_io.run_remote(geo_io.run_parts, lambda k: 1 // (k - 1), 3, failed.append)
         assert failed == [1]
+
+    def test_parts_sharing_a_thread_run_in_part_order_and_every_part_runs_once(self):
+        n = geo_io.REMOTE_IO_THREADS
+        seen: list[tuple[str, int]] = []
+        got = geo_io.run_parts(lambda k: seen.append((threading.current_thread().name, k)) or k * k, 2 * n + 1)
+        assert got == [k * k for k in range(2 * n + 1)]
+        assert sorted(k for _, k in seen) == list(range(2 * n + 1))
+        for name in {name for name, _ in seen}:  # on each thread, its parts one after another in order
+            mine = [k for who, k in seen if who == name]
+            assert mine == sorted(mine)
+
+    def test_callers_on_several_threads_each_get_their_own_results(self):
+        """Many reads at once (a thread pool over samples): no batch ends early or waits for another's parts."""
+        errors: list[BaseException] = []
+
+        def caller(c: int) -> None:
+            rng = random.Random(c)
+            try:
+                for i in range(60):
+                    count = rng.randint(1, 7)
+
+                    def part(k: int, c: int = c, i: int = i) -> tuple[int, int, int]:
+                        if rng.random() < 0.2:
+                            time.sleep(0.001)
+                        return c, i, k
+
+                    assert geo_io.run_parts(part, count) == [(c, i, k) for k in range(count)]
+                    assert geo_io.run_remote(lambda c=c, i=i: (c, i)) == (c, i)
+            except BaseException as exc:  # reported below: an assertion in a thread would be lost
+                errors.append(exc)
+
+        threads = [threading.Thread(target=caller, args=(c,)) for c in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads), "a caller hung waiting for its parts"
+        assert errors == []
 
     def test_forked_child_gets_its_own_io_threads(self):
         parent = geo_io.run_parts(lambda k: threading.get_ident(), 2)

@@ -34,13 +34,13 @@ overridden per dataset with ``gdal_options``.
 from __future__ import annotations
 
 import atexit
-import concurrent.futures
 import contextlib
 import io
 import itertools
 import json
 import logging
 import os
+import queue
 import re
 import threading
 import weakref
@@ -975,8 +975,78 @@ REMOTE_IO_THREADS = 4
 CONCURRENT_PARTS = True
 
 
+class _Batch:
+    """The parts of one :func:`run_parts` call: their results and errors, and a latch the last lane opens.
+
+    Each lane runs its share of the parts one after another
+    (:meth:`run`); the lane that finishes last releases :attr:`done`, which
+    the caller waits on.  Cheaper than a future per part: no condition
+    variables, no waiter objects, one queue entry per lane.
+    """
+
+    __slots__ = ("cancelled", "done", "errors", "fn", "results", "tokens")
+
+    def __init__(self, fn: Callable[[int], Any], count: int, groups: int) -> None:
+        self.fn = fn
+        self.results: list[Any] = [None] * count
+        self.errors: list[BaseException | None] = [None] * count
+        self.tokens = list(range(groups))  # list.pop is atomic: the lane that pops 0 is the last one
+        self.done = threading.Lock()
+        self.done.acquire()
+        self.cancelled = False  # the caller was interrupted: parts not started yet are dropped
+
+    def run(self, parts: list[int]) -> None:
+        try:
+            for k in parts:
+                if self.cancelled:
+                    break
+                try:
+                    self.results[k] = self.fn(k)
+                except BaseException as exc:  # handed to the caller, which raises it in part order
+                    self.errors[k] = exc
+        finally:
+            if self.tokens.pop() == 0:
+                self.done.release()
+
+    def wait(self) -> None:
+        """Block until every lane has run its parts (parts not started are dropped if interrupted)."""
+        try:
+            self.done.acquire()
+        except BaseException:
+            self.cancelled = True
+            self.done.acquire()  # parts already running write into the caller's arrays: let them finish
+            raise
+
+
+class _Lane(threading.Thread):
+    """One GDAL network I/O thread: runs ``(batch, parts)`` jobs from its queue, in order."""
+
+    def __init__(self, k: int) -> None:
+        # daemon: an idle lane waiting on its queue must not keep the interpreter from exiting
+        super().__init__(name=f"pipekit-geo-io-{k}", daemon=True)
+        self.jobs: queue.SimpleQueue[tuple[_Batch, list[int]] | None] = queue.SimpleQueue()
+        self.running = False
+
+    def run(self) -> None:
+        _local.io_lane = True
+        jobs = self.jobs
+        while True:
+            job = jobs.get()
+            if job is None:
+                return
+            self.running = True
+            try:
+                job[0].run(job[1])
+            finally:
+                self.running = False
+
+    def load(self) -> int:
+        """Jobs queued or running on this lane."""
+        return self.jobs.qsize() + self.running
+
+
 class _Lanes:
-    """This process's GDAL network I/O threads: ``REMOTE_IO_THREADS`` single-thread executors ("lanes").
+    """This process's GDAL network I/O threads: ``REMOTE_IO_THREADS`` lanes, each one thread with a job queue.
 
     Each lane is one thread, with its own handle cache (:func:`cached_handle`
     is per thread): part ``k`` of a read always goes to lane ``k %
@@ -986,31 +1056,25 @@ class _Lanes:
 
     def __init__(self, count: int) -> None:
         self.pid = os.getpid()
-        self.executors = [
-            concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"pipekit-geo-io-{k}") for k in range(count)
-        ]
-        self.pending = [0] * count
-        self._lock = threading.Lock()
+        self.lanes = [_Lane(k) for k in range(count)]
+        for lane in self.lanes:
+            lane.start()
 
-    def submit(self, lane: int, fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
-        with self._lock:
-            self.pending[lane] += 1
-        try:
-            future = self.executors[lane].submit(fn, *args)
-        except BaseException:
-            self._done(lane)
-            raise
-        future.add_done_callback(lambda _: self._done(lane))
-        return future
-
-    def _done(self, lane: int) -> None:
-        with self._lock:
-            self.pending[lane] -= 1
+    def run(self, fn: Callable[[int], T], count: int, lane_of: Callable[[int], int]) -> _Batch:
+        """Run ``fn(0), ..., fn(count - 1)``, ``fn(k)`` on lane ``lane_of(k)``; returns the finished batch."""
+        groups: dict[int, list[int]] = {}
+        for k in range(count):
+            groups.setdefault(lane_of(k) % len(self.lanes), []).append(k)
+        batch = _Batch(fn, count, len(groups))
+        for lane, parts in groups.items():
+            self.lanes[lane].jobs.put((batch, parts))
+        batch.wait()
+        return batch
 
     def idlest(self) -> int:
-        """The lane with the fewest tasks queued or running (the first of them: one caller keeps to lane 0)."""
-        with self._lock:
-            return self.pending.index(min(self.pending))
+        """The lane with the fewest jobs queued or running (the first of them: one caller keeps to lane 0)."""
+        loads = [lane.load() for lane in self.lanes]
+        return loads.index(min(loads))
 
 
 _remote_pool: _Lanes | None = None
@@ -1025,14 +1089,14 @@ def _remote_lanes() -> _Lanes:
         with _remote_lock:
             lanes = _remote_pool
             if lanes is None or lanes.pid != pid:
-                # executors inherited through fork have no threads: never touch them
+                # lanes inherited through fork have no threads: never touch them
                 lanes = _remote_pool = _Lanes(REMOTE_IO_THREADS)
     return lanes
 
 
 def on_io_thread() -> bool:
     """Whether the calling thread is one of pipekit's GDAL network I/O threads."""
-    return threading.current_thread().name.startswith("pipekit-geo-io")
+    return getattr(_local, "io_lane", False)
 
 
 def run_remote(fn: Callable[..., T], *args: Any) -> T:
@@ -1040,7 +1104,12 @@ def run_remote(fn: Callable[..., T], *args: Any) -> T:
     if on_io_thread():
         return fn(*args)
     lanes = _remote_lanes()
-    return lanes.submit(lanes.idlest(), fn, *args).result()
+    lane = lanes.idlest()
+    batch = lanes.run(lambda _: fn(*args), 1, lambda _: lane)
+    error = batch.errors[0]
+    if error is not None:
+        raise error
+    return batch.results[0]
 
 
 def run_parts(
@@ -1056,7 +1125,8 @@ def run_parts(
     On an I/O thread already, the parts run here, one after another
     (``failed(k)`` for the one that raised).  ``lanes``: run
     ``fn(k)`` on thread ``lanes[k] % REMOTE_IO_THREADS`` instead (where
-    part ``lanes[k]`` of an earlier call left its handle).
+    part ``lanes[k]`` of an earlier call left its handle).  Parts that
+    share a thread run on it one after another, in part order.
     """
     if on_io_thread():
         out = []
@@ -1068,21 +1138,13 @@ def run_parts(
                     failed(k)
                 raise
         return out
-    pool = _remote_lanes()
-    futures = [pool.submit((k if lanes is None else lanes[k]) % len(pool.executors), fn, k) for k in range(count)]
-    try:
-        concurrent.futures.wait(futures)
-    finally:  # interrupted: parts not started are dropped, running ones finish before this returns
-        for future in futures:
-            future.cancel()
-        concurrent.futures.wait(futures)
-    for k, future in enumerate(futures):
-        error = None if future.cancelled() else future.exception()
+    batch = _remote_lanes().run(fn, count, (lambda k: k) if lanes is None else lanes.__getitem__)
+    for k, error in enumerate(batch.errors):
         if error is not None:
             if failed is not None:
                 failed(k)
             raise error
-    return [future.result() for future in futures]
+    return batch.results
 
 
 def uses_gdal_network(opener: RasterOpener, url: str) -> bool:
