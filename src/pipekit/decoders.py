@@ -434,6 +434,16 @@ def _tv_jpeg() -> tuple[Callable[[torch.Tensor, Any], torch.Tensor], dict[int | 
     return decode, modes, ImageReadMode.UNCHANGED
 
 
+@functools.cache
+def _jpeg_op_modes() -> tuple[Callable[..., torch.Tensor], dict[int | None, int], int] | None:
+    """torchvision's JPEG operator and its ``mode`` argument per channel count (``None``: no operator)."""
+    op = _jpeg_operator()
+    if op is None:
+        return None
+    _, modes, unchanged = _tv_jpeg()
+    return op, {channels: mode.value for channels, mode in modes.items()}, unchanged.value
+
+
 def _decode_jpeg(data: bytes, channels: int | None) -> torch.Tensor:
     decode, modes, unchanged = _tv_jpeg()
     # torchvision reads the orientation from the APP1 segment libjpeg keeps while parsing the
@@ -502,8 +512,25 @@ def decode_image_bytes(
         >>> decode_image_bytes(buf.getvalue(), mode="GRAY").shape
         torch.Size([1, 2, 4])
     """
-    channels = normalize_image_mode(mode)
-    raw = _to_bytes(data)
+    img = _decode_image(_to_bytes(data), normalize_image_mode(mode), url, stage)
+    return img.contiguous() if contiguous else img
+
+
+def _decode_image(raw: bytes, channels: int | None, url: str, stage: str) -> torch.Tensor:
+    """:func:`decode_image_bytes` once its arguments are checked (``channels`` from :func:`normalize_image_mode`).
+
+    JPEGs go straight to torchvision's operator: the format, the bytes and the mode are
+    known, and a pipeline decodes one per sample (each Python call on the way costs more
+    between decodes than in a loop).
+    """
+    if raw[:3] == b"\xff\xd8\xff" and (jpeg := _jpeg_op_modes()) is not None:
+        op, modes, unchanged = jpeg
+        try:
+            # a private writable copy, as _byte_tensor makes; EXIF orientation applied
+            img = op(torch.frombuffer(bytearray(raw), dtype=torch.uint8), modes.get(channels, unchanged), True)
+        except Exception as exc:
+            raise DecodeError("decode image", url, stage, _clean_reason(exc)) from exc
+        return img if channels is None or img.shape[0] == channels else _convert_channels(img, channels)
     if not raw:
         raise DecodeError("decode image", url, stage, "empty file (0 bytes)")
     fmt = image_format(raw)
@@ -530,8 +557,7 @@ def decode_image_bytes(
         raise DecodeError("decode image", url, stage, reason) from exc
     if img.ndim == 4:  # defensive: a backend returned all frames
         img = img[0]
-    img = _convert_channels(img, channels)
-    return img.contiguous() if contiguous else img
+    return _convert_channels(img, channels)
 
 
 # ---------------------------------------------------------------------------

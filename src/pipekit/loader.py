@@ -72,7 +72,7 @@ from torchdata.stateful_dataloader.stateful_dataloader import _StatefulMultiProc
 from pipekit._worker_states import StateChannel, WorkerStates, resolve_deferred
 from pipekit.errors import SkipLog, SkipReport, WorkerDiedError
 from pipekit.pipes._stream_items import find_open_stream, last_opened, stream_name
-from pipekit.pipes._torch import LoaderPipeWrapper
+from pipekit.pipes._torch import LoaderPipeWrapper, loader_iteration
 from pipekit.pipes.base import IterDataPipe
 from pipekit.pipes.resume import (
     apply_seeds,
@@ -223,6 +223,7 @@ class _ResumablePipe(LoaderPipeWrapper):
         if self._pipes is None:  # the graph (and the swapped classes) stay the same across epochs
             prepare_for_resume(self.pipe)
             self._pipes = pipeline_pipes(self.pipe)
+            loader_iteration(self._pipes)  # items pulled here skip torch's per-item hook
             self._logs = _skip_logs(self._pipes)
         self._in_worker = torch.utils.data.get_worker_info() is not None
         pending = self._pending

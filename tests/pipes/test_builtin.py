@@ -189,3 +189,47 @@ def test_shuffle_follows_torch_seed():
 
     assert order(1) == order(1)
     assert order(1) != order(2)
+
+
+@pytest.mark.parametrize(("n", "buffer_size"), [(1, 1), (30, 8), (300, 64), (257, 256), (100, 1000), (0, 4)])
+@pytest.mark.parametrize("seed", [0, 7, 12345])
+def test_shuffle_order_is_torchs(n, buffer_size, seed):
+    """pipekit's shuffle draws buffer positions without random.randint's Python calls: same order as torch's."""
+    from torch.utils.data.datapipes.iter import IterableWrapper as TorchWrapper
+    from torch.utils.data.datapipes.iter import Shuffler as TorchShuffler
+
+    expected = list(TorchShuffler(TorchWrapper(range(n)), buffer_size=buffer_size).set_seed(seed))
+    assert list(IterableWrapper(range(n)).shuffle(buffer_size=buffer_size).set_seed(seed)) == expected
+
+
+def test_shuffle_with_another_generator_calls_its_randint():
+    """A generator that is not a plain random.Random (set by a user or a library) is drawn from by randint."""
+    import random
+
+    from torch.utils.data.datapipes.iter import IterableWrapper as TorchWrapper
+    from torch.utils.data.datapipes.iter import Shuffler as TorchShuffler
+
+    class Last(random.Random):
+        def randint(self, a, b):
+            return b
+
+    ours = IterableWrapper(range(10)).shuffle(buffer_size=4)
+    theirs = TorchShuffler(TorchWrapper(range(10)), buffer_size=4)
+    for pipe in (ours, theirs):
+        pipe._rng = Last()
+    assert list(ours) == list(theirs) == [3, 4, 5, 6, 7, 8, 9, 2, 1, 0]
+
+
+def test_batches_are_datachunks_iterated_at_c_speed():
+    import pickle
+
+    from torch.utils.data.datapipes.datapipe import DataChunk
+
+    batches = list(IterableWrapper(range(5)).batch(2))
+    assert batches == [[0, 1], [2, 3], [4]]
+    assert all(isinstance(batch, DataChunk) for batch in batches)
+    assert type(batches[0]).__iter__ is list.__iter__  # no Python generator step per item
+    assert [list(iter(batch)) for batch in batches] == [[0, 1], [2, 3], [4]]
+    copy = pickle.loads(pickle.dumps(batches[0]))
+    assert copy == [0, 1] and type(copy) is type(batches[0])
+    assert [type(b) for b in IterableWrapper(range(3)).batch(2, wrapper_class=list)] == [list, list]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 import pathlib
 
+import pytest
+
 import pipekit
 
 SRC = pathlib.Path(pipekit.__file__).parent
@@ -118,3 +120,83 @@ def test_one_restore_idiom():
             if "self._restore = self._restore" in line:
                 offences.append(f"{path.relative_to(SRC)}:{lineno}")
     assert offences == []
+
+
+class TestLoaderIteration:
+    """Items pulled through pipekit.DataLoader skip torch's per-item iterator hook; nothing else changes."""
+
+    @staticmethod
+    def count_checks(monkeypatch):
+        """Count the calls of torch's per-item check (``_check_iterator_valid``, called by its hook)."""
+        from torch.utils.data.datapipes import _hook_iterator
+
+        calls = []
+        real = _hook_iterator._check_iterator_valid
+
+        def counting(*args, **kwargs):
+            calls.append(args[0])
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(_hook_iterator, "_check_iterator_valid", counting)
+        return calls
+
+    @staticmethod
+    def pipe():
+        from pipekit.pipes import IterableWrapper
+
+        return IterableWrapper(range(40)).shuffle(buffer_size=8).sharding_filter().map(abs).batch(4).collate()
+
+    def test_the_loader_skips_the_per_item_check(self, monkeypatch):
+        calls = self.count_checks(monkeypatch)
+        pipe = self.pipe()
+        loader = pipekit.DataLoader(pipe)
+        items = sorted(int(x) for batch in loader for x in batch)
+        assert items == list(range(40))
+        # torch still checks the loader's own wrapper once a batch, none of the pipeline's pipes.
+        assert [type(dp).__name__ for dp in calls if dp is not loader.dataset] == []
+        # Iterated directly, the same pipes go through torch's hook as before.
+        assert sorted(int(x) for batch in pipe for x in batch) == list(range(40))
+        assert len(calls) >= 40
+
+    def test_a_second_iterator_still_invalidates_the_first_outside_the_loader(self):
+        pipe = self.pipe()
+        list(pipekit.DataLoader(pipe))  # the loader has switched these pipes' classes
+        first = iter(pipe)
+        next(first)
+        second = iter(pipe)
+        next(second)
+        with pytest.raises(RuntimeError, match="invalidated because another iterator has been created"):
+            next(first)
+
+    def test_errors_name_the_pipe_as_torch_does(self):
+        from pipekit.pipes import IterableWrapper
+
+        def fail(x):
+            if x == 3:
+                raise ValueError(f"bad item {x}")
+            return x
+
+        def message(iterate):
+            pipe = IterableWrapper(range(6)).map(fail).batch(2)
+            with pytest.raises(ValueError) as info:
+                iterate(pipe)
+            return str(info.value)
+
+        direct = message(list)
+        through_loader = message(lambda pipe: list(pipekit.DataLoader(pipe)))
+        assert "bad item 3" in through_loader
+        assert "This exception is thrown by __iter__ of MapperIterDataPipe(" in through_loader
+        assert through_loader == direct
+
+    def test_the_profiler_still_records_each_pipe(self):
+        import torch
+
+        pipe = self.pipe()
+        with torch.autograd.profiler.profile() as prof:
+            list(pipekit.DataLoader(pipe))
+        names = {event.name for event in prof.function_events}
+        assert any(name.startswith("Mapper") for name in names), sorted(names)[:20]
+
+    def test_workers_get_the_same_items(self):
+        loader = pipekit.DataLoader(self.pipe(), num_workers=2)
+        assert sorted(int(x) for batch in loader for x in batch) == list(range(40))

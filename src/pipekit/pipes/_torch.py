@@ -15,12 +15,21 @@ The rest of pipekit imports the public names through
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+import random
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
 from torch.utils.data import IterDataPipe, MapDataPipe
 from torch.utils.data.datapipes._decorator import functional_datapipe as torch_functional_datapipe
-from torch.utils.data.datapipes.datapipe import _IterDataPipeSerializationWrapper
+from torch.utils.data.datapipes._hook_iterator import (
+    _generate_input_args_string,
+    _set_datapipe_valid_iterator_id,
+    _SnapshotState,
+)
+from torch.utils.data.datapipes.datapipe import DataChunk, _IterDataPipeSerializationWrapper
 from torch.utils.data.datapipes.iter import (
     Batcher,
     Collator,
@@ -62,6 +71,7 @@ __all__ = [
     "Batcher",
     "Collator",
     "Concater",
+    "DataChunk",
     "Demultiplexer",
     "FileLister",
     "FileOpener",
@@ -87,10 +97,12 @@ __all__ = [
     # utilities
     "StreamWrapper",
     "LoaderPipeWrapper",
+    "loader_iteration",
     "pipe_graph",
     "pickle_state",
     "iterator_id",
     "shuffler_position",
+    "shuffle_buffered",
     "restore_shuffler",
 ]
 
@@ -102,6 +114,105 @@ __all__ = [
 # A class default of ``False`` answers the same thing at once; ``_ChildDataPipe``
 # keeps its own ``True``.
 IterDataPipe._is_child_datapipe = False
+
+
+# Items pulled through pipekit.DataLoader skip torch's per-item iterator hook.
+#
+# torch wraps every pipe's ``__iter__`` (at class creation) in a generator that,
+# for every item, resumes itself, counts the item and calls a function checking
+# that no second iterator was started on the pipe since (the "single iterator
+# per IterDataPipe" rule), then resumes the pipe's own generator.  That costs
+# 10-20 times what the pipe's own generator does per item (0.4 µs a pipe in a
+# tight loop, several times that between decodes that flush the CPU caches),
+# and a pipeline pays it once per pipe for every sample.
+#
+# While pipekit.DataLoader pulls an item (:meth:`LoaderPipeWrapper.next_item`,
+# :meth:`LoaderPipeWrapper.restart`), iterators started on the pipes of its
+# pipeline are delegated to with ``yield from`` instead: numbered and reset
+# when they start, as torch does, errors annotated with the pipe that raised
+# them, as torch does, but not checked at every item.  Iterators started
+# anywhere else (a pipe iterated directly, a thread of ``prefetch``, or
+# anything while torch's profiler is on, which records each pipe's items)
+# keep torch's hook unchanged.
+
+
+def _torch_hook_code() -> Any:
+    """The code object of torch's per-item hook (``wrap_generator``), taken from a pipe torch defines."""
+    hooked = Mapper.__dict__["__iter__"]
+    if getattr(hooked, "__wrapped__", None) is None or hooked.__code__.co_name != "wrap_generator":
+        return None  # torch changed its hook: keep it everywhere
+    return hooked.__code__
+
+
+_HOOK_CODE = _torch_hook_code()
+
+
+class _Scope(threading.local):
+    active = False
+
+
+_scope = _Scope()
+
+
+def _note_pipe(exc: Exception, datapipe: Any) -> None:
+    """Name the pipe that raised ``exc`` in its message, once, the way torch's hook does."""
+    msg = "thrown by __iter__ of"
+    if not hasattr(exc.args, "__len__"):
+        return
+    full = f"{msg} {type(datapipe).__name__}({_generate_input_args_string(datapipe)})"
+    if len(exc.args) == 0 or not isinstance(exc.args[0], str):
+        exc.args = (f"\nThis exception is {full}",)
+    elif msg not in exc.args[0] and "single iterator per IterDataPipe constraint" not in exc.args[0]:
+        exc.args = (exc.args[0] + f"\nThis exception is {full}", *exc.args[1:])
+
+
+def _delegate(datapipe: Any, gen: Iterator[Any]) -> Iterator[Any]:
+    """What torch's hook does when an iterator starts, then the pipe's own generator without a per-item hook."""
+    forward = datapipe._fast_forward_iterator
+    if forward:  # a restored snapshot of torch's: it hands over the restored iterator
+        datapipe._fast_forward_iterator = None
+        datapipe._snapshot_state = _SnapshotState.Iterating
+        yield from forward
+        return
+    _set_datapipe_valid_iterator_id(datapipe)
+    try:
+        yield from gen
+    except Exception as exc:
+        _note_pipe(exc, datapipe)
+        raise
+
+
+def _loader_iter(hooked: Callable[..., Any]) -> Callable[..., Any]:
+    """``__iter__`` for a class whose torch-hooked ``__iter__`` is ``hooked``: lean inside the loader."""
+    own = hooked.__wrapped__  # type: ignore[attr-defined]
+
+    @functools.wraps(own)
+    def __iter__(self: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:  # noqa: N807 - a method
+        if _scope.active and not torch.autograd._profiler_enabled():
+            return _delegate(self, own(self, *args, **kwargs))
+        return hooked(self, *args, **kwargs)
+
+    __iter__.__pipekit_torch_hook__ = hooked  # type: ignore[attr-defined]
+    return __iter__
+
+
+def loader_iteration(pipes: list[Any]) -> None:
+    """Let ``pipes`` skip torch's per-item hook while pipekit.DataLoader pulls items (see above).
+
+    Changes the class that defines each pipe's ``__iter__`` (torch's own
+    classes included) once; outside the loader those classes behave as before.
+    """
+    if _HOOK_CODE is None:
+        return
+    for pipe in pipes:
+        for cls in type(pipe).__mro__:
+            method = cls.__dict__.get("__iter__")
+            if method is None:
+                continue
+            if getattr(method, "__code__", None) is _HOOK_CODE:
+                cls.__iter__ = _loader_iter(method)
+            break
+
 
 
 class LoaderPipeWrapper(_IterDataPipeSerializationWrapper):
@@ -120,11 +231,24 @@ class LoaderPipeWrapper(_IterDataPipeSerializationWrapper):
 
     def restart(self) -> None:
         """Start a new iterator on the wrapped pipeline."""
-        self._datapipe_iter = iter(self._datapipe)
+        if _scope.active:
+            self._datapipe_iter = iter(self._datapipe)
+            return
+        _scope.active = True
+        try:
+            self._datapipe_iter = iter(self._datapipe)
+        finally:
+            _scope.active = False
 
     def next_item(self) -> Any:
         """The next item of the current iterator (``StopIteration`` at the end)."""
-        return next(self._datapipe_iter)  # type: ignore[arg-type]
+        if _scope.active:  # a pipeline inside a pipeline's item
+            return next(self._datapipe_iter)  # type: ignore[arg-type]
+        _scope.active = True
+        try:
+            return next(self._datapipe_iter)  # type: ignore[arg-type]
+        finally:
+            _scope.active = False
 
 
 def registry(kind: str) -> dict[str, Any]:
@@ -174,3 +298,50 @@ def restore_shuffler(pipe: Shuffler, position: dict[str, Any]) -> None:
     pipe._buffer = list(position["buffer"])
     pipe._rng.setstate(position["rng"])
     pipe._seed = None
+
+
+def shuffle_buffered(self: Any) -> Iterator[Any]:
+    """``__iter__`` of pipekit's ``shuffle``: torch's ``Shuffler`` loop, the same order for the same seed."""
+    # torch's loop, drawing the same random positions as its ``self._rng.randint(0, n - 1)``
+    # (``random.Random._randbelow``: rejection sampling on ``getrandbits(n.bit_length())``)
+    # without the three Python calls randint makes per item (tests compare the orders).
+    if not self._enabled:
+        yield from self.datapipe
+        return
+    rng = self._rng
+    if type(rng) is not random.Random:
+        yield from _shuffle_with(self, rng.randint)
+        return
+    getrandbits, size = rng.getrandbits, self.buffer_size
+    buffer = self._buffer
+    for x in self.datapipe:
+        n = len(buffer)
+        if n == size:
+            k = n.bit_length()
+            i = getrandbits(k)
+            while i >= n:
+                i = getrandbits(k)
+            val, buffer[i] = buffer[i], x
+            yield val
+        else:
+            buffer.append(x)
+    while buffer:
+        n = len(buffer)
+        k = n.bit_length()
+        i = getrandbits(k)
+        while i >= n:
+            i = getrandbits(k)
+        yield buffer.pop(i)
+
+
+def _shuffle_with(self: Any, randint: Any) -> Iterator[Any]:
+    buffer = self._buffer
+    for x in self.datapipe:
+        if len(buffer) == self.buffer_size:
+            i = randint(0, len(buffer) - 1)
+            val, buffer[i] = buffer[i], x
+            yield val
+        else:
+            buffer.append(x)
+    while buffer:
+        yield buffer.pop(randint(0, len(buffer) - 1))

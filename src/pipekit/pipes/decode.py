@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from pipekit.decoders import decode_image_bytes, default_handlers, normalize_image_mode
+from pipekit.decoders import _decode_image, decode_image_bytes, default_handlers, normalize_image_mode
 from pipekit.errors import DecodeError, ReadError, SkipLog, StageError, check_on_error
 from pipekit.pipes.base import IterDataPipe, StreamWrapper, functional_datapipe
 
@@ -133,13 +133,20 @@ class ImageDecoder(IterDataPipe[tuple[str, torch.Tensor]]):
 
     def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
         mode, skip = self.mode, self.on_error != "raise"
+        channels = normalize_image_mode(mode)
         for item in self.source_datapipe:
-            url, data = _split_item(item, "decode_image")
+            if type(item) is tuple and len(item) == 2 and type(item[0]) is str:  # the usual (url, stream)
+                url, data = item
+            else:
+                url, data = _split_item(item, "decode_image")
             try:
                 raw = _read_all(data, url, "decode_image")
-                if isinstance(raw, str):
+                if type(raw) is bytes:
+                    image = _decode_image(raw, channels, url, "decode_image")
+                elif isinstance(raw, str):
                     raise TypeError(f"decode_image: got a str for {url!r}, expected bytes or a binary stream")
-                image = decode_image_bytes(raw, mode=mode, url=url, stage="decode_image")
+                else:
+                    image = decode_image_bytes(raw, mode=mode, url=url, stage="decode_image")
             except StageError as exc:
                 if not skip:
                     raise

@@ -124,6 +124,8 @@ def _matcher(masks: Sequence[str]) -> Callable[[str], bool]:
     by_name = [re.compile(fnmatch.translate(os.path.normcase(m))).match for m in masks if "/" not in m]
     by_path = [re.compile(fnmatch.translate(os.path.normcase(m))).match for m in masks if "/" in m]
     normcase = os.path.normcase
+    if normcase is posixpath.normcase:  # str -> the same str: skip the call per name
+        normcase = str
 
     def match(name: str) -> bool:
         if by_name:
@@ -611,7 +613,10 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
         mode, reopen = self.mode, self.reopen
 
         def open_one(url: str) -> StreamWrapper:
-            local = _local_path(url) if type(url) is str else None
+            if type(url) is str and "://" not in url and "::" not in url:  # a plain path (_local_path, inline)
+                local: str | None = url
+            else:
+                local = _local_path(url) if type(url) is str else None
             if local is None:
                 return reopen(url)
             try:
@@ -658,7 +663,7 @@ def open_each(
                 continue
             opened.append(weakref.ref(stream))
             if len(opened) >= prune_at:
-                opened = [ref for ref in opened if _still_open(ref)]
+                opened = [ref for ref in opened if (s := ref()) is not None and not s.closed]
                 prune_at = max(_PRUNE_AT, 2 * len(opened))
             note_opened(url, stage)
             yield url, stream
@@ -669,11 +674,6 @@ def open_each(
             if stream is not None and not stream.closed:
                 stream.close()
         raise
-
-
-def _still_open(ref: weakref.ref[StreamWrapper]) -> bool:
-    stream = ref()
-    return stream is not None and not stream.closed
 
 
 @functional_datapipe("save_by_fsspec")
