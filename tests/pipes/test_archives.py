@@ -422,6 +422,38 @@ class TestTruncation:
             assert got == [(f"c.tar.gz/{n}", d) for n, d in members[: len(got)]]
             assert err is not None, f"cut at {cut} ({len(got)} of 20 members) ended silently"
 
+    @pytest.mark.parametrize("mode", ["w:gz", "w:bz2", "w:xz"])
+    def test_every_cut_of_a_compressed_archives_tail(self, tmp_path: Path, mode: str) -> None:
+        """A compressed archive cut after its last member (in the compressed zero padding or the stream's
+        trailer) has every member, but its own check never ran: it says so instead of ending quietly."""
+        members = members_of(5)
+        data = write_tar(tmp_path / "t.tar.x", members, mode=mode).read_bytes()
+        for cut in range(max(0, len(data) - 80), len(data)):
+            got, err = read_all_or_error(IterableWrapper([("t.tar.x", io.BytesIO(data[:cut]))]).load_from_tar())
+            assert got == [(f"t.tar.x/{n}", d) for n, d in members[: len(got)]], cut
+            assert err is not None, f"{mode}: cut at {cut} of {len(data)} ended silently"
+            assert err.url.startswith("t.tar.x") and err.stage == "load_from_tar"
+        got, err = read_all_or_error(IterableWrapper([("t.tar.x", io.BytesIO(data))]).load_from_tar())
+        assert err is None and got == [(f"t.tar.x/{n}", d) for n, d in members]
+
+    def test_a_gzip_checksum_mismatch_is_not_silent(self, tmp_path: Path) -> None:
+        """Deflate has no checksum of its own: a damaged byte in a stored block decodes to a wrong byte, and
+        only the gzip trailer's CRC-32 tells. It is checked once the archive's end is reached."""
+        members = [("0000.bin", b"A" * 3000), ("0001.bin", b"B" * 3000)]
+        buf = io.BytesIO()
+        with gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=0, mtime=0) as gz:  # stored blocks
+            gz.write(archive_bytes(members))
+        data = bytearray(buf.getvalue())
+        at = data.index(b"B" * 100) + 50
+        data[at] ^= 0x01  # "B" -> "C" inside the second member's data
+        got, err = read_all_or_error(IterableWrapper([("d.tar.gz", io.BytesIO(bytes(data)))]).load_from_tar())
+        assert [url for url, _ in got] == ["d.tar.gz/0000.bin", "d.tar.gz/0001.bin"]
+        assert isinstance(err, ArchiveError) and err.url == "d.tar.gz" and err.stage == "load_from_tar"
+        assert "CRC" in err.reason and "2 members yielded before" in err.reason, err.reason
+        skipping = IterableWrapper([("d.tar.gz", io.BytesIO(bytes(data)))]).load_from_tar(on_error="skip")
+        assert len([s.read() for _, s in skipping]) == 2
+        assert skipping.skip_log.count == 1 and "CRC" in skipping.skip_log.skipped[0].reason
+
     @pytest.mark.parametrize("source", ["tar.gz", "non-seekable"])
     def test_member_cut_short_is_counted_once_under_skip(self, tmp_path: Path, source: str) -> None:
         """Issue 13, item 3: a member cut short in an archive that cannot be checked up front (compressed,

@@ -28,6 +28,8 @@ or data.
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import io
 import lzma
 import posixpath
@@ -248,7 +250,13 @@ class TarArchiveLoader(ArchiveLoader):
     archive's), and with ``on_error="skip"`` each such member is read whole
     before it is yielded (one member in memory at a time), so one cut short
     is not yielded and the archive is counted once in ``self.skip_log``.
-    (torchdata and ``tarfile`` end such archives silently.)
+    (torchdata and ``tarfile`` end such archives silently.)  A seekable
+    compressed archive (``.tar.gz``, ``.tar.bz2``, ``.tar.xz``) is read to the
+    end of its compressed stream after the marker, so the stream's own check
+    runs (gzip's CRC-32 and length, bzip2's CRCs, xz's check): an archive cut
+    after its last member, or whose data was damaged in a way decompression
+    does not notice, raises ``ArchiveError`` once its members have been
+    yielded ("truncated: ..." or "corrupt: ..."), or is counted under skip.
 
     Args:
         datapipe: a pipe yielding ``(url, binary stream)`` tuples.
@@ -706,6 +714,38 @@ def _end_problem(tar: tarfile.TarFile) -> str | None:
         return (
             f"corrupt: a single zero block at byte {at} is followed by data; the end-of-archive marker is "
             "two zero blocks, so the members after it cannot be read"
+        )
+    return _compressed_end_problem(tar.fileobj)
+
+
+# The compressed files tarfile reads a seekable .tar.gz, .tar.bz2 or .tar.xz through.
+_COMPRESSED_FILES = (gzip.GzipFile, bz2.BZ2File, lzma.LZMAFile)
+
+
+def _compressed_end_problem(fileobj: Any) -> str | None:
+    """Why a compressed archive's stream does not end properly after its end-of-archive marker, or ``None``.
+
+    gzip, bzip2 and xz check what they decompressed (gzip's CRC-32 and length,
+    bzip2's block and stream CRCs, xz's check) only when the stream ends, and
+    ``tarfile`` stops reading at the end-of-archive marker, before that: an
+    archive cut after its last member, or one whose data was damaged in a way
+    the decompressor does not notice (a byte of a stored deflate block), would
+    read without an error.  Reading the rest (the zero padding of the last tar
+    record and the trailer, a few dozen compressed bytes) runs the check.
+    Stream-mode archives (``"r|gz"``, non-seekable sources) are read by
+    ``tarfile``'s own stream class, which does not check its data.
+    """
+    if not isinstance(fileobj, _COMPRESSED_FILES):
+        return None
+    try:
+        while fileobj.read(_READ_AHEAD):
+            pass
+    except EOFError as exc:
+        return f"truncated: the compressed stream ends before its end-of-stream marker and check ({exc})"
+    except CORRUPT as exc:
+        return (
+            f"corrupt: the compressed stream fails its own check at its end ({reason(exc)}); "
+            "the members read from it may hold wrong bytes"
         )
     return None
 
