@@ -454,6 +454,16 @@ class TestTruncation:
         assert len([s.read() for _, s in skipping]) == 2
         assert skipping.skip_log.count == 1 and "CRC" in skipping.skip_log.skipped[0].reason
 
+    def test_bytes_after_the_gzip_stream(self, tmp_path: Path) -> None:
+        """Zero padding after a gzip stream is allowed (gzip's own rule); anything else is refused, named."""
+        members = members_of(3)
+        data = write_tar(tmp_path / "p.tar.gz", members, mode="w:gz").read_bytes()
+        got, err = read_all_or_error(IterableWrapper([("p.tar.gz", io.BytesIO(data + bytes(700)))]).load_from_tar())
+        assert err is None and len(got) == 3
+        got, err = read_all_or_error(IterableWrapper([("p.tar.gz", io.BytesIO(data + b"junk" * 9))]).load_from_tar())
+        assert len(got) == 3 and isinstance(err, ArchiveError) and err.url == "p.tar.gz"
+        assert "the bytes after the gzip stream are not gzip data" in err.reason
+
     @pytest.mark.parametrize("source", ["tar.gz", "non-seekable"])
     def test_member_cut_short_is_counted_once_under_skip(self, tmp_path: Path, source: str) -> None:
         """Issue 13, item 3: a member cut short in an archive that cannot be checked up front (compressed,

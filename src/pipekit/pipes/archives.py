@@ -743,6 +743,10 @@ def _compressed_end_problem(fileobj: Any) -> str | None:
     except EOFError as exc:
         return f"truncated: the compressed stream ends before its end-of-stream marker and check ({exc})"
     except CORRUPT as exc:
+        if isinstance(exc, gzip.BadGzipFile) and str(exc).startswith("Not a gzipped file"):
+            # every member's check passed; what follows the last one is not gzip (``gzip -d`` warns of
+            # "trailing garbage"): refused all the same, the file is not what it says it is
+            return f"corrupt: the bytes after the gzip stream are not gzip data ({reason(exc)})"
         return (
             f"corrupt: the compressed stream fails its own check at its end ({reason(exc)}); "
             "the members read from it may hold wrong bytes"
