@@ -150,6 +150,15 @@ _HOOK_CODE = _torch_hook_code()
 class _Scope(threading.local):
     active = False
 
+    def __reduce__(self) -> tuple[Callable[[], _Scope], tuple[()]]:
+        # dill pickles a class it cannot import (one defined in __main__) by value, with the module globals its
+        # methods use: a loader's __iter__ refers to this object; each process has its own
+        return _this_scope, ()
+
+
+def _this_scope() -> _Scope:
+    return _scope
+
 
 _scope = _Scope()
 
