@@ -223,7 +223,6 @@ def loader_iteration(pipes: list[Any]) -> None:
             break
 
 
-
 class LoaderPipeWrapper(_IterDataPipeSerializationWrapper):
     """The wrapper torch's DataLoader puts around a DataPipe, with its private fields named.
 
