@@ -624,9 +624,13 @@ class TestNothingLostAcrossWorkers:
             list(it)
         err = info.value
         assert (err.worker_id, err.signal) == (1, "SIGKILL")
-        assert isinstance(err.__cause__, ConnectionResetError) or isinstance(
-            err.__cause__.__cause__, ConnectionResetError
-        )
+        causes = [err.__cause__, getattr(err.__cause__, "__cause__", None)]
+        # Usually the ConnectionResetError is what pipekit sees; when the worker's SIGCHLD reaches torch's
+        # handler first (it raises from inside get, at the next bytecode after the kill), the cause is
+        # torch's "killed by signal" RuntimeError: either way the error names the worker and the signal.
+        assert any(isinstance(c, ConnectionResetError) for c in causes) or (
+            isinstance(err.__cause__, RuntimeError) and "killed by signal" in str(err.__cause__)
+        ), causes
         monkeypatch.setattr(it._data_queue, "get", real_get)
 
     def test_resume_after_a_worker_death_is_quiet_in_the_new_workers(self, tmp_path):
