@@ -310,7 +310,6 @@ class TestJpegOperator:
         direct = [decode_image_bytes(data, mode="RGB") for data in rotated_jpegs]
         monkeypatch.setattr(decoders, "_jpeg_operator", lambda: None)  # as if the extension had not loaded
         decoders._tv_jpeg.cache_clear()
-        decoders._jpeg_op_modes.cache_clear()
         try:
             calls = []
             import torchvision.io
@@ -321,7 +320,6 @@ class TestJpegOperator:
         finally:
             monkeypatch.undo()
             decoders._tv_jpeg.cache_clear()
-            decoders._jpeg_op_modes.cache_clear()
         assert len(calls) == len(rotated_jpegs) and all(k["apply_exif_orientation"] for k in calls)
         assert all(torch.equal(a, b) for a, b in zip(direct, fallback))
         assert fallback[1].shape == (3, 48, 32)  # orientation 6 applied on the fallback path too

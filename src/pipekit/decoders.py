@@ -406,9 +406,9 @@ def _jpeg_operator() -> Callable[..., torch.Tensor] | None:
 
 
 @functools.cache
-def _tv_jpeg() -> tuple[Callable[[torch.Tensor, Any], torch.Tensor], dict[int | None, Any], Any]:
-    """A JPEG decoder ``(bytes tensor, ImageReadMode) -> CHW tensor`` with EXIF orientation applied, and the
-    ``ImageReadMode`` per channel count and the default (looked up once).
+def _tv_jpeg() -> tuple[Callable[[torch.Tensor, int, bool], torch.Tensor], dict[int | None, int], int]:
+    """A JPEG decoder ``(bytes tensor, mode, apply_exif_orientation) -> CHW tensor``, and its ``mode``
+    argument per channel count and by default (looked up once).
 
     The decoder is torchvision's CPU operator ``torch.ops.image.decode_jpeg``, the call
     ``torchvision.io.decode_jpeg`` ends in for one CPU tensor: its per-call API-usage
@@ -419,36 +419,11 @@ def _tv_jpeg() -> tuple[Callable[[torch.Tensor, Any], torch.Tensor], dict[int | 
     from torchvision.io import ImageReadMode, decode_jpeg
 
     # GRAY: libjpeg's own luma, no chroma upsampling; RGB also converts CMYK and grayscale JPEGs
-    modes = {1: ImageReadMode.GRAY, 3: ImageReadMode.RGB, 4: ImageReadMode.RGB}
-    op = _jpeg_operator()
-    if op is None:
+    modes = {1: ImageReadMode.GRAY.value, 3: ImageReadMode.RGB.value, 4: ImageReadMode.RGB.value}
+    def public_call(data: torch.Tensor, mode: int, apply_exif_orientation: bool) -> torch.Tensor:
+        return decode_jpeg(data, mode=ImageReadMode(mode), apply_exif_orientation=apply_exif_orientation)
 
-        def decode(data: torch.Tensor, mode: Any) -> torch.Tensor:
-            return decode_jpeg(data, mode=mode, apply_exif_orientation=True)
-
-    else:
-
-        def decode(data: torch.Tensor, mode: Any) -> torch.Tensor:
-            return op(data, mode.value, True)
-
-    return decode, modes, ImageReadMode.UNCHANGED
-
-
-@functools.cache
-def _jpeg_op_modes() -> tuple[Callable[..., torch.Tensor], dict[int | None, int], int] | None:
-    """torchvision's JPEG operator and its ``mode`` argument per channel count (``None``: no operator)."""
-    op = _jpeg_operator()
-    if op is None:
-        return None
-    _, modes, unchanged = _tv_jpeg()
-    return op, {channels: mode.value for channels, mode in modes.items()}, unchanged.value
-
-
-def _decode_jpeg(data: bytes, channels: int | None) -> torch.Tensor:
-    decode, modes, unchanged = _tv_jpeg()
-    # torchvision reads the orientation from the APP1 segment libjpeg keeps while parsing the
-    # header: no measurable cost for JPEGs without one (issue 12), so it is always asked for
-    return decode(_byte_tensor(data), modes.get(channels, unchanged))
+    return _jpeg_operator() or public_call, modes, ImageReadMode.UNCHANGED.value
 
 
 def _decode_webp(data: bytes) -> torch.Tensor:
@@ -523,11 +498,13 @@ def _decode_image(raw: bytes, channels: int | None, url: str, stage: str) -> tor
     known, and a pipeline decodes one per sample (each Python call on the way costs more
     between decodes than in a loop).
     """
-    if raw[:3] == b"\xff\xd8\xff" and (jpeg := _jpeg_op_modes()) is not None:
-        op, modes, unchanged = jpeg
+    if raw[:3] == b"\xff\xd8\xff":  # JPEG: what image_format calls "jpeg"
+        decode, modes, unchanged = _tv_jpeg()
         try:
-            # a private writable copy, as _byte_tensor makes; EXIF orientation applied
-            img = op(torch.frombuffer(bytearray(raw), dtype=torch.uint8), modes.get(channels, unchanged), True)
+            # a private writable copy, as _byte_tensor makes; torchvision reads the orientation from the
+            # APP1 segment libjpeg keeps while parsing the header: no measurable cost for JPEGs without one
+            # (issue 12), so it is always applied
+            img = decode(torch.frombuffer(bytearray(raw), dtype=torch.uint8), modes.get(channels, unchanged), True)
         except Exception as exc:
             raise DecodeError("decode image", url, stage, _clean_reason(exc)) from exc
         return img if channels is None or img.shape[0] == channels else _convert_channels(img, channels)
@@ -542,9 +519,7 @@ def _decode_image(raw: bytes, channels: int | None, url: str, stage: str) -> tor
             "HEIC images are not supported (install a Pillow HEIF plug-in and decode with a custom handler)",
         )
     try:
-        if fmt == "jpeg":
-            img = _decode_jpeg(raw, channels)
-        elif fmt == "webp":
+        if fmt == "webp":
             img = _decode_webp(raw)
         elif fmt == "png" and _png_is_16bit_color(raw):
             img = _decode_png16_color(raw)

@@ -239,24 +239,22 @@ class LoaderPipeWrapper(_IterDataPipeSerializationWrapper):
 
     def restart(self) -> None:
         """Start a new iterator on the wrapped pipeline."""
-        if _scope.active:
-            self._datapipe_iter = iter(self._datapipe)
-            return
-        _scope.active = True
-        try:
-            self._datapipe_iter = iter(self._datapipe)
-        finally:
-            _scope.active = False
+        self._datapipe_iter = _in_loader(self._datapipe.__iter__)
 
     def next_item(self) -> Any:
         """The next item of the current iterator (``StopIteration`` at the end)."""
-        if _scope.active:  # a pipeline inside a pipeline's item
-            return next(self._datapipe_iter)  # type: ignore[arg-type]
-        _scope.active = True
-        try:
-            return next(self._datapipe_iter)  # type: ignore[arg-type]
-        finally:
-            _scope.active = False
+        return _in_loader(self._datapipe_iter.__next__)  # type: ignore[union-attr]
+
+
+def _in_loader(call: Callable[[], Any]) -> Any:
+    """``call()`` with iterators started meanwhile skipping torch's per-item hook (see :func:`loader_iteration`)."""
+    if _scope.active:  # a pipeline inside a pipeline's item
+        return call()
+    _scope.active = True
+    try:
+        return call()
+    finally:
+        _scope.active = False
 
 
 def registry(kind: str) -> dict[str, Any]:
