@@ -66,6 +66,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils.data import default_collate
+from torch.utils.data._utils import collate as _torch_collate
 
 from pipekit import shm
 
@@ -137,6 +138,67 @@ def _empty_shared(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         return shm.empty_shared(shape, dtype)
     except (AttributeError, RuntimeError):  # private API: fall back to the copy torch would make anyway
         return torch.empty(shape, dtype=dtype)
+
+
+# -- torch's default_collate in pipekit's DataLoader workers: batches in reused shared memory ------------
+
+
+def _collate_tensors_shared(batch: Sequence[torch.Tensor], *, collate_fn_map: Any = None) -> torch.Tensor:
+    """torch's ``collate_tensor_fn``, stacking into a buffer of the worker's pool (:func:`empty_host`)."""
+    elem = batch[0]
+    if (
+        torch.utils.data.get_worker_info() is None
+        or elem.layout != torch.strided
+        or elem.is_nested
+        or elem.device.type != "cpu"
+        or not all(type(t) is torch.Tensor for t in batch)  # subclasses: torch's own path, as they expect
+    ):
+        return _torch_collate.collate_tensor_fn(batch, collate_fn_map=collate_fn_map)
+    return torch.stack(batch, 0, out=_empty_shared((len(batch), *elem.shape), elem.dtype))
+
+
+def _to_shared(t: torch.Tensor) -> torch.Tensor:
+    if torch.utils.data.get_worker_info() is None:
+        return t
+    out = _empty_shared(tuple(t.shape), t.dtype)
+    out.copy_(t)
+    return out
+
+
+def _collate_ints_shared(batch: Sequence[int], *, collate_fn_map: Any = None) -> torch.Tensor:
+    return _to_shared(_torch_collate.collate_int_fn(batch, collate_fn_map=collate_fn_map))
+
+
+def _collate_floats_shared(batch: Sequence[float], *, collate_fn_map: Any = None) -> torch.Tensor:
+    return _to_shared(_torch_collate.collate_float_fn(batch, collate_fn_map=collate_fn_map))
+
+
+_SHARED_COLLATE = {
+    torch.Tensor: ("collate_tensor_fn", _collate_tensors_shared),
+    int: ("collate_int_fn", _collate_ints_shared),
+    float: ("collate_float_fn", _collate_floats_shared),
+}
+
+
+def use_shared_buffers_in_default_collate() -> None:
+    """In this DataLoader worker, make torch's ``default_collate`` build batches in reused shared memory.
+
+    ``default_collate`` already stacks tensors into fresh shared memory in a
+    worker (so the batch is not copied on its way to the main process), and
+    returns numbers as ordinary tensors that torch copies into fresh shared
+    memory when it sends them.  pipekit's workers take both from the worker's
+    pool of buffers instead (:func:`pipekit.shm.empty_shared`), which the main
+    process keeps mapped, so a batch costs neither new pages nor a file
+    descriptor passed per tensor.  Only torch's own entries of
+    ``torch.utils.data._utils.collate.default_collate_fn_map`` are replaced
+    (an entry a user replaced is kept), the values, dtypes and shapes are
+    torch's, and tensor subclasses, non-strided and non-CPU tensors keep torch's
+    path.  :class:`pipekit.DataLoader` calls this in each worker it starts.
+    """
+    collate_map = _torch_collate.default_collate_fn_map
+    for kind, (name, fn) in _SHARED_COLLATE.items():
+        if collate_map.get(kind) is getattr(_torch_collate, name, None):
+            collate_map[kind] = fn
 
 
 def _common_dtype(ts: Sequence[torch.Tensor]) -> torch.dtype:
