@@ -112,7 +112,8 @@ def test_pool_off(monkeypatch):
     batches = list(loader(Numbered(32), multiprocessing_context="fork"))
     for batch in batches:
         assert_intact(batch)
-    assert all(b["stats"][-1] == {"buffers": 0, "bytes": 0, "reused": 0, "fresh": 0, "unpooled": 0, "by_reference": 0} for b in batches)
+    off = {"buffers": 0, "bytes": 0, "reused": 0, "fresh": 0, "unpooled": 0, "by_reference": 0}
+    assert all(b["stats"][-1] == off for b in batches)
 
 
 def test_spawned_workers():
