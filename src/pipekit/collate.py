@@ -70,7 +70,14 @@ from torch.utils.data._utils import collate as _torch_collate
 
 from pipekit import shm
 
-__all__ = ["collate", "collate_dicts", "pad_collate", "pad_stack", "empty_host"]
+__all__ = [
+    "collate",
+    "collate_dicts",
+    "pad_collate",
+    "pad_stack",
+    "empty_host",
+    "use_shared_buffers_in_default_collate",
+]
 
 PadValue = int | float | bool
 
@@ -180,7 +187,7 @@ _SHARED_COLLATE = {
 }
 
 
-def use_shared_buffers_in_default_collate() -> None:
+def use_shared_buffers_in_default_collate(worker_id: int | None = None) -> None:
     """In this DataLoader worker, make torch's ``default_collate`` build batches in reused shared memory.
 
     ``default_collate`` already stacks tensors into fresh shared memory in a
@@ -193,7 +200,18 @@ def use_shared_buffers_in_default_collate() -> None:
     ``torch.utils.data._utils.collate.default_collate_fn_map`` are replaced
     (an entry a user replaced is kept), the values, dtypes and shapes are
     torch's, and tensor subclasses, non-strided and non-CPU tensors keep torch's
-    path.  :class:`pipekit.DataLoader` calls this in each worker it starts.
+    path.  :class:`pipekit.DataLoader` calls this in each worker it starts
+    (``PIPEKIT_SHM_POOL=0`` turns it off); with torch's own DataLoader, pass it
+    as ``worker_init_fn`` (``worker_id`` is accepted and unused).
+
+    Example:
+        >>> import torch
+        >>> from pipekit.collate import use_shared_buffers_in_default_collate
+        >>> loader = torch.utils.data.DataLoader(
+        ...     list(range(8)), batch_size=4, num_workers=1, worker_init_fn=use_shared_buffers_in_default_collate
+        ... )
+        >>> [batch.tolist() for batch in loader]
+        [[0, 1, 2, 3], [4, 5, 6, 7]]
     """
     collate_map = _torch_collate.default_collate_fn_map
     for kind, (name, fn) in _SHARED_COLLATE.items():
