@@ -198,3 +198,32 @@ def test_pipekit_loader_forgets_its_workers_buffers_when_it_shuts_them_down():
     assert pids <= live_pids()
     dl.shutdown()
     assert not pids & live_pids()
+
+
+class Growing(Dataset):
+    """Samples that grow every 8 samples: the pool must retire buffers that no longer fit."""
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int) -> dict:
+        side = 8 * (1 + i // 8)
+        return {"image": torch.full((side, side), float(i)), "i": i, "stats": shm.pool_stats()}
+
+
+def test_retired_buffers_are_unmapped_by_the_receiver(monkeypatch):
+    # a byte budget of ~3 of the largest batches: growing batches make the worker retire free buffers to make
+    # room; the main process must not keep its mappings of them (it would hold more than the budget)
+    monkeypatch.setattr(shm, "MAX_BYTES", 3 * 4 * 64 * 64 * 4)  # forked workers inherit it
+    dl = DataLoader(Growing(), batch_size=4, num_workers=1, collate_fn=stack_samples, multiprocessing_context="fork")
+    sizes, retired = [], 0
+    for batch in dl:
+        for j, i in enumerate(batch["i"]):
+            assert bool((batch["image"][j] == i).all())
+        sizes.append(batch["image"].numel())
+        for entry in shm._remote.values():
+            assert sum(data.nbytes for _, data in entry.mapped.values()) <= shm.MAX_BYTES
+        retired = max(retired, batch["stats"][-1]["fresh"] - batch["stats"][-1]["buffers"])
+        del batch
+    assert len(set(sizes)) == 8
+    assert retired > 0  # the worker did retire buffers

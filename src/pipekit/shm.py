@@ -195,6 +195,9 @@ class _Pool:
         slot = self.slots[i]
         del self.by_ptr[slot.storage.data_ptr()]
         self.slots[i] = _Slot(_EMPTY, 0, sent=slot.sent, gen=slot.gen)
+        # Every send of it is released, so no batch of it is on its way: the receiver may unmap it
+        # (it does when the next new buffer arrives).
+        self.counters[_HEADER + _slots_of(self.counters) + i] = 0
 
 
 _EMPTY = torch.UntypedStorage(0)
@@ -325,7 +328,7 @@ def _rebuild_pooled(
     token: str,
     slot: int,
     counters_storage: torch.UntypedStorage | None,
-    gen: int = 0,
+    gen: int,
 ) -> torch.UntypedStorage:
     """Rebuild a pool buffer sent by a worker (its file descriptor); keep it mapped, so that the worker's
     next sends of it come by reference, and count its release when the last view of this send is gone."""
@@ -344,13 +347,14 @@ def _rebuild_pooled(
         return storage
     if _torch_reduce_storage is None:
         _install_reducer()  # a re-send from this process must be a copy
-    if not gen:  # a worker of an older pipekit: no references, count the release of this storage
-        _count_release_of(storage, entry, slot)
-        return storage
     data = _view(storage, (storage.nbytes(),), torch.uint8).numpy()
     with _remote_lock:
+        base = _HEADER + _slots_of(entry.counters)
+        for other, (other_gen, _) in list(entry.mapped.items()):  # buffers the worker has retired
+            if int(entry.counters[base + other]) != other_gen:
+                del entry.mapped[other]
         entry.mapped[slot] = (gen, data)
-        entry.counters[_HEADER + _slots_of(entry.counters) + slot] = gen  # the worker may name it from now on
+        entry.counters[base + slot] = gen  # the worker may name it from now on
     return _alias(entry, slot, data)
 
 
@@ -377,13 +381,6 @@ def _alias(entry: _Remote, slot: int, data: np.ndarray) -> torch.UntypedStorage:
     release = weakref.finalize(view, _count_release, entry.counters, _HEADER + slot, ptr)
     release.atexit = False  # at exit the workers are gone: nothing to count
     return storage
-
-
-def _count_release_of(storage: torch.UntypedStorage, entry: _Remote, slot: int) -> None:
-    ptr = storage.data_ptr()
-    _received[ptr] = weakref.ref(storage)
-    release = weakref.finalize(storage, _count_release, entry.counters, _HEADER + slot, ptr)
-    release.atexit = False
 
 
 def _count_release(counters: np.ndarray, index: int, ptr: int) -> None:
