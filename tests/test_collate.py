@@ -402,3 +402,76 @@ class TestStackFastPaths:
         expected = default_collate(values)
         assert out.dtype == expected.dtype and out.tolist() == expected.tolist()
         assert dtype is None or out.dtype == dtype
+
+
+class _Mixed(torch.utils.data.Dataset):
+    """Samples of every kind torch's default_collate turns into tensors, plus strings and a subclass."""
+
+    def __len__(self) -> int:
+        return 24
+
+    def __getitem__(self, i: int):
+        from torchvision import tv_tensors
+
+        return {
+            "image": torch.full((3, 4, 5), i, dtype=torch.uint8),
+            "array": np.full((2, 2), i / 2, dtype=np.float32),
+            "label": i,
+            "score": i / 3,
+            "flag": i % 2 == 0,
+            "np_scalar": np.int16(i),
+            "name": f"s{i}",
+            "pair": (torch.tensor([i, -i]), i * 2),
+            "boxes": tv_tensors.BoundingBoxes(torch.tensor([[i, i, i + 1, i + 1]]), format="XYXY", canvas_size=(8, 8)),
+        }
+
+
+def _same(a, b) -> None:
+    assert type(a) is type(b), (type(a), type(b))
+    if isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            _same(a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _same(x, y)
+    else:
+        assert a == b
+
+
+def test_default_collate_in_pipekit_workers_gives_torch_batches_in_pooled_memory():
+    import pipekit
+    from pipekit import shm
+
+    theirs = list(torch.utils.data.DataLoader(_Mixed(), batch_size=6, num_workers=2))
+    ours = list(pipekit.DataLoader(_Mixed(), batch_size=6, num_workers=2, persistent_workers=True))
+    assert len(ours) == len(theirs) == 4
+    for a, b in zip(ours, theirs):
+        _same(a, b)
+    # the tensors came from the workers' pools (the main process had mapped them), torch's do not
+    assert any(b["image"].untyped_storage().data_ptr() in shm._received for b in ours)
+    assert not any(b["image"].untyped_storage().data_ptr() in shm._received for b in theirs)
+
+
+def test_use_shared_buffers_in_default_collate_keeps_a_users_entry(monkeypatch):
+    from torch.utils.data._utils import collate as torch_collate
+
+    from pipekit.collate import use_shared_buffers_in_default_collate
+
+    collate_map = dict(torch_collate.default_collate_fn_map)
+    monkeypatch.setattr(torch_collate, "default_collate_fn_map", collate_map)
+
+    def mine(batch, *, collate_fn_map=None):
+        return "mine"
+
+    collate_map[int] = mine
+    use_shared_buffers_in_default_collate()
+    assert collate_map[int] is mine
+    assert collate_map[torch.Tensor] is not torch_collate.collate_tensor_fn
+    assert collate_map[float] is not torch_collate.collate_float_fn
+    # outside a worker the batch is torch's, in ordinary memory
+    out = collate_map[torch.Tensor]([torch.ones(2), torch.zeros(2)], collate_fn_map=collate_map)
+    assert torch.equal(out, torch.tensor([[1.0, 1.0], [0.0, 0.0]])) and not out.is_shared()

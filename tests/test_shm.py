@@ -48,7 +48,7 @@ def test_empty_shared_outside_a_worker_is_fresh_shared_memory():
     t = shm.empty_shared((2, 3), torch.int16)
     assert t.shape == (2, 3) and t.dtype == torch.int16 and t.is_shared()
     assert shm.empty_shared((0, 3), torch.float32).shape == (0, 3)
-    assert shm.pool_stats() == {"buffers": 0, "bytes": 0, "reused": 0, "fresh": 0, "unpooled": 0}
+    assert shm.pool_stats() == {"buffers": 0, "bytes": 0, "reused": 0, "fresh": 0, "unpooled": 0, "by_reference": 0}
 
 
 def test_released_buffers_are_reused_and_held_batches_are_never_overwritten():
@@ -112,7 +112,8 @@ def test_pool_off(monkeypatch):
     batches = list(loader(Numbered(32), multiprocessing_context="fork"))
     for batch in batches:
         assert_intact(batch)
-    assert all(b["stats"][-1] == {"buffers": 0, "bytes": 0, "reused": 0, "fresh": 0, "unpooled": 0} for b in batches)
+    off = {"buffers": 0, "bytes": 0, "reused": 0, "fresh": 0, "unpooled": 0, "by_reference": 0}
+    assert all(b["stats"][-1] == off for b in batches)
 
 
 def test_spawned_workers():
@@ -153,3 +154,76 @@ def test_sharing_strategies(strategy):
         assert batch["stats"][-1]["reused"] > 0
     finally:
         torch.multiprocessing.set_sharing_strategy(previous)
+
+
+def test_reused_buffers_are_sent_by_reference():
+    # after a buffer's first trip the main process holds it mapped; the worker then names it instead of
+    # passing its file descriptor again, and the batches stay intact
+    dl = loader(Numbered(64), num_workers=1, persistent_workers=True)
+    stats = []
+    for _ in range(2):
+        for batch in dl:
+            assert_intact(batch)
+            stats.append(batch["stats"][-1])
+    assert stats[-1]["by_reference"] > 0, stats[-1]
+    assert stats[-1]["by_reference"] >= stats[-1]["reused"] - 4  # every reuse after the first trip
+
+
+def test_a_reference_this_process_does_not_hold_is_a_clear_error():
+    with pytest.raises(RuntimeError, match=r"pid 4242.*buffer 3 \(generation 2\).*PIPEKIT_SHM_POOL=0"):
+        shm._rebuild_by_reference("4242-deadbeef", 3, 2)
+
+
+def test_pipekit_loader_forgets_its_workers_buffers_when_it_shuts_them_down():
+    import pipekit
+    from pipekit.pipes import IterableWrapper
+
+    def live_pids() -> set[int]:
+        return {entry.pid for entry in shm._remote.values()}
+
+    pipe = IterableWrapper(range(64)).sharding_filter().map(lambda i: torch.full((8,), i)).batch(8).collate()
+    dl = pipekit.DataLoader(pipe, num_workers=2, persistent_workers=False)
+    for _ in range(2):  # the workers end with each epoch
+        it = iter(dl)
+        pids = {w.pid for w in it._workers}
+        batches = list(it)
+        assert sorted(int(x) for b in batches for x in b[:, 0]) == list(range(64))
+        assert pids and not pids & live_pids()
+    assert int(batches[-1][0, 0]) >= 0  # batches still held stay readable
+
+    dl = pipekit.DataLoader(pipe, num_workers=2)  # persistent workers: until shutdown()
+    for _ in range(2):
+        assert len(list(dl)) == 8
+    pids = {w.pid for w in dl._iterator._workers}
+    assert pids <= live_pids()
+    dl.shutdown()
+    assert not pids & live_pids()
+
+
+class Growing(Dataset):
+    """Samples that grow every 8 samples: the pool must retire buffers that no longer fit."""
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int) -> dict:
+        side = 8 * (1 + i // 8)
+        return {"image": torch.full((side, side), float(i)), "i": i, "stats": shm.pool_stats()}
+
+
+def test_retired_buffers_are_unmapped_by_the_receiver(monkeypatch):
+    # a byte budget of ~3 of the largest batches: growing batches make the worker retire free buffers to make
+    # room; the main process must not keep its mappings of them (it would hold more than the budget)
+    monkeypatch.setattr(shm, "MAX_BYTES", 3 * 4 * 64 * 64 * 4)  # forked workers inherit it
+    dl = DataLoader(Growing(), batch_size=4, num_workers=1, collate_fn=stack_samples, multiprocessing_context="fork")
+    sizes, retired = [], 0
+    for batch in dl:
+        for j, i in enumerate(batch["i"]):
+            assert bool((batch["image"][j] == i).all())
+        sizes.append(batch["image"].numel())
+        for entry in shm._remote.values():
+            assert sum(data.nbytes for _, data in entry.mapped.values()) <= shm.MAX_BYTES
+        retired = max(retired, batch["stats"][-1]["fresh"] - batch["stats"][-1]["buffers"])
+        del batch
+    assert len(set(sizes)) == 8
+    assert retired > 0  # the worker did retire buffers

@@ -58,6 +58,7 @@ import multiprocessing
 import os
 import re
 import signal
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -69,7 +70,9 @@ import torch.utils.data
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.stateful_dataloader import _StatefulMultiProcessingDataLoaderIter
 
+from pipekit import shm
 from pipekit._worker_states import StateChannel, WorkerStates, resolve_deferred
+from pipekit.collate import use_shared_buffers_in_default_collate
 from pipekit.errors import SkipLog, SkipReport, WorkerDiedError
 from pipekit.pipes._stream_items import find_open_stream, last_opened, stream_name
 from pipekit.pipes._torch import LoaderPipeWrapper, loader_iteration
@@ -368,14 +371,24 @@ def _worker_reports(iterator: Any) -> dict[int, dict[str, Any]]:
 class _WorkersIter(_StatefulMultiProcessingDataLoaderIter):
     """torchdata's multi-process iterator, naming the worker (and its last file) when one dies."""
 
+    # Bound here: an iterator collected at interpreter exit may find the module's globals cleared.
+    _getpid = staticmethod(os.getpid)
+    _is_finalizing = staticmethod(sys.is_finalizing)
+    _forget_workers = staticmethod(shm.forget_workers)
+
     def _shutdown_workers(self) -> None:
         # An iterator left to the garbage collector (e.g. held by a caught WorkerDiedError's
         # traceback) can be collected inside the next loader's forked workers: there its
         # workers are not children, and torch's shutdown fails ("can only test a child process")
         # or signals the owner's queues. Only the process that started the workers shuts them down.
-        if getattr(self, "_owner_pid", os.getpid()) != os.getpid():
+        if getattr(self, "_owner_pid", self._getpid()) != self._getpid():
             return
+        workers = list(getattr(self, "_workers", None) or [])
         super()._shutdown_workers()
+        # Their pool buffers stay mapped here until forgotten (batches still held keep theirs);
+        # at interpreter exit there is nothing to forget.
+        if workers and not self._is_finalizing():
+            self._forget_workers(w.pid for w in workers if w.pid is not None and w.exitcode is not None)
 
     def _get_data(self) -> Any:
         try:
@@ -456,6 +469,10 @@ def _worker_init(user_fn: Callable[[int], None] | None, threads: int | None, wor
     _ignore_set_vital()
     if threads is not None:
         torch.set_num_threads(threads)
+    # Batches made by torch's default_collate (the collate pipe, batch_size=...) go to the main
+    # process in the worker's reused shared-memory buffers, sent by reference (pipekit.shm).
+    if shm.pool_enabled():
+        use_shared_buffers_in_default_collate()
     if user_fn is not None:
         user_fn(worker_id)
 

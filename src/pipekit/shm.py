@@ -26,7 +26,19 @@ the worker process only, the first time the pool is used) counts each send of
 a pool buffer, and the receiving process, when it rebuilds the buffer, attaches
 a finalizer that counts the release when the last tensor viewing it is gone.
 The release counts live in a small shared segment of the worker's that travels
-with the batches until the receiving process acknowledges it.  A batch that is
+with the batches until the receiving process acknowledges it.
+
+A buffer is *sent by reference* after its first trip: the receiving process
+keeps the buffers it has mapped (by worker and slot) and marks them in the
+shared segment; when the worker sends a marked buffer again it sends its slot
+number instead of its file descriptor, and the receiver wraps its mapping in a
+new storage whose release is counted as before.  torch's own transport passes
+the file descriptor over a socket with an authentication handshake for every
+tensor of every batch (about 0.1-0.2 ms of CPU a tensor, split between the two
+processes); a buffer sent by reference costs a dictionary lookup.  The
+receiver drops its mappings of a worker's buffers when pipekit's DataLoader
+shuts that worker down, or, for other loaders, when the next worker's pool
+registers and the old worker is found dead.  A batch that is
 pickled but never unpickled (a queue dropped at shutdown) keeps its buffers out
 of the pool for good: the failure mode is a buffer never reused, never one
 reused too early.  When the pool has no free buffer of the size and is full
@@ -54,14 +66,14 @@ import sys
 import threading
 import uuid
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["MAX_BUFFERS", "MAX_BYTES", "ENV_VAR", "empty_shared", "pool_enabled", "pool_stats"]
+__all__ = ["MAX_BUFFERS", "MAX_BYTES", "ENV_VAR", "empty_shared", "pool_enabled", "pool_stats", "forget_workers"]
 
 #: Most buffers one worker keeps (a batch of ``image`` and ``mask`` uses two; the DataLoader keeps
 #: ``prefetch_factor`` batches per worker in flight, and the main process holds one or two more).
@@ -72,6 +84,13 @@ MAX_BYTES = 1 << 30
 ENV_VAR = "PIPEKIT_SHM_POOL"
 
 _HEADER = 1  # counters[0]: set to 1 by the receiving process once it holds the release counters
+# counters[_HEADER:_HEADER + n]: the releases of each slot (counted by the receiver);
+# counters[_HEADER + n:_HEADER + 2 * n]: the generation of the buffer the receiver holds mapped in each slot
+# (0: none), n being the number of slots the pool was made with.
+
+
+def _slots_of(counters: np.ndarray) -> int:
+    return (len(counters) - _HEADER) // 2
 
 
 def pool_enabled() -> bool:
@@ -108,6 +127,7 @@ class _Slot:
     storage: torch.UntypedStorage
     nbytes: int  # 0: a retired slot (its counters carry on with the next buffer put in it)
     sent: int = 0  # times the worker's pickler sent it
+    gen: int = 0  # which buffer of this slot it is (1, 2, ...): the receiver's mapping names it
 
 
 @dataclass
@@ -117,12 +137,13 @@ class _Pool:
     pid: int
     token: str
     counters_storage: torch.UntypedStorage
-    counters: np.ndarray  # int64 [1 + MAX_BUFFERS]: the header, then the releases of each slot
+    counters: np.ndarray  # int64 [1 + 2 * MAX_BUFFERS]: the header, the releases, the mapped generations
     slots: list[_Slot] = field(default_factory=list)
     by_ptr: dict[int, int] = field(default_factory=dict)
     reused: int = 0
     fresh: int = 0
     unpooled: int = 0
+    by_reference: int = 0  # sends of a buffer the receiver had mapped already
 
     def free(self, i: int) -> bool:
         """Whether buffer ``i`` is held by the pool alone and every send of it has been released."""
@@ -148,7 +169,7 @@ class _Pool:
         # a new buffer: in a retired slot or a new one, making room by retiring free buffers that do not fit
         total = sum(s.nbytes for s in self.slots)
         place = next((i for i, s in enumerate(self.slots) if s.nbytes == 0), None)
-        if place is None and len(self.slots) < min(MAX_BUFFERS, len(self.counters) - _HEADER):
+        if place is None and len(self.slots) < min(MAX_BUFFERS, _slots_of(self.counters)):
             place = len(self.slots)
         for i in range(len(self.slots)):
             if place is not None and total + nbytes <= MAX_BYTES:
@@ -163,16 +184,20 @@ class _Pool:
             return storage
         self.fresh += 1
         if place == len(self.slots):
-            self.slots.append(_Slot(storage, nbytes))
+            self.slots.append(_Slot(storage, nbytes, gen=1))
         else:
-            self.slots[place] = _Slot(storage, nbytes, sent=self.slots[place].sent)
+            old = self.slots[place]
+            self.slots[place] = _Slot(storage, nbytes, sent=old.sent, gen=old.gen + 1)
         self.by_ptr[storage.data_ptr()] = place
         return storage
 
     def _retire(self, i: int) -> None:
         slot = self.slots[i]
         del self.by_ptr[slot.storage.data_ptr()]
-        self.slots[i] = _Slot(_EMPTY, 0, sent=slot.sent)
+        self.slots[i] = _Slot(_EMPTY, 0, sent=slot.sent, gen=slot.gen)
+        # Every send of it is released, so no batch of it is on its way: the receiver may unmap it
+        # (it does when the next new buffer arrives).
+        self.counters[_HEADER + _slots_of(self.counters) + i] = 0
 
 
 _EMPTY = torch.UntypedStorage(0)
@@ -187,8 +212,9 @@ def _worker_pool() -> _Pool:
     if _pool is None or _pool.pid != pid:
         with _pool_lock:
             if _pool is None or _pool.pid != pid:
-                counters_storage = _fresh((_HEADER + MAX_BUFFERS) * 8)
-                counters = _view(counters_storage, (_HEADER + MAX_BUFFERS,), torch.int64).numpy()
+                n = _HEADER + 2 * MAX_BUFFERS
+                counters_storage = _fresh(n * 8)
+                counters = _view(counters_storage, (n,), torch.int64).numpy()
                 counters[:] = 0
                 _install_reducer()
                 _pool = _Pool(pid, f"{pid}-{uuid.uuid4().hex}", counters_storage, counters)
@@ -218,10 +244,11 @@ def empty_shared(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
 
 def pool_stats() -> dict[str, int]:
     """This process's pool: ``buffers`` and ``bytes`` held, tensors served from ``reused`` buffers, from
-    ``fresh`` buffers added to the pool, and ``unpooled`` (the pool full)."""
+    ``fresh`` buffers added to the pool, ``unpooled`` (the pool full), and the sends of a buffer the
+    receiving process had mapped already (``by_reference``: no file descriptor passed)."""
     pool = _pool if _pool is not None and _pool.pid == os.getpid() else None
     if pool is None:
-        return {"buffers": 0, "bytes": 0, "reused": 0, "fresh": 0, "unpooled": 0}
+        return {"buffers": 0, "bytes": 0, "reused": 0, "fresh": 0, "unpooled": 0, "by_reference": 0}
     live = [s for s in pool.slots if s.nbytes]
     return {
         "buffers": len(live),
@@ -229,6 +256,7 @@ def pool_stats() -> dict[str, int]:
         "reused": pool.reused,
         "fresh": pool.fresh,
         "unpooled": pool.unpooled,
+        "by_reference": pool.by_reference,
     }
 
 
@@ -253,8 +281,9 @@ def _install_reducer() -> None:
 
 
 def _reduce_storage(storage: torch.UntypedStorage) -> Any:
-    """Count a send of one of this worker's pool buffers; send a copy of a buffer received from a worker's
-    pool (its release here would let the worker reuse it under the next receiver); else torch's reduction."""
+    """Count a send of one of this worker's pool buffers (by reference where the receiver holds it mapped);
+    send a copy of a buffer received from a worker's pool (its release here would let the worker reuse it
+    under the next receiver); else torch's reduction."""
     assert _torch_reduce_storage is not None
     if storage.device.type == "cpu":
         ptr = storage.data_ptr()
@@ -267,14 +296,28 @@ def _reduce_storage(storage: torch.UntypedStorage) -> Any:
         if pool is not None and pool.pid == os.getpid():
             i = pool.by_ptr.get(ptr)
             if i is not None and pool.slots[i].storage is storage:
+                slot = pool.slots[i]
+                mapped = int(pool.counters[_HEADER + _slots_of(pool.counters) + i])
+                slot.sent += 1
+                if mapped == slot.gen:  # the receiver holds this very buffer mapped: name it
+                    pool.by_reference += 1
+                    return (_rebuild_by_reference, (pool.token, i, slot.gen))
                 reduced = _torch_reduce_storage(storage)
-                pool.slots[i].sent += 1
                 counters = pool.counters_storage if pool.counters[0] == 0 else None  # until acknowledged
-                return (_rebuild_pooled, (reduced[0], reduced[1], pool.token, i, counters))
+                return (_rebuild_pooled, (reduced[0], reduced[1], pool.token, i, counters, slot.gen))
     return _torch_reduce_storage(storage)
 
 
-_remote: dict[str, tuple[int, np.ndarray]] = {}  # worker token -> (worker pid, its release counters)
+@dataclass
+class _Remote:
+    """A worker's pool as a receiving process sees it."""
+
+    pid: int
+    counters: np.ndarray  # the worker's shared counters (see _HEADER)
+    mapped: dict[int, tuple[int, np.ndarray]] = field(default_factory=dict)  # slot -> (generation, its bytes)
+
+
+_remote: dict[str, _Remote] = {}  # worker token -> its pool
 _received: dict[int, weakref.ref] = {}  # data_ptr -> a live pool buffer received from a worker
 _remote_lock = threading.Lock()
 
@@ -285,8 +328,10 @@ def _rebuild_pooled(
     token: str,
     slot: int,
     counters_storage: torch.UntypedStorage | None,
+    gen: int,
 ) -> torch.UntypedStorage:
-    """Rebuild a pool buffer sent by a worker; count its release when the last view of it is gone."""
+    """Rebuild a pool buffer sent by a worker (its file descriptor); keep it mapped, so that the worker's
+    next sends of it come by reference, and count its release when the last view of this send is gone."""
     storage = rebuild(*args)
     entry = _remote.get(token)
     if entry is None and counters_storage is not None:
@@ -295,16 +340,45 @@ def _rebuild_pooled(
             if entry is None:
                 _forget_dead_workers()
                 counters = _view(counters_storage, (counters_storage.nbytes() // 8,), torch.int64).numpy()
-                entry = (int(token.split("-", 1)[0]), counters)
+                entry = _Remote(int(token.split("-", 1)[0]), counters)
                 _remote[token] = entry
                 counters[0] = 1  # acknowledged: the worker stops sending them
     if entry is None:  # the counters never came: the worker never reuses this buffer
         return storage
     if _torch_reduce_storage is None:
         _install_reducer()  # a re-send from this process must be a copy
+    data = _view(storage, (storage.nbytes(),), torch.uint8).numpy()
+    with _remote_lock:
+        base = _HEADER + _slots_of(entry.counters)
+        for other, (other_gen, _) in list(entry.mapped.items()):  # buffers the worker has retired
+            if int(entry.counters[base + other]) != other_gen:
+                del entry.mapped[other]
+        entry.mapped[slot] = (gen, data)
+        entry.counters[base + slot] = gen  # the worker may name it from now on
+    return _alias(entry, slot, data)
+
+
+def _rebuild_by_reference(token: str, slot: int, gen: int) -> torch.UntypedStorage:
+    """A pool buffer a worker sent by reference: a new storage over this process's mapping of it."""
+    entry = _remote.get(token)
+    hit = entry.mapped.get(slot) if entry is not None else None
+    if entry is None or hit is None or hit[0] != gen:
+        raise RuntimeError(
+            f"pipekit.shm: DataLoader worker (pid {token.split('-', 1)[0]}) sent its shared-memory batch buffer "
+            f"{slot} (generation {gen}) by reference, but this process does not hold that buffer mapped "
+            f"(it holds {None if hit is None else hit[0]}); a batch from a pipekit worker can only be unpickled "
+            f"by the process that started the worker. Set {ENV_VAR}=0 to send every batch in fresh memory"
+        )
+    return _alias(entry, slot, hit[1])
+
+
+def _alias(entry: _Remote, slot: int, data: np.ndarray) -> torch.UntypedStorage:
+    """A storage of its own over ``data`` (a mapped pool buffer), whose release is counted when it is gone."""
+    view = data.view()  # a new array object: it lives exactly as long as the storage made from it
+    storage = torch.frombuffer(view, dtype=torch.uint8).untyped_storage()
     ptr = storage.data_ptr()
     _received[ptr] = weakref.ref(storage)
-    release = weakref.finalize(storage, _count_release, entry[1], _HEADER + slot, ptr)
+    release = weakref.finalize(view, _count_release, entry.counters, _HEADER + slot, ptr)
     release.atexit = False  # at exit the workers are gone: nothing to count
     return storage
 
@@ -318,10 +392,24 @@ def _count_release(counters: np.ndarray, index: int, ptr: int) -> None:
     np.add(counters[index : index + 1], 1, out=counters[index : index + 1])
 
 
+def forget_workers(pids: Iterable[int]) -> None:
+    """Drop this process's mappings of the pool buffers of the workers ``pids`` (they have exited).
+
+    pipekit's DataLoader calls it when it shuts its workers down; batches still
+    held keep their own buffers alive.  Other loaders' dead workers are
+    forgotten when the next worker's pool registers.
+    """
+    pids = set(pids)
+    with _remote_lock:
+        for token, entry in list(_remote.items()):
+            if entry.pid in pids:
+                del _remote[token]
+
+
 def _forget_dead_workers() -> None:
-    for token, (pid, _) in list(_remote.items()):
+    for token, entry in list(_remote.items()):
         try:
-            os.kill(pid, 0)
+            os.kill(entry.pid, 0)
         except ProcessLookupError:
             del _remote[token]  # the finalizers of its buffers hold the counters they need
         except PermissionError:
