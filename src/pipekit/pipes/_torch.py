@@ -101,6 +101,7 @@ __all__ = [
     "pipe_graph",
     "pickle_state",
     "iterator_id",
+    "hooked_iterator_target",
     "shuffler_position",
     "shuffle_buffered",
     "restore_shuffler",
@@ -292,6 +293,25 @@ def iterator_id(pipe: Any) -> int | None:
     pipes have not started in this epoch.
     """
     return getattr(pipe, "_valid_iterator_id", None)
+
+
+# The class torch's iterator hook wraps a non-generator ``__iter__``'s result in (one class per hooked
+# ``__iter__``, all defined by this function of torch's).
+_DECORATOR_QUALNAME = "hook_iterator.<locals>.IteratorDecorator"
+_DECORATOR_MODULE = "torch.utils.data.datapipes._hook_iterator"
+
+
+def hooked_iterator_target(obj: Any) -> Any | None:
+    """The iterator that torch's hook wraps in ``obj``, when ``obj`` is that wrapper; else ``None``.
+
+    ``iter(pipe)`` on a pipe whose ``__iter__`` returns an iterator (``self``,
+    as the loader's wrapper does) gives torch's ``IteratorDecorator``, which
+    forwards every other attribute (``state_dict`` included) to that iterator.
+    """
+    cls = type(obj)
+    if cls.__qualname__ == _DECORATOR_QUALNAME and cls.__module__ == _DECORATOR_MODULE:
+        return obj.__dict__.get("iterator")
+    return None
 
 
 def shuffler_position(pipe: Shuffler) -> dict[str, Any]:
