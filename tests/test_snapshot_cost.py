@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import pytest
@@ -11,7 +12,17 @@ from torchdata.stateful_dataloader import worker as td_worker
 
 import pipekit
 from pipekit.loader import _fast_try_to_serialize, _install_fast_serialize, _ResumablePipe
-from pipekit.pipes import IterableWrapper
+from pipekit.pipes import IterableWrapper, resume
+from pipekit.pipes.base import IterDataPipe
+from pipekit.pipes.resume import (
+    SnapshotPlan,
+    epoch_marks,
+    pending_seeds,
+    pipeline_pipes,
+    prepare_for_resume,
+    snapshot_pipeline,
+)
+from pipekit.pipes.state import ResumablePipe
 
 TD_LOADER = sys.modules["torchdata.stateful_dataloader.stateful_dataloader"]
 
@@ -102,3 +113,118 @@ def test_workers_and_main_process_use_the_shortcut(context):
     loader.shutdown()
     assert got == list(range(64))
     assert getattr(TD_LOADER.try_to_serialize, "_pipekit_fast", False)
+
+
+# -- SnapshotPlan: the loader's per-batch snapshot, classified once an epoch --------------------------
+
+
+class _Pausing(IterDataPipe):
+    """A stateless pass-through with a pause() that counts how often the snapshot entered it."""
+
+    stateless = True
+
+    def __init__(self, source):
+        self.source = source
+        self.paused = 0
+
+    def __iter__(self):
+        yield from self.source
+
+    @contextlib.contextmanager
+    def pause(self):
+        self.paused += 1
+        yield
+
+
+class _Chain(ResumablePipe):
+    """Two sources one after the other (the second starts only when the first ends), counting the first's."""
+
+    def __init__(self, first, second):
+        self.first, self.second = first, second
+        self._part = 0
+
+    def state_dict(self):
+        return {"part": self._part}
+
+    def restore(self, state):
+        self._part = 0 if state is None else state["part"]
+
+    def __iter__(self):
+        yield from self.first
+        self._part = 1
+        yield from self.second
+
+
+def _concat_pipeline():
+    chained = _Chain(IterableWrapper(range(5)), IterableWrapper(range(10, 14)))
+    return _Pausing(chained.shuffle(buffer_size=3).sharding_filter().map(_plus_one))
+
+
+def _plus_one(x):
+    return x + 1
+
+
+def test_plan_snapshots_equal_snapshot_pipeline_at_every_item():
+    torch.manual_seed(0)
+    pipe = prepare_for_resume(_concat_pipeline())
+    pipes = pipeline_pipes(pipe)
+    marks, seeds = epoch_marks(pipes), pending_seeds(pipes)
+    plan = SnapshotPlan(pipes, marks, seeds)
+    fresh_seen = started_seen = 0
+    for _ in pipe:
+        got = plan.snapshot()
+        assert got == snapshot_pipeline(pipe, pipes, marks, seeds)
+        second = got["states"][len(pipes) - 1 - [type(dp).__name__ for dp in pipes][::-1].index("IterableWrapper")]
+        if second.get("__pipekit_fresh__"):
+            fresh_seen += 1
+        else:
+            started_seen += 1
+    assert fresh_seen and started_seen  # the concat's second source was recorded fresh, then asked
+    assert pipe.paused == 2 * 9  # one pause per snapshot, each way
+
+
+def test_plan_classifies_the_pipes_once(monkeypatch):
+    torch.manual_seed(0)
+    pipe = prepare_for_resume(_concat_pipeline())
+    pipes = pipeline_pipes(pipe)
+    plan = SnapshotPlan(pipes, epoch_marks(pipes), pending_seeds(pipes))
+
+    def refuse(dp):
+        raise AssertionError("classified again")
+
+    monkeypatch.setattr(resume, "_is_stateless", refuse)
+    monkeypatch.setattr(resume, "_is_resumable", refuse)
+    it = iter(pipe)
+    next(it)
+    assert plan.snapshot()["classes"] == [type(dp).__qualname__ for dp in pipes]
+
+
+def test_plan_of_a_pipeline_that_cannot_snapshot():
+    class Opaque(IterDataPipe):
+        def __init__(self, source):
+            self.source = source
+
+        def __iter__(self):
+            yield from self.source
+
+    pipe = Opaque(IterableWrapper(range(3)))
+    pipes = pipeline_pipes(pipe)
+    plan = SnapshotPlan(pipes)
+    assert not plan.capable
+    assert plan.snapshot() is None
+    assert snapshot_pipeline(pipe) is None
+
+
+def test_loader_snapshots_with_the_epoch_plan():
+    loader_pipe = _ResumablePipe(IterableWrapper(range(8)).shuffle(buffer_size=3).sharding_filter())
+    torch.manual_seed(0)
+    it = iter(loader_pipe)
+    next(it)
+    plan = loader_pipe._plan
+    assert isinstance(plan, SnapshotPlan)
+    state = loader_pipe.state_dict()
+    assert state["pipes"] == snapshot_pipeline(
+        loader_pipe.pipe, loader_pipe._pipes, loader_pipe._marks, loader_pipe._seeds
+    )
+    iter(loader_pipe)  # a new epoch, a new plan
+    assert loader_pipe._plan is not plan

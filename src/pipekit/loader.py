@@ -79,6 +79,7 @@ from pipekit.pipes._stream_items import find_open_stream, last_opened, stream_na
 from pipekit.pipes._torch import LoaderPipeWrapper, hooked_iterator_target, loader_iteration
 from pipekit.pipes.base import IterDataPipe
 from pipekit.pipes.resume import (
+    SnapshotPlan,
     apply_seeds,
     epoch_marks,
     not_snapshot_capable,
@@ -86,7 +87,6 @@ from pipekit.pipes.resume import (
     pipeline_pipes,
     prepare_for_resume,
     restore_pipeline,
-    snapshot_pipeline,
 )
 
 __all__ = ["DataLoader", "sharding_points", "warn_if_unsharded"]
@@ -190,6 +190,7 @@ class _ResumablePipe(LoaderPipeWrapper):
         self._pipes: list[Any] | None = None
         self._marks: list[Any] | None = None
         self._seeds: list[Any] | None = None
+        self._plan: SnapshotPlan | None = None  # how this epoch's snapshots are taken (made in _start)
         self._pending: dict[str, Any] | None = None
         self._base_state: dict[str, Any] | None = None
         self._yielded = 0
@@ -244,6 +245,7 @@ class _ResumablePipe(LoaderPipeWrapper):
         # What a checkpoint needs to describe pipes that have not started yet.
         self._marks = epoch_marks(self._pipes)
         self._seeds = pending_seeds(self._pipes)
+        self._plan = SnapshotPlan(self._pipes, self._marks, self._seeds)
         self._run += 1
         self.restart()
         if pending is not None and pending["mode"] == "count":
@@ -326,9 +328,7 @@ class _ResumablePipe(LoaderPipeWrapper):
             if self._base_state is not None:
                 return self._base_state
             return {"mode": "count", "yielded": 0, "seeds": self._seeds}
-        snap = None
-        if self._pipes is not None:
-            snap = snapshot_pipeline(self.pipe, self._pipes, self._marks, self._seeds)
+        snap = self._plan.snapshot() if self._plan is not None else None
         if snap is None:
             if not self._warned:
                 self._warned = True

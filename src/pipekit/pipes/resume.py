@@ -57,6 +57,7 @@ __all__ = [
     "not_snapshot_capable",
     "prepare_for_resume",
     "snapshot_pipeline",
+    "SnapshotPlan",
     "restore_pipeline",
     "register_stateless",
     "epoch_marks",
@@ -223,21 +224,72 @@ def snapshot_pipeline(
     :func:`pipeline_pipes` list to skip walking the graph again; ``marks`` and
     ``seeds`` (from :func:`epoch_marks` and :func:`pending_seeds`, taken at
     the start of the epoch) let pipes that have not started yet be recorded as
-    fresh.
+    fresh.  To snapshot the same pipeline many times (every batch), make a
+    :class:`SnapshotPlan` once instead.
     """
     pipes = pipeline_pipes(pipe) if pipes is None else pipes
-    states: list[Any] = []
-    with _pause_all(pipes):
+    return SnapshotPlan(pipes, marks, seeds).snapshot()
+
+
+_NO_MARK = object()  # a plan entry whose pipe is always asked (no mark, or started by its consumers)
+
+
+class SnapshotPlan:
+    """What :func:`snapshot_pipeline` does to each pipe of a pipeline, worked out once.
+
+    :class:`pipekit.DataLoader` snapshots its pipeline after every batch in
+    each worker; which pipes are stateless (skipped), which are resumable
+    (asked), which have threads to pause and which classes the pipeline has
+    do not change within an epoch, so the loader makes a plan when an epoch
+    starts (with that epoch's marks and seeds) and :meth:`snapshot` only asks
+    the resumable pipes.  The result is the same as :func:`snapshot_pipeline`'s
+    for the same arguments.
+
+    Args:
+        pipes: the pipeline's :func:`pipeline_pipes`.
+        marks: :func:`epoch_marks` of ``pipes`` (``None``: every pipe is asked).
+        seeds: :func:`pending_seeds` of ``pipes``.
+    """
+
+    __slots__ = ("_classes", "_entries", "_pausable", "_size", "capable")
+
+    def __init__(self, pipes: list[Any], marks: list[Any] | None = None, seeds: list[int | None] | None = None):
+        self._classes = [type(dp).__qualname__ for dp in pipes]
+        self._size = len(pipes)
+        self._pausable = [dp for dp in pipes if callable(getattr(type(dp), "pause", None))]
+        # (index, pipe, mark or _NO_MARK, seed) for each resumable pipe, in the pipeline's order.
+        self._entries: list[list[Any]] = []
+        self.capable = True  # every pipe is stateless or resumable
         for i, dp in enumerate(pipes):
             if _is_stateless(dp):
-                states.append(None)
-            elif not _is_resumable(dp):
-                return None
-            elif marks is not None and iterator_id(dp) == marks[i] and not isinstance(dp, _STARTED_BY_CONSUMERS):
-                states.append({_FRESH: True, "seed": seeds[i] if seeds is not None else None})
-            else:
-                states.append(dp.state_dict())
-    return {"version": _VERSION, "classes": [type(dp).__qualname__ for dp in pipes], "states": states}
+                continue
+            if not _is_resumable(dp):
+                self.capable = False
+                break
+            mark = marks[i] if marks is not None and not isinstance(dp, _STARTED_BY_CONSUMERS) else _NO_MARK
+            self._entries.append([i, dp, mark, seeds[i] if seeds is not None else None])
+
+    def snapshot(self) -> dict[str, Any] | None:
+        """The pipeline's position now (as :func:`snapshot_pipeline`), or ``None`` if it is not capable."""
+        if not self.capable:
+            return None
+        states: list[Any] = [None] * self._size
+        if self._pausable:
+            with _pause_all(self._pausable):
+                self._fill(states)
+        else:
+            self._fill(states)
+        return {"version": _VERSION, "classes": list(self._classes), "states": states}
+
+    def _fill(self, states: list[Any]) -> None:
+        for entry in self._entries:
+            i, dp, mark, seed = entry
+            if mark is not _NO_MARK:
+                if iterator_id(dp) == mark:
+                    states[i] = {_FRESH: True, "seed": seed}
+                    continue
+                entry[2] = _NO_MARK  # started in this epoch: it stays started until the next plan
+            states[i] = dp.state_dict()
 
 
 def apply_seeds(pipes: list[Any], seeds: list[int | None]) -> None:
