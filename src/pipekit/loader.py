@@ -82,6 +82,7 @@ from pipekit.pipes.resume import (
     SnapshotPlan,
     apply_seeds,
     epoch_marks,
+    materialize_snapshot,
     not_snapshot_capable,
     pending_seeds,
     pipeline_pipes,
@@ -303,10 +304,12 @@ class _ResumablePipe(LoaderPipeWrapper):
         )
         if self._cache is not None and self._cache[0] == key:
             return self._cache[1]
-        state = self._make_state()
-        if self._in_worker and self._channel is not None and state["mode"] == "snapshot" and not self._exhausted:
-            # Keep the position here and send a token: the main process asks for the position
-            # itself only when it makes a checkpoint (see pipekit._worker_states).
+        # Keep the position here and send a token: the main process asks for the position
+        # itself only when it makes a checkpoint (see pipekit._worker_states). A kept position
+        # may be lazy (the shuffle buffer's is rebuilt when sent): it never leaves the worker as such.
+        keep = self._in_worker and self._channel is not None and not self._exhausted
+        state = self._make_state(lazy=keep)
+        if keep and state["mode"] == "snapshot":
             state = self._worker_states().keep(self._run, self._yielded, state)
         state = {**state, _REPORT: self._report()}
         self._cache = (key, state)
@@ -316,10 +319,10 @@ class _ResumablePipe(LoaderPipeWrapper):
         if self._kept is None:
             assert self._channel is not None
             info = torch.utils.data.get_worker_info()
-            self._kept = WorkerStates(self._channel, info.id if info is not None else 0)
+            self._kept = WorkerStates(self._channel, info.id if info is not None else 0, _materialize_state)
         return self._kept
 
-    def _make_state(self) -> dict[str, Any]:
+    def _make_state(self, lazy: bool = False) -> dict[str, Any]:
         if self._since_start == 0:
             # Nothing consumed since the iterator started: the position is the start
             # (or the state it was restored to), whatever stale buffers the pipes hold.
@@ -328,7 +331,7 @@ class _ResumablePipe(LoaderPipeWrapper):
             if self._base_state is not None:
                 return self._base_state
             return {"mode": "count", "yielded": 0, "seeds": self._seeds}
-        snap = self._plan.snapshot() if self._plan is not None else None
+        snap = self._plan.snapshot(lazy) if self._plan is not None else None
         if snap is None:
             if not self._warned:
                 self._warned = True
@@ -347,6 +350,16 @@ class _ResumablePipe(LoaderPipeWrapper):
         self._pending = {k: v for k, v in state.items() if k != _REPORT}
         # The fetcher may already hold an iterator over this object: restart it in place.
         self._start()
+
+
+def _materialize_state(state: dict[str, Any]) -> dict[str, Any]:
+    """A worker's kept position as plain data (a lazy snapshot's pipes rebuilt), before it is sent."""
+    pipes = state.get("pipes")
+    if state.get("mode") == "snapshot" and isinstance(pipes, dict):
+        plain = materialize_snapshot(pipes)
+        if plain is not pipes:
+            return {**state, "pipes": plain}
+    return state
 
 
 def _worker_states(iterator: Any) -> dict[int, dict[str, Any]]:
