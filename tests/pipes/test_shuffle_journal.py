@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import pickle
 import threading
 
@@ -9,6 +10,8 @@ import pytest
 import torch
 
 import pipekit
+from pipekit._worker_states import DEFERRED, StateChannel, resolve_deferred
+from pipekit.loader import _ResumablePipe
 from pipekit.pipes import IterableWrapper
 from pipekit.pipes._torch import ShufflerSnapshot, _journal_cap
 from pipekit.pipes.builtin import ResumableShuffler
@@ -213,3 +216,29 @@ def test_loader_with_workers_resumes_at_several_points(buffer_size):
         rest = [list(map(int, b)) for b in resumed]
         resumed.shutdown()
         assert rest == full[k:], k
+
+
+def test_a_worker_keeps_lazy_positions_and_sends_them_plain():
+    """What the loader keeps in a worker is lazy; what it sends for a checkpoint is the eager position."""
+    channel = StateChannel(multiprocessing.get_context("fork"), 1, depth=4)
+    wrapper = _ResumablePipe(IterableWrapper(list(range(100))).shuffle(buffer_size=10).sharding_filter())
+    torch.manual_seed(0)
+    it = iter(wrapper)
+    wrapper._channel, wrapper._in_worker = channel, True  # as in a DataLoader worker
+    try:
+        for _ in range(20):
+            next(it)
+        token = wrapper.state_dict()
+        assert token["mode"] == DEFERRED
+        kept = wrapper._kept._kept[(token["run"], token["seq"])]
+        assert any(isinstance(s, ShufflerSnapshot) for s in kept["pipes"]["states"])
+        eager = snapshot_pipeline(wrapper.pipe, wrapper._pipes, wrapper._marks, wrapper._seeds)
+        for _ in range(30):
+            next(it)  # the pipe moves on before the checkpoint asks
+        resolved = resolve_deferred({"w0": token}, channel, lambda w: True)["w0"]
+        assert resolved["pipes"] == eager
+        assert all(type(s) is dict or s is None for s in resolved["pipes"]["states"])
+    finally:
+        if wrapper._kept is not None:
+            wrapper._kept.stop()
+        channel.close()
