@@ -181,6 +181,24 @@ class TestChannel:
         kept.stop()
         channel.close()
 
+    def test_kept_states_are_materialized_in_the_answer_and_a_failure_is_reported(self):
+        channel = self.channel(depth=3)
+
+        def materialize(state):
+            if state["seq"] == 2:
+                raise ValueError("broken")
+            return {**state, "materialized": True}
+
+        kept = WorkerStates(channel, 0, materialize)
+        tokens = [kept.keep(1, seq, {"mode": "snapshot", "seq": seq}) for seq in range(3)]
+        resolved = resolve_deferred({"w0": tokens[1]}, channel, lambda w: True)
+        assert resolved == {"w0": {"mode": "snapshot", "seq": 1, "materialized": True}}
+        expected = r"worker 0: rebuilding the position of batch 2 .*ValueError\('broken'\)"
+        with pytest.raises(RuntimeError, match=expected):
+            resolve_deferred({"w0": tokens[2]}, channel, lambda w: True)
+        kept.stop()
+        channel.close()
+
     def test_a_dead_worker_is_named(self):
         channel = self.channel()
         token = {"mode": DEFERRED, "worker": 0, "run": 1, "seq": 5}  # no worker answers

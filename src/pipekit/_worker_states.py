@@ -140,11 +140,20 @@ class WorkerStates:
     Args:
         channel: the :class:`StateChannel` of the iterator the worker belongs to.
         worker: this worker's id.
+        materialize: turns a kept state into the plain data to send (kept states may be
+            lazy: see :meth:`pipekit.pipes.resume.SnapshotPlan.snapshot`); called in the
+            answering thread, so it must not read what the worker's main thread changes.
     """
 
-    def __init__(self, channel: StateChannel, worker: int) -> None:
+    def __init__(
+        self,
+        channel: StateChannel,
+        worker: int,
+        materialize: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> None:
         self.channel = channel
         self.worker = worker
+        self._materialize = materialize
         self._kept: OrderedDict[tuple[int, int], dict[str, Any]] = OrderedDict()
         self._lock = threading.Lock()
         # The reply queue's feeder must not hold the worker's exit: the main process reads every
@@ -185,6 +194,11 @@ class WorkerStates:
                     f"the position of batch {seq} of iterator {run} is no longer kept (kept: {kept}); "
                     f"a worker keeps its last {self.channel.depth} checkpointed positions"
                 )
+            elif self._materialize is not None:
+                try:
+                    state = self._materialize(state)
+                except Exception as exc:  # an answer, not a hang of the main process
+                    state, error = None, f"rebuilding the position of batch {seq} of iterator {run} failed: {exc!r}"
             self.channel.replies.put((self.worker, run, seq, state, error))
 
 

@@ -101,9 +101,14 @@ __all__ = [
     "pipe_graph",
     "pickle_state",
     "iterator_id",
+    "hooked_iterator_target",
     "shuffler_position",
+    "shuffler_snapshot",
     "shuffle_buffered",
+    "shuffle_journaled",
     "restore_shuffler",
+    "stop_journal",
+    "ShufflerSnapshot",
 ]
 
 # torch's iterator hook asks every pipe, at every ``next()``, whether it is a
@@ -294,6 +299,25 @@ def iterator_id(pipe: Any) -> int | None:
     return getattr(pipe, "_valid_iterator_id", None)
 
 
+# The class torch's iterator hook wraps a non-generator ``__iter__``'s result in (one class per hooked
+# ``__iter__``, all defined by this function of torch's).
+_DECORATOR_QUALNAME = "hook_iterator.<locals>.IteratorDecorator"
+_DECORATOR_MODULE = "torch.utils.data.datapipes._hook_iterator"
+
+
+def hooked_iterator_target(obj: Any) -> Any | None:
+    """The iterator that torch's hook wraps in ``obj``, when ``obj`` is that wrapper; else ``None``.
+
+    ``iter(pipe)`` on a pipe whose ``__iter__`` returns an iterator (``self``,
+    as the loader's wrapper does) gives torch's ``IteratorDecorator``, which
+    forwards every other attribute (``state_dict`` included) to that iterator.
+    """
+    cls = type(obj)
+    if cls.__qualname__ == _DECORATOR_QUALNAME and cls.__module__ == _DECORATOR_MODULE:
+        return obj.__dict__.get("iterator")
+    return None
+
+
 def shuffler_position(pipe: Shuffler) -> dict[str, Any]:
     """The shuffle buffer and random generator state of torch's ``Shuffler``."""
     return {"buffer": list(pipe._buffer), "rng": pipe._rng.getstate()}
@@ -304,6 +328,102 @@ def restore_shuffler(pipe: Shuffler, position: dict[str, Any]) -> None:
     pipe._buffer = list(position["buffer"])
     pipe._rng.setstate(position["rng"])
     pipe._seed = None
+
+
+# Lazy positions of the shuffle buffer (:func:`shuffle_journaled`, :func:`shuffler_snapshot`).
+#
+# Copying a 10,000-item buffer and the 625-int state of its generator after every batch, in every
+# DataLoader worker, to keep a position that is almost never sent, costs tens of microseconds a batch
+# (every item's refcount is touched, with caches cold from decoding).  Instead the pipe keeps a *base*
+# (a copy of its buffer and generator state taken at one snapshot) and a *journal*: the source items
+# its loop consumed since.  A snapshot records the base, the journal and its length, and the buffer's
+# length: O(1).  The position it stands for is rebuilt, only when a checkpoint needs it, by running
+# the loop's own steps on a copy of the base (:meth:`ShufflerSnapshot.materialize`), which reads the
+# base (never changed) and the journal's first items (only ever appended to), never the live buffer:
+# a DataLoader worker's answering thread can do it while the pipe goes on.  The journal is bounded:
+# past ``_journal_cap`` items the loop drops it, and the next snapshot takes a new base (the cost of
+# the old per-batch copy, once per ``_journal_cap`` items); so is the replay of the drain phase.
+
+
+def _journal_cap(buffer_size: int) -> int:
+    return max(256, buffer_size // 8)
+
+
+def _draw(getrandbits: Callable[[int], int], n: int) -> int:
+    """``random.Random.randint(0, n - 1)``'s draw, as the shuffle loops make it."""
+    k = n.bit_length()
+    i = getrandbits(k)
+    while i >= n:
+        i = getrandbits(k)
+    return i
+
+
+class ShufflerSnapshot:
+    """A shuffle buffer's position at one snapshot, rebuilt on demand as :func:`shuffler_position`'s dict.
+
+    Pickles as that dict (so sending it rebuilds it); :meth:`materialize`
+    returns it.
+    """
+
+    __slots__ = ("_base", "_count", "_journal", "_live", "_rng", "_size")
+
+    def __init__(
+        self, base: list[Any], rng: tuple[Any, ...], journal: list[Any], count: int, live: int, size: int
+    ) -> None:
+        self._base, self._rng, self._journal = base, rng, journal
+        self._count, self._live, self._size = count, live, size
+
+    def materialize(self) -> dict[str, Any]:
+        """``{"buffer": [...], "rng": state}``: what ``shuffler_position`` returned when this was taken."""
+        buffer = list(self._base)
+        rng = random.Random()
+        rng.setstate(self._rng)
+        getrandbits, size = rng.getrandbits, self._size
+        for x in self._journal[: self._count]:  # the loop's steps, as shuffle_journaled takes them
+            n = len(buffer)
+            if n == size:
+                buffer[_draw(getrandbits, n)] = x
+            else:
+                buffer.append(x)
+        while len(buffer) > self._live:  # the drain after the source ended
+            buffer.pop(_draw(getrandbits, len(buffer)))
+        if len(buffer) != self._live:
+            raise RuntimeError(
+                f"shuffle: rebuilding a position gave {len(buffer)} buffered items instead of {self._live}"
+            )
+        return {"buffer": buffer, "rng": rng.getstate()}
+
+    def __reduce__(self) -> Any:
+        return (dict, (self.materialize(),))
+
+
+def shuffler_snapshot(pipe: Shuffler) -> ShufflerSnapshot | dict[str, Any]:
+    """The shuffle buffer's position as a :class:`ShufflerSnapshot`, in O(1) while the pipe keeps a journal.
+
+    For a pipe iterated by :func:`shuffle_journaled`; a generator that is not
+    a ``random.Random`` gets :func:`shuffler_position`'s copy.
+    """
+    rng = pipe._rng
+    if type(rng) is not random.Random:
+        return shuffler_position(pipe)
+    buffer, size = pipe._buffer, pipe.buffer_size
+    live = len(buffer)
+    journal, base = pipe._journal, pipe._journal_base
+    if journal is not None and base is not None:
+        count = len(journal)
+        # Items the drain popped since the base: bounded as the journal is.
+        if min(size, len(base[0]) + count) - live <= _journal_cap(size):
+            return ShufflerSnapshot(base[0], base[1], journal, count, live, size)
+    base = (list(buffer), rng.getstate())
+    pipe._journal_base = base
+    pipe._journal = journal = []  # a new list: earlier snapshots keep theirs
+    return ShufflerSnapshot(base[0], base[1], journal, 0, live, size)
+
+
+def stop_journal(pipe: Shuffler) -> None:
+    """Forget the pipe's base and journal (its buffer was replaced: a new epoch or a restore)."""
+    pipe._journal = None
+    pipe._journal_base = None
 
 
 def shuffle_buffered(self: Any) -> Iterator[Any]:
@@ -321,6 +441,48 @@ def shuffle_buffered(self: Any) -> Iterator[Any]:
     getrandbits, size = rng.getrandbits, self.buffer_size
     buffer = self._buffer
     for x in self.datapipe:
+        n = len(buffer)
+        if n == size:
+            k = n.bit_length()
+            i = getrandbits(k)
+            while i >= n:
+                i = getrandbits(k)
+            val, buffer[i] = buffer[i], x
+            yield val
+        else:
+            buffer.append(x)
+    while buffer:
+        n = len(buffer)
+        k = n.bit_length()
+        i = getrandbits(k)
+        while i >= n:
+            i = getrandbits(k)
+        yield buffer.pop(i)
+
+
+def shuffle_journaled(self: Any) -> Iterator[Any]:
+    """:func:`shuffle_buffered`, keeping the journal :func:`shuffler_snapshot` reads (same order, same draws).
+
+    Each consumed item is appended to ``self._journal`` while there is one (a
+    snapshot starts it); past the cap the journal is dropped, so nothing grows
+    when nobody takes snapshots.
+    """
+    if not self._enabled:
+        yield from self.datapipe
+        return
+    rng = self._rng
+    if type(rng) is not random.Random:
+        yield from _shuffle_with(self, rng.randint)
+        return
+    getrandbits, size = rng.getrandbits, self.buffer_size
+    cap = _journal_cap(size)
+    buffer = self._buffer
+    for x in self.datapipe:
+        journal = self._journal
+        if journal is not None:
+            journal.append(x)
+            if len(journal) > cap:
+                self._journal = None
         n = len(buffer)
         if n == size:
             k = n.bit_length()

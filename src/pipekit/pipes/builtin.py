@@ -63,7 +63,10 @@ from pipekit.pipes._torch import (
     Zipper,
     restore_shuffler,
     shuffle_buffered,
+    shuffle_journaled,
     shuffler_position,
+    shuffler_snapshot,
+    stop_journal,
 )
 from pipekit.pipes._torch import ShardingFilter as TorchShardingFilter
 from pipekit.pipes._torch import Shuffler as TorchShuffler
@@ -296,21 +299,44 @@ class ResumableShuffler(ResumablePipe, ShufflerIterDataPipe):
     switches ``shuffle`` pipes to this class when a pipeline is checkpointed.
     The snapshot holds the buffer's items and the RNG state, so shuffle
     *before* expensive decoding to keep checkpoints small.
+
+    :class:`pipekit.DataLoader`'s workers, which take a position after every
+    batch and send one only for a checkpoint, take it with
+    :meth:`lazy_state_dict` instead: O(1), rebuilt into the same dict when it
+    is sent (see :func:`pipekit.pipes._torch.shuffler_snapshot`).
     """
 
-    _runtime = ("_buffer",)
+    _runtime = ("_buffer", "_journal", "_journal_base")
+    # The journal of consumed items and the base it starts from (none until a lazy snapshot asks).
+    _journal: list[Any] | None = None
+    _journal_base: tuple[list[Any], Any] | None = None
 
     def _init_runtime(self) -> None:
         self._buffer = []
+        stop_journal(self)
+
+    __iter__ = shuffle_journaled  # shuffle_buffered's loop, journaling while lazy snapshots are taken
 
     def state_dict(self) -> dict[str, Any]:
         return shuffler_position(self)
+
+    def lazy_state_dict(self) -> Any:
+        """What :meth:`state_dict` returns, as an object that becomes it when materialized or pickled."""
+        cls = type(self)
+        if (
+            self._pending is not None
+            or cls.state_dict is not ResumableShuffler.state_dict
+            or cls._base_state is not ResumableShuffler._base_state
+        ):
+            return self.state_dict()  # a pending restore, or a subclass's own fields
+        return shuffler_snapshot(self)
 
     def restore(self, state: dict[str, Any] | None) -> None:
         if state is None:
             TorchShuffler.reset(self)
         else:
             restore_shuffler(self, state)
+        stop_journal(self)
 
 
 class ResumableShardingFilter(ResumablePipe, ShardingFilterIterDataPipe):

@@ -57,6 +57,8 @@ __all__ = [
     "not_snapshot_capable",
     "prepare_for_resume",
     "snapshot_pipeline",
+    "SnapshotPlan",
+    "materialize_snapshot",
     "restore_pipeline",
     "register_stateless",
     "epoch_marks",
@@ -223,21 +225,98 @@ def snapshot_pipeline(
     :func:`pipeline_pipes` list to skip walking the graph again; ``marks`` and
     ``seeds`` (from :func:`epoch_marks` and :func:`pending_seeds`, taken at
     the start of the epoch) let pipes that have not started yet be recorded as
-    fresh.
+    fresh.  To snapshot the same pipeline many times (every batch), make a
+    :class:`SnapshotPlan` once instead.
     """
     pipes = pipeline_pipes(pipe) if pipes is None else pipes
-    states: list[Any] = []
-    with _pause_all(pipes):
+    return SnapshotPlan(pipes, marks, seeds).snapshot()
+
+
+_NO_MARK = object()  # a plan entry whose pipe is always asked (no mark, or started by its consumers)
+
+
+class SnapshotPlan:
+    """What :func:`snapshot_pipeline` does to each pipe of a pipeline, worked out once.
+
+    :class:`pipekit.DataLoader` snapshots its pipeline after every batch in
+    each worker; which pipes are stateless (skipped), which are resumable
+    (asked), which have threads to pause and which classes the pipeline has
+    do not change within an epoch, so the loader makes a plan when an epoch
+    starts (with that epoch's marks and seeds) and :meth:`snapshot` only asks
+    the resumable pipes.  The result is the same as :func:`snapshot_pipeline`'s
+    for the same arguments.
+
+    Args:
+        pipes: the pipeline's :func:`pipeline_pipes`.
+        marks: :func:`epoch_marks` of ``pipes`` (``None``: every pipe is asked).
+        seeds: :func:`pending_seeds` of ``pipes``.
+    """
+
+    __slots__ = ("_classes", "_entries", "_pausable", "_size", "capable")
+
+    def __init__(self, pipes: list[Any], marks: list[Any] | None = None, seeds: list[int | None] | None = None):
+        self._classes = [type(dp).__qualname__ for dp in pipes]
+        self._size = len(pipes)
+        self._pausable = [dp for dp in pipes if callable(getattr(type(dp), "pause", None))]
+        # [index, pipe, mark or _NO_MARK, seed, lazy state_dict or None] for each resumable pipe, in order.
+        self._entries: list[list[Any]] = []
+        self.capable = True  # every pipe is stateless or resumable
         for i, dp in enumerate(pipes):
             if _is_stateless(dp):
-                states.append(None)
-            elif not _is_resumable(dp):
-                return None
-            elif marks is not None and iterator_id(dp) == marks[i] and not isinstance(dp, _STARTED_BY_CONSUMERS):
-                states.append({_FRESH: True, "seed": seeds[i] if seeds is not None else None})
-            else:
-                states.append(dp.state_dict())
-    return {"version": _VERSION, "classes": [type(dp).__qualname__ for dp in pipes], "states": states}
+                continue
+            if not _is_resumable(dp):
+                self.capable = False
+                break
+            mark = marks[i] if marks is not None and not isinstance(dp, _STARTED_BY_CONSUMERS) else _NO_MARK
+            has_lazy = callable(getattr(type(dp), "lazy_state_dict", None))  # on the class: no __getattr__ miss
+            lazy = dp.lazy_state_dict if has_lazy else None
+            self._entries.append([i, dp, mark, seeds[i] if seeds is not None else None, lazy])
+
+    def snapshot(self, lazy: bool = False) -> dict[str, Any] | None:
+        """The pipeline's position now (as :func:`snapshot_pipeline`), or ``None`` if it is not capable.
+
+        ``lazy=True`` lets pipes with a ``lazy_state_dict()`` (the shuffle
+        buffer) return an object that stands for their state and becomes it
+        when pickled or passed to :func:`materialize_snapshot`: for positions
+        that are kept and rarely sent (a DataLoader worker's).  Never hand a
+        lazy snapshot to a user.
+        """
+        if not self.capable:
+            return None
+        states: list[Any] = [None] * self._size
+        if self._pausable:
+            with _pause_all(self._pausable):
+                self._fill(states, lazy)
+        else:
+            self._fill(states, lazy)
+        return {"version": _VERSION, "classes": list(self._classes), "states": states}
+
+    def _fill(self, states: list[Any], lazy: bool) -> None:
+        for entry in self._entries:
+            i, dp, mark, seed, lazy_state = entry
+            if mark is not _NO_MARK:
+                if iterator_id(dp) == mark:
+                    states[i] = {_FRESH: True, "seed": seed}
+                    continue
+                entry[2] = _NO_MARK  # started in this epoch: it stays started until the next plan
+            states[i] = lazy_state() if lazy and lazy_state is not None else dp.state_dict()
+
+
+def _is_lazy(state: Any) -> bool:
+    return type(state) is not dict and state is not None and callable(getattr(type(state), "materialize", None))
+
+
+def materialize_snapshot(snapshot: dict[str, Any]) -> dict[str, Any]:
+    """A :meth:`SnapshotPlan.snapshot` taken with ``lazy=True``, as plain data (the same as an eager one).
+
+    Returns ``snapshot`` itself when nothing in it is lazy, else a copy; the
+    lazy snapshot is left as it was.
+    """
+    states = snapshot["states"]
+    if not any(_is_lazy(state) for state in states):
+        return snapshot
+    plain = [state.materialize() if _is_lazy(state) else state for state in states]
+    return {**snapshot, "states": plain}
 
 
 def apply_seeds(pipes: list[Any], seeds: list[int | None]) -> None:
