@@ -77,6 +77,11 @@ class NonSeekable(io.RawIOBase):
         return n
 
 
+def as_source(data: bytes, source: str) -> io.IOBase:
+    """``data`` as a file (``"seekable"``) or as a stream that cannot seek (``"non-seekable"``)."""
+    return io.BytesIO(data) if source == "seekable" else NonSeekable(data)
+
+
 def read_item(item):
     url, stream = item
     return url, stream.read()
@@ -422,21 +427,25 @@ class TestTruncation:
             assert got == [(f"c.tar.gz/{n}", d) for n, d in members[: len(got)]]
             assert err is not None, f"cut at {cut} ({len(got)} of 20 members) ended silently"
 
+    @pytest.mark.parametrize("source", ["seekable", "non-seekable"])
     @pytest.mark.parametrize("mode", ["w:gz", "w:bz2", "w:xz"])
-    def test_every_cut_of_a_compressed_archives_tail(self, tmp_path: Path, mode: str) -> None:
+    def test_every_cut_of_a_compressed_archives_tail(self, tmp_path: Path, mode: str, source: str) -> None:
         """A compressed archive cut after its last member (in the compressed zero padding or the stream's
-        trailer) has every member, but its own check never ran: it says so instead of ending quietly."""
+        trailer) has every member, but its own check never ran: it says so instead of ending quietly,
+        whether it is read from a file or streamed (tarfile's stream mode)."""
         members = members_of(5)
         data = write_tar(tmp_path / "t.tar.x", members, mode=mode).read_bytes()
         for cut in range(max(0, len(data) - 80), len(data)):
-            got, err = read_all_or_error(IterableWrapper([("t.tar.x", io.BytesIO(data[:cut]))]).load_from_tar())
+            stream = as_source(data[:cut], source)
+            got, err = read_all_or_error(IterableWrapper([("t.tar.x", stream)]).load_from_tar())
             assert got == [(f"t.tar.x/{n}", d) for n, d in members[: len(got)]], cut
             assert err is not None, f"{mode}: cut at {cut} of {len(data)} ended silently"
             assert err.url.startswith("t.tar.x") and err.stage == "load_from_tar"
-        got, err = read_all_or_error(IterableWrapper([("t.tar.x", io.BytesIO(data))]).load_from_tar())
+        got, err = read_all_or_error(IterableWrapper([("t.tar.x", as_source(data, source))]).load_from_tar())
         assert err is None and got == [(f"t.tar.x/{n}", d) for n, d in members]
 
-    def test_a_gzip_checksum_mismatch_is_not_silent(self, tmp_path: Path) -> None:
+    @pytest.mark.parametrize("source", ["seekable", "non-seekable"])
+    def test_a_gzip_checksum_mismatch_is_not_silent(self, tmp_path: Path, source: str) -> None:
         """Deflate has no checksum of its own: a damaged byte in a stored block decodes to a wrong byte, and
         only the gzip trailer's CRC-32 tells. It is checked once the archive's end is reached."""
         members = [("0000.bin", b"A" * 3000), ("0001.bin", b"B" * 3000)]
@@ -446,21 +455,24 @@ class TestTruncation:
         data = bytearray(buf.getvalue())
         at = data.index(b"B" * 100) + 50
         data[at] ^= 0x01  # "B" -> "C" inside the second member's data
-        got, err = read_all_or_error(IterableWrapper([("d.tar.gz", io.BytesIO(bytes(data)))]).load_from_tar())
+        got, err = read_all_or_error(IterableWrapper([("d.tar.gz", as_source(bytes(data), source))]).load_from_tar())
         assert [url for url, _ in got] == ["d.tar.gz/0000.bin", "d.tar.gz/0001.bin"]
         assert isinstance(err, ArchiveError) and err.url == "d.tar.gz" and err.stage == "load_from_tar"
         assert "CRC" in err.reason and "2 members yielded before" in err.reason, err.reason
-        skipping = IterableWrapper([("d.tar.gz", io.BytesIO(bytes(data)))]).load_from_tar(on_error="skip")
+        skipping = IterableWrapper([("d.tar.gz", as_source(bytes(data), source))]).load_from_tar(on_error="skip")
         assert len([s.read() for _, s in skipping]) == 2
         assert skipping.skip_log.count == 1 and "CRC" in skipping.skip_log.skipped[0].reason
 
-    def test_bytes_after_the_gzip_stream(self, tmp_path: Path) -> None:
+    @pytest.mark.parametrize("source", ["seekable", "non-seekable"])
+    def test_bytes_after_the_gzip_stream(self, tmp_path: Path, source: str) -> None:
         """Zero padding after a gzip stream is allowed (gzip's own rule); anything else is refused, named."""
         members = members_of(3)
         data = write_tar(tmp_path / "p.tar.gz", members, mode="w:gz").read_bytes()
-        got, err = read_all_or_error(IterableWrapper([("p.tar.gz", io.BytesIO(data + bytes(700)))]).load_from_tar())
+        padded = as_source(data + bytes(700), source)
+        got, err = read_all_or_error(IterableWrapper([("p.tar.gz", padded)]).load_from_tar())
         assert err is None and len(got) == 3
-        got, err = read_all_or_error(IterableWrapper([("p.tar.gz", io.BytesIO(data + b"junk" * 9))]).load_from_tar())
+        junk = as_source(data + b"junk" * 9, source)
+        got, err = read_all_or_error(IterableWrapper([("p.tar.gz", junk)]).load_from_tar())
         assert len(got) == 3 and isinstance(err, ArchiveError) and err.url == "p.tar.gz"
         assert "the bytes after the gzip stream are not gzip data" in err.reason
 
@@ -532,6 +544,19 @@ class TestTruncation:
         pipe = pipe.decompress(file_type="tar").load_from_tar()
         got, err = read_all_or_error(pipe)
         assert len(got) == 2 and err is not None and "truncated" in err.reason
+
+    @pytest.mark.parametrize("source", ["seekable", "non-seekable"])
+    def test_a_checksum_mismatch_through_decompress_into_tar(self, source: str) -> None:
+        members = [("0000.bin", b"A" * 3000), ("0001.bin", b"B" * 3000)]
+        buf = io.BytesIO()
+        with gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=0, mtime=0) as gz:  # stored blocks
+            gz.write(archive_bytes(members))
+        data = bytearray(buf.getvalue())
+        data[data.index(b"B" * 100) + 50] ^= 0x01
+        pipe = IterableWrapper([("d.tar.gz", as_source(bytes(data), source))]).decompress(file_type="tar")
+        got, err = read_all_or_error(pipe.load_from_tar())
+        assert len(got) == 2 and isinstance(err, ArchiveError) and err.url == "d.tar.gz"
+        assert "CRC" in err.reason, err.reason
 
     def test_every_cut_of_a_zip_raises(self, tmp_path: Path) -> None:
         members = members_of(30)

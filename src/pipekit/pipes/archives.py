@@ -54,7 +54,7 @@ from pipekit.pipes._stream_items import (
     reopen_stream,
 )
 from pipekit.pipes.base import StreamWrapper, functional_datapipe
-from pipekit.pipes.decompress import CompressionType, Decompressor
+from pipekit.pipes.decompress import CompressionType, Decompressor, tar_stream_source
 from pipekit.pipes.fsspec_io import RetryingFile
 from pipekit.pipes.state import ResumablePipe
 
@@ -250,13 +250,16 @@ class TarArchiveLoader(ArchiveLoader):
     archive's), and with ``on_error="skip"`` each such member is read whole
     before it is yielded (one member in memory at a time), so one cut short
     is not yielded and the archive is counted once in ``self.skip_log``.
-    (torchdata and ``tarfile`` end such archives silently.)  A seekable
-    compressed archive (``.tar.gz``, ``.tar.bz2``, ``.tar.xz``) is read to the
-    end of its compressed stream after the marker, so the stream's own check
-    runs (gzip's CRC-32 and length, bzip2's CRCs, xz's check): an archive cut
-    after its last member, or whose data was damaged in a way decompression
-    does not notice, raises ``ArchiveError`` once its members have been
-    yielded ("truncated: ..." or "corrupt: ..."), or is counted under skip.
+    (torchdata and ``tarfile`` end such archives silently.)  A compressed
+    archive (``.tar.gz``, ``.tar.bz2``, ``.tar.xz``), seekable or streamed, is
+    read to the end of its compressed stream after the marker, so the stream's
+    own check runs (gzip's CRC-32 and length, bzip2's CRCs, xz's check): an
+    archive cut after its last member, or whose data was damaged in a way
+    decompression does not notice, raises ``ArchiveError`` once its members
+    have been yielded ("truncated: ..." or "corrupt: ..."), or is counted
+    under skip.  (A streamed archive is decompressed by Python's ``gzip``,
+    ``bz2`` or ``lzma`` reader, recognised by its first bytes, because
+    ``tarfile``'s stream mode checks nothing.)
 
     Args:
         datapipe: a pipe yielding ``(url, binary stream)`` tuples.
@@ -310,9 +313,9 @@ class TarArchiveLoader(ArchiveLoader):
             return raw
         if mode is None:
             mode = "r:*" if self.mode == "r" else self.mode
-        if not is_seekable(raw):
-            mode = mode.replace(":", "|")
         try:
+            if not is_seekable(raw):
+                raw, mode = tar_stream_source(raw, mode.replace(":", "|"))
             return tarfile.open(fileobj=raw, mode=mode, tarinfo=_EndCheckedTarInfo)
         except CORRUPT as exc:
             raise ArchiveError("read archive", url, self.stage, reason(exc)) from exc
@@ -718,8 +721,12 @@ def _end_problem(tar: tarfile.TarFile) -> str | None:
     return _compressed_end_problem(tar.fileobj)
 
 
-# The compressed files tarfile reads a seekable .tar.gz, .tar.bz2 or .tar.xz through.
+# The compressed files tarfile reads a seekable .tar.gz, .tar.bz2 or .tar.xz through (and pipekit a
+# streamed one: :func:`pipekit.pipes.decompress.tar_stream_source`).
 _COMPRESSED_FILES = (gzip.GzipFile, bz2.BZ2File, lzma.LZMAFile)
+
+# tarfile's stream class (``tarfile.open(mode="r|...")``); the object it reads from is its ``fileobj``.
+_TAR_STREAM: type | tuple[type, ...] = getattr(tarfile, "_Stream", ())
 
 
 def _compressed_end_problem(fileobj: Any) -> str | None:
@@ -732,9 +739,11 @@ def _compressed_end_problem(fileobj: Any) -> str | None:
     the decompressor does not notice (a byte of a stored deflate block), would
     read without an error.  Reading the rest (the zero padding of the last tar
     record and the trailer, a few dozen compressed bytes) runs the check.
-    Stream-mode archives (``"r|gz"``, non-seekable sources) are read by
-    ``tarfile``'s own stream class, which does not check its data.
+    A streamed archive (a non-seekable source) is read through the same
+    readers (:func:`~pipekit.pipes.decompress.tar_stream_source`), inside ``tarfile``'s stream class.
     """
+    if isinstance(fileobj, _TAR_STREAM):
+        fileobj = getattr(fileobj, "fileobj", None)
     if not isinstance(fileobj, _COMPRESSED_FILES):
         return None
     try:

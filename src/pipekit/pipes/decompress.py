@@ -219,7 +219,10 @@ class Decompressor(IterDataPipe[tuple[str, StreamWrapper]]):
             if kind is CompressionType.LZMA:
                 return _NamedErrors(lzma.LZMAFile(raw, mode="rb"), url, self.stage)
             if kind is CompressionType.TAR:
-                return tarfile.open(fileobj=raw, mode="r:*" if is_seekable(raw) else "r|*")
+                if is_seekable(raw):
+                    return tarfile.open(fileobj=raw, mode="r:*")
+                source, mode = tar_stream_source(raw, "r|*")
+                return tarfile.open(fileobj=source, mode=mode)
             if not is_seekable(raw):
                 raw = io.BytesIO(raw.read())  # zipfile needs random access
             return zipfile.ZipFile(raw)
@@ -400,3 +403,67 @@ class XzFileLoader(_SingleFormatLoader):
     kind = CompressionType.LZMA
     suffix = ".xz"
     stage = "load_from_xz"
+
+
+# How a compressed stream starts, the stream-mode suffix that names it, and Python's reader for it.
+_STREAM_FORMATS = (
+    (b"\x1f\x8b", "gz", lambda f: gzip.GzipFile(fileobj=f, mode="rb")),
+    (b"BZh", "bz2", bz2.BZ2File),
+    (b"\xfd7zXZ\x00", "xz", lzma.LZMAFile),
+)
+
+
+class _Prepended(io.RawIOBase):
+    """The bytes already read from the start of a stream, then the rest of the stream (read as it is)."""
+
+    def __init__(self, head: bytes, raw: Any) -> None:
+        self._head = head
+        self._raw = raw
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        if not self._head:
+            return self._raw.read(-1 if size is None else size)  # no copy on the way
+        if size is None or size < 0:
+            head, self._head = self._head, b""
+            return head + self._raw.read()
+        head, self._head = self._head[:size], self._head[size:]
+        return head
+
+    def readinto(self, b: Any) -> int:
+        view = memoryview(b).cast("B")
+        data = self.read(len(view))
+        view[: len(data)] = data
+        return len(data)
+
+
+def tar_stream_source(raw: Any, mode: str) -> tuple[Any, str]:
+    """What ``tarfile`` reads a non-seekable archive from, and in which stream mode.
+
+    ``tarfile``'s stream mode decompresses gzip, bzip2 and xz itself and
+    checks nothing at their end (no CRC, no length): a damaged or cut
+    ``.tar.gz`` read from a pipe or an HTTP stream would end quietly.  A
+    compressed stream is therefore opened with Python's own reader
+    (``gzip.GzipFile``, ``bz2.BZ2File``, ``lzma.LZMAFile``, which read
+    sequentially and check the data when their stream ends), recognised by its
+    first bytes, and ``tarfile`` reads the decompressed bytes (``"r|"``);
+    :class:`~pipekit.pipes.archives.TarArchiveLoader` runs the check after the last member.  An
+    explicit mode whose compression the bytes do not show is left to
+    ``tarfile``, which names the mismatch.
+    """
+    compression = mode.split("|", 1)[1]
+    if compression == "":
+        return raw, mode
+    head = b""
+    while len(head) < 6:
+        chunk = raw.read(6 - len(head))
+        if not chunk:
+            break
+        head += chunk
+    source = _Prepended(head, raw)
+    for magic, name, reader in _STREAM_FORMATS:
+        if head.startswith(magic) and compression in ("*", name):
+            return reader(source), "r|"
+    return source, ("r|" if compression == "*" else mode)
