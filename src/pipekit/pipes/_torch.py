@@ -105,7 +105,6 @@ __all__ = [
     "shuffler_position",
     "shuffler_snapshot",
     "shuffle_buffered",
-    "shuffle_journaled",
     "restore_shuffler",
     "stop_journal",
     "ShufflerSnapshot",
@@ -330,7 +329,7 @@ def restore_shuffler(pipe: Shuffler, position: dict[str, Any]) -> None:
     pipe._seed = None
 
 
-# Lazy positions of the shuffle buffer (:func:`shuffle_journaled`, :func:`shuffler_snapshot`).
+# Lazy positions of the shuffle buffer (:func:`shuffle_buffered`, :func:`shuffler_snapshot`).
 #
 # Copying a 10,000-item buffer and the 625-int state of its generator after every batch, in every
 # DataLoader worker, to keep a position that is almost never sent, costs tens of microseconds a batch
@@ -379,7 +378,7 @@ class ShufflerSnapshot:
         rng = random.Random()
         rng.setstate(self._rng)
         getrandbits, size = rng.getrandbits, self._size
-        for x in self._journal[: self._count]:  # the loop's steps, as shuffle_journaled takes them
+        for x in self._journal[: self._count]:  # the loop's steps, as shuffle_buffered takes them
             n = len(buffer)
             if n == size:
                 buffer[_draw(getrandbits, n)] = x
@@ -400,7 +399,7 @@ class ShufflerSnapshot:
 def shuffler_snapshot(pipe: Shuffler) -> ShufflerSnapshot | dict[str, Any]:
     """The shuffle buffer's position as a :class:`ShufflerSnapshot`, in O(1) while the pipe keeps a journal.
 
-    For a pipe iterated by :func:`shuffle_journaled`; a generator that is not
+    For a pipe iterated by :func:`shuffle_buffered`; a generator that is not
     a ``random.Random`` gets :func:`shuffler_position`'s copy.
     """
     rng = pipe._rng
@@ -427,46 +426,16 @@ def stop_journal(pipe: Shuffler) -> None:
 
 
 def shuffle_buffered(self: Any) -> Iterator[Any]:
-    """``__iter__`` of pipekit's ``shuffle``: torch's ``Shuffler`` loop, the same order for the same seed."""
+    """``__iter__`` of pipekit's ``shuffle``: torch's ``Shuffler`` loop, the same order for the same seed.
+
+    While the pipe has a journal (``self._journal``: a lazy snapshot of a
+    :class:`~pipekit.pipes.builtin.ResumableShuffler` starts one), each consumed
+    item is appended to it, for :func:`shuffler_snapshot`; past the cap the
+    journal is dropped, so nothing grows when nobody takes snapshots.
+    """
     # torch's loop, drawing the same random positions as its ``self._rng.randint(0, n - 1)``
     # (``random.Random._randbelow``: rejection sampling on ``getrandbits(n.bit_length())``)
     # without the three Python calls randint makes per item (tests compare the orders).
-    if not self._enabled:
-        yield from self.datapipe
-        return
-    rng = self._rng
-    if type(rng) is not random.Random:
-        yield from _shuffle_with(self, rng.randint)
-        return
-    getrandbits, size = rng.getrandbits, self.buffer_size
-    buffer = self._buffer
-    for x in self.datapipe:
-        n = len(buffer)
-        if n == size:
-            k = n.bit_length()
-            i = getrandbits(k)
-            while i >= n:
-                i = getrandbits(k)
-            val, buffer[i] = buffer[i], x
-            yield val
-        else:
-            buffer.append(x)
-    while buffer:
-        n = len(buffer)
-        k = n.bit_length()
-        i = getrandbits(k)
-        while i >= n:
-            i = getrandbits(k)
-        yield buffer.pop(i)
-
-
-def shuffle_journaled(self: Any) -> Iterator[Any]:
-    """:func:`shuffle_buffered`, keeping the journal :func:`shuffler_snapshot` reads (same order, same draws).
-
-    Each consumed item is appended to ``self._journal`` while there is one (a
-    snapshot starts it); past the cap the journal is dropped, so nothing grows
-    when nobody takes snapshots.
-    """
     if not self._enabled:
         yield from self.datapipe
         return

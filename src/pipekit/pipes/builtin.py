@@ -63,7 +63,6 @@ from pipekit.pipes._torch import (
     Zipper,
     restore_shuffler,
     shuffle_buffered,
-    shuffle_journaled,
     shuffler_position,
     shuffler_snapshot,
     stop_journal,
@@ -200,6 +199,7 @@ class ShufflerIterDataPipe(TorchShuffler):
         super().__init__(datapipe, buffer_size=buffer_size, unbatch_level=unbatch_level)
 
     __iter__ = shuffle_buffered  # torch's loop, without three Python calls an item (see _torch)
+    _journal: list[Any] | None = None  # consumed items since a lazy snapshot's base (ResumableShuffler only)
 
     def __del__(self) -> None:
         # torch's __del__ clears the buffer its __init__ makes: not there when the arguments were refused.
@@ -307,15 +307,12 @@ class ResumableShuffler(ResumablePipe, ShufflerIterDataPipe):
     """
 
     _runtime = ("_buffer", "_journal", "_journal_base")
-    # The journal of consumed items and the base it starts from (none until a lazy snapshot asks).
-    _journal: list[Any] | None = None
+    # The base the journal starts from (none until a lazy snapshot asks; the journal is the parent's).
     _journal_base: tuple[list[Any], Any] | None = None
 
     def _init_runtime(self) -> None:
         self._buffer = []
         stop_journal(self)
-
-    __iter__ = shuffle_journaled  # shuffle_buffered's loop, journaling while lazy snapshots are taken
 
     def state_dict(self) -> dict[str, Any]:
         return shuffler_position(self)

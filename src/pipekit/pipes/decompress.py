@@ -432,12 +432,6 @@ class _Prepended(io.RawIOBase):
         head, self._head = self._head[:size], self._head[size:]
         return head
 
-    def readinto(self, b: Any) -> int:
-        view = memoryview(b).cast("B")
-        data = self.read(len(view))
-        view[: len(data)] = data
-        return len(data)
-
 
 def tar_stream_source(raw: Any, mode: str) -> tuple[Any, str]:
     """What ``tarfile`` reads a non-seekable archive from, and in which stream mode.
