@@ -447,13 +447,26 @@ def test_default_collate_in_pipekit_workers_gives_torch_batches_in_pooled_memory
     from pipekit import shm
 
     theirs = list(torch.utils.data.DataLoader(_Mixed(), batch_size=6, num_workers=2))
-    ours = list(pipekit.DataLoader(_Mixed(), batch_size=6, num_workers=2, persistent_workers=True))
+    # pin_memory off (its default with CUDA is on): a pinned batch is the pin thread's copy, not the worker's buffer
+    ours = list(pipekit.DataLoader(_Mixed(), batch_size=6, num_workers=2, persistent_workers=True, pin_memory=False))
     assert len(ours) == len(theirs) == 4
     for a, b in zip(ours, theirs):
         _same(a, b)
     # the tensors came from the workers' pools (the main process had mapped them), torch's do not
     assert any(b["image"].untyped_storage().data_ptr() in shm._received for b in ours)
     assert not any(b["image"].untyped_storage().data_ptr() in shm._received for b in theirs)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_default_collate_in_pipekit_workers_with_pin_memory_gives_torch_batches_pinned():
+    import pipekit
+
+    theirs = list(torch.utils.data.DataLoader(_Mixed(), batch_size=6, num_workers=2))
+    ours = list(pipekit.DataLoader(_Mixed(), batch_size=6, num_workers=2, pin_memory=True))
+    assert len(ours) == len(theirs) == 4
+    for a, b in zip(ours, theirs):
+        _same(a, b)
+        assert a["image"].is_pinned()
 
 
 def test_use_shared_buffers_in_default_collate_keeps_a_users_entry(monkeypatch):

@@ -154,9 +154,15 @@ class TestToDevice:
         x = random_image(torch.uint8, (2, 3, 16, 16))
         a = to_device(x, device, scale=255, normalize=(MEAN, STD), channels_last=False)
         b = to_device(x, device, scale=255, normalize=(MEAN, STD), channels_last=True)
-        with torch.no_grad():
-            ref = model(a)
-            out = model.to(memory_format=torch.channels_last)(b)
+        # cuDNN convolves in TF32 by default, whose ~1e-3 relative error would hide a real difference: full fp32 here
+        tf32 = torch.backends.cudnn.allow_tf32
+        torch.backends.cudnn.allow_tf32 = False
+        try:
+            with torch.no_grad():
+                ref = model(a)
+                out = model.to(memory_format=torch.channels_last)(b)
+        finally:
+            torch.backends.cudnn.allow_tf32 = tf32
         assert torch.allclose(ref, out, atol=1e-5)
 
 
@@ -171,6 +177,49 @@ class TestDeviceLoader:
         assert [float(b[0, 0, 0, 0]) for b in out] == list(range(7))  # raw values: no rescaling by default
         assert all(b.device.type == device for b in out)
         assert all(b.is_contiguous(memory_format=torch.channels_last) for b in out)
+
+    @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+    @pytest.mark.parametrize("stage_pinned", [True, False])
+    def test_cuda_dict_batches_arrive_whole_behind_slow_compute(self, stage_pinned):
+        """Copies and conversions run on side streams: every batch must still arrive complete and in order
+        while the caller's stream is busy, masks converted, other entries passed through."""
+        n, b = 12, 16
+
+        def batches():
+            host = torch.empty(b, 3, 64, 64, dtype=torch.uint8)  # one host buffer, rewritten for every batch
+            for i in range(n):
+                host.fill_(i)
+                image = host if stage_pinned else host.clone().pin_memory()
+                yield {"image": image, "mask": torch.full((b, 64, 64), i, dtype=torch.uint8), "id": [i] * b}
+
+        busy = torch.randn(2048, 2048, device="cuda")
+        seen = []
+        loader = DeviceLoader(batches(), "cuda", stage_pinned=stage_pinned, mask_dtype=torch.long)
+        for batch in loader:
+            for _ in range(4):  # keep the current stream busy while the next batch is copied and converted
+                busy = torch.tanh(busy @ busy)
+            i = batch["id"][0]
+            assert batch["image"].dtype == torch.float32 and batch["mask"].dtype == torch.long
+            assert batch["image"].is_contiguous(memory_format=torch.channels_last)
+            assert torch.equal(batch["image"], torch.full_like(batch["image"], float(i)))
+            assert torch.equal(batch["mask"], torch.full_like(batch["mask"], i))
+            seen.append(i)
+        assert seen == list(range(n))
+
+    @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+    def test_cuda_batches_made_on_the_gpu_are_converted_after_they_are_made(self):
+        busy = torch.randn(2048, 2048, device="cuda")
+
+        def batches():
+            nonlocal busy
+            for i in range(6):
+                for _ in range(4):
+                    busy = torch.tanh(busy @ busy)
+                # the batch's value is known only once the slow work queued on the current stream has run
+                yield (busy[:4, :3].abs() * 0 + i).to(torch.uint8).view(4, 3, 1, 1).expand(4, 3, 8, 8).contiguous()
+
+        out = [float(b.mean()) for b in DeviceLoader(batches(), "cuda", scale=1)]
+        assert out == [float(i) for i in range(6)]
 
     def test_len_and_functional_spelling(self):
         loader = prefetch_to_device(uint8_batches(3), "cpu")

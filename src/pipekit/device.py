@@ -13,7 +13,7 @@ that most often starves a GPU.  pipekit keeps batches compact on the host
   statistics in (and TorchGeo's recipes normalise with), so
   ``normalize=(stats.mean, stats.std)`` gives mean 0, std 1.
 * :class:`DeviceLoader` wraps any loader and overlaps the copy of batch n+1
-  with the compute on batch n on a side CUDA stream, with the stream
+  with the compute on batch n on side CUDA streams, with the stream
   synchronisation that keeps that safe; its ``state_dict()`` accounts for the
   batch in flight.
 
@@ -103,8 +103,13 @@ def _convert_image(
         a = torch.full((channels,), 1.0 / s, dtype=torch.float64)
         b = torch.zeros(channels, dtype=torch.float64)
     view = (channels, 1, 1)
-    a = a.to(device=device, dtype=dtype).view(view)
-    b = b.to(device=device, dtype=dtype).view(view)
+    ab = torch.stack([a, b]).to(dtype)
+    if device.type == "cuda":
+        # From pinned memory, asynchronously: a copy from pageable memory would block this thread until the
+        # stream had finished everything queued before it (the batch's own copy, in DeviceLoader).
+        ab = ab.pin_memory()
+    ab = ab.to(device, non_blocking=True)
+    a, b = ab[0].view(view), ab[1].view(view)
     if channels_last and x.dim() == 4:
         fmt = torch.channels_last
     elif channels_last and x.dim() == 5:
@@ -275,6 +280,20 @@ _TO_DEVICE_KWARGS = {
 }
 
 
+def _move(obj: Any, device: torch.device, non_blocking: bool) -> Any:
+    """Every tensor of a batch copied to ``device`` as it is, the structure kept (what :func:`to_device` moves)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device, non_blocking=non_blocking)
+    if isinstance(obj, Mapping):
+        moved = {k: _move(v, device, non_blocking) for k, v in obj.items()}
+        return moved if isinstance(obj, dict) else type(obj)(moved)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
+        return type(obj)(*(_move(v, device, non_blocking) for v in obj))
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_move(v, device, non_blocking) for v in obj)
+    return obj
+
+
 def _tensors(obj: Any) -> Iterator[torch.Tensor]:
     if isinstance(obj, torch.Tensor):
         yield obj
@@ -289,12 +308,15 @@ def _tensors(obj: Any) -> Iterator[torch.Tensor]:
 class DeviceLoader:
     """Wrap a loader so its batches arrive on ``device``, converted, one batch ahead.
 
-    On CUDA, batch n+1 is copied and converted on a side stream while the
-    caller computes on batch n.  Before a batch is handed out, the current
-    stream waits for the side stream (``wait_stream``), and every tensor of
-    the batch is marked as used by the current stream (``record_stream``), so
-    no tensor is read before its copy lands or reused by the allocator while
-    still in use.  On the CPU it is a plain loop applying :func:`to_device`.
+    On CUDA, batch n+1 is copied on one side stream and converted on
+    another while the caller computes on batch n: the copy of batch n+1
+    runs on the copy engine while batch n is still being converted, so the
+    copies follow each other back to back.  The conversion waits for its
+    batch's copies, the current stream waits for the conversion before the
+    batch is handed out (``wait_stream``), and every tensor is marked as used
+    by each stream that reads it (``record_stream``), so no tensor is read
+    before its copy lands or reused by the allocator while still in use.  On
+    the CPU it is a plain loop applying :func:`to_device`.
 
     ``state_dict()`` returns the wrapped loader's state as of the last batch
     *handed out*, not the one prefetched, so a resumed run does not lose the
@@ -387,8 +409,12 @@ class DeviceLoader:
         self._have_state = False
 
     def _iter_cuda(self) -> Iterator[Any]:
-        stream = torch.cuda.Stream(device=self.device)
+        # Two side streams: the copies of batch n+1 run on ``copying`` while the conversion of batch n runs on
+        # ``converting`` (the copy engine and the SMs work at once), so copies follow each other back to back.
+        copying = torch.cuda.Stream(device=self.device)
+        converting = torch.cuda.Stream(device=self.device)
         staging = _PinnedRing() if self.stage_pinned else None
+        non_blocking = self.to_device_kwargs.get("non_blocking", True)
         it = iter(self.loader)
 
         def fetch() -> tuple[bool, Any, Any]:
@@ -399,16 +425,24 @@ class DeviceLoader:
             state = self._loader_state()
             if staging is not None:
                 host = staging.stage(host)
-            with torch.cuda.stream(stream):
-                ready = self._convert(host)
+            with torch.cuda.stream(copying):
+                moved = _move(host, self.device, non_blocking)
             if staging is not None:
-                staging.record(stream)  # the staged buffers are free again once these copies finish
+                staging.record(copying)  # the staged buffers are free again once these copies finish
+            converting.wait_stream(copying)
+            if any(t.device.type == "cuda" for t in _tensors(host)):  # made on the GPU by the loader: wait for it
+                converting.wait_stream(torch.cuda.current_stream(self.device))
+            for t in _tensors(moved):
+                if t.device.type == "cuda":
+                    t.record_stream(converting)  # made on ``copying``, read on ``converting``
+            with torch.cuda.stream(converting):
+                ready = self._convert(moved)
             return True, ready, state
 
         ok, current, state = fetch()
         while ok:
             current_stream = torch.cuda.current_stream(self.device)
-            current_stream.wait_stream(stream)
+            current_stream.wait_stream(converting)
             for t in _tensors(current):
                 if t.device.type == "cuda":
                     t.record_stream(current_stream)
