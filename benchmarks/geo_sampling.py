@@ -1105,7 +1105,7 @@ def s3_section(args: argparse.Namespace, root: Path) -> None:
         print(f"  skipped: cannot import tests/s3server.py ({exc})")
         return
     try:
-        server = start_s3_server(timeout=60.0)
+        server = start_s3_server(timeout=60.0, extra_args=args.s3_server_args.split())
     except Exception as exc:  # WeedNotFoundError, or it did not come up
         print(f"  skipped: the S3 server did not start: {exc}")
         return
@@ -1302,6 +1302,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=[],
         metavar="KEY=VALUE",
         help="gdal_options of the vsi-gdal variant (e.g. VSI_CACHE=FALSE)",
+    )
+    p.add_argument(
+        "--s3-server-args",
+        default="",
+        help="extra arguments of the SeaweedFS server, one string (e.g. --s3-server-args='-s3.cacheCapacityMB=256')",
     )
     p.add_argument(
         "--pool-off-row",

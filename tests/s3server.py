@@ -36,6 +36,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -251,10 +252,12 @@ def _spawn(cmd: list[str], data_dir: Path, log_path: Path) -> subprocess.Popen:
         )
 
 
-def start_s3_server(timeout: float = 60.0) -> S3Server:
+def start_s3_server(timeout: float = 60.0, extra_args: Sequence[str] = ()) -> S3Server:
     """Start SeaweedFS with an S3 gateway on free loopback ports and wait until it works.
 
-    Raises :class:`WeedNotFoundError` when the binary is missing and
+    ``extra_args`` are added to ``weed server``'s command line (benchmarks try
+    server settings with them, e.g. ``-filer.maxMB=1``).  Raises
+    :class:`WeedNotFoundError` when the binary is missing and
     ``RuntimeError`` (with the server's log) when it does not come up in
     ``timeout`` seconds.  Call :meth:`S3Server.stop` when done.
     """
@@ -305,6 +308,7 @@ def start_s3_server(timeout: float = 60.0) -> S3Server:
         f"-s3.config={config}",
         f"-filer.localSocket={data_dir / 'filer.sock'}",
         f"-s3.localSocket={data_dir / 's3.sock'}",
+        *extra_args,
     ]
     log_path = data_dir / "weed.log"
     process = _spawn(cmd, data_dir, log_path)
