@@ -247,3 +247,36 @@ class TestDeviceLoader:
         again = list(resumed)
         assert [b.tolist() for b in again] == [b.tolist() for b in rest]
         assert sorted(v for b in head + again for v in b.tolist()) == list(range(40))
+
+
+def test_move_then_convert_equals_to_device():
+    """DeviceLoader's CUDA path moves a batch (device_mod._move) on one stream and converts it (to_device) on
+    another: the two steps together must give what to_device gives in one, for every batch structure."""
+    from collections import OrderedDict, namedtuple
+
+    Pair = namedtuple("Pair", "image label")
+    image = torch.arange(2 * 3 * 4 * 4, dtype=torch.uint8).view(2, 3, 4, 4)
+    mask = torch.ones(2, 4, 4, dtype=torch.uint8)
+    batches = [
+        {"image": image, "mask": mask, "id": ["a", "b"], "n": 3},
+        OrderedDict(image=image, mask=mask),
+        (image, torch.tensor([1, 2])),
+        [image, "x"],
+        Pair(image, torch.tensor([5, 6])),
+        image,
+    ]
+    kwargs = {"scale": 255, "normalize": ([0.5] * 3, [0.25] * 3), "mask_dtype": torch.long}
+    for batch in batches:
+        moved = device_mod._move(batch, torch.device("cpu"), True)
+        assert type(moved) is (dict if isinstance(batch, dict) else type(batch))
+        two_steps = to_device(moved, "cpu", **kwargs)
+        one_step = to_device(batch, "cpu", **kwargs)
+        assert type(two_steps) is type(one_step)
+        flat_a = list(device_mod._tensors(two_steps))
+        flat_b = list(device_mod._tensors(one_step))
+        assert len(flat_a) == len(flat_b) > 0
+        for a, b in zip(flat_a, flat_b):
+            assert a.dtype == b.dtype and torch.equal(a, b)
+            assert a.is_contiguous(memory_format=torch.channels_last) == b.is_contiguous(
+                memory_format=torch.channels_last
+            )
