@@ -280,3 +280,28 @@ def test_move_then_convert_equals_to_device():
             assert a.is_contiguous(memory_format=torch.channels_last) == b.is_contiguous(
                 memory_format=torch.channels_last
             )
+
+
+def test_pinned_ring_stages_every_cpu_tensor_of_a_batch(monkeypatch):
+    """The staging ring's walk over a batch (CUDA only in use): each CPU tensor copied into a ring buffer,
+    the structure and the other entries kept. Pinned buffers need CUDA, so plain ones stand in here."""
+    from collections import namedtuple
+
+    ring = device_mod._PinnedRing()
+    buffers = []
+
+    def buffer_for(t):
+        buffers.append(torch.empty_like(t))
+        return buffers[-1]
+
+    monkeypatch.setattr(ring, "_buffer_for", buffer_for)
+    Pair = namedtuple("Pair", "image label")
+    image, label = torch.arange(6, dtype=torch.uint8).view(1, 6), torch.tensor([3])
+    staged = ring.stage({"pair": Pair(image, label), "ids": ["a"], "more": [image, 7]})
+    assert type(staged["pair"]) is Pair and staged["ids"] == ["a"] and staged["more"][1] == 7
+    assert len(buffers) == 3
+    assert all(
+        any(s is b for b in buffers) for s in (staged["pair"].image, staged["pair"].label, staged["more"][0])
+    )
+    assert torch.equal(staged["pair"].image, image) and torch.equal(staged["more"][0], image)
+    assert torch.equal(staged["pair"].label, label)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -280,18 +280,23 @@ _TO_DEVICE_KWARGS = {
 }
 
 
+def _map_tensors(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """``obj`` with ``fn`` applied to each of its tensors, through dicts, tuples, lists and namedtuples."""
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, Mapping):
+        mapped = {k: _map_tensors(v, fn) for k, v in obj.items()}
+        return mapped if isinstance(obj, dict) else type(obj)(mapped)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
+        return type(obj)(*(_map_tensors(v, fn) for v in obj))
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_map_tensors(v, fn) for v in obj)
+    return obj
+
+
 def _move(obj: Any, device: torch.device, non_blocking: bool) -> Any:
     """Every tensor of a batch copied to ``device`` as it is, the structure kept (what :func:`to_device` moves)."""
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device, non_blocking=non_blocking)
-    if isinstance(obj, Mapping):
-        moved = {k: _move(v, device, non_blocking) for k, v in obj.items()}
-        return moved if isinstance(obj, dict) else type(obj)(moved)
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
-        return type(obj)(*(_move(v, device, non_blocking) for v in obj))
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(_move(v, device, non_blocking) for v in obj)
-    return obj
+    return _map_tensors(obj, lambda t: t.to(device, non_blocking=non_blocking))
 
 
 def _tensors(obj: Any) -> Iterator[torch.Tensor]:
@@ -492,20 +497,15 @@ class _PinnedRing:
         return slot[0]
 
     def stage(self, batch: Any) -> Any:
-        if isinstance(batch, torch.Tensor):
-            if batch.device.type != "cpu" or batch.is_pinned():
-                return batch
-            buf = self._buffer_for(batch)
-            buf.copy_(batch)
-            return buf
-        if isinstance(batch, Mapping):
-            staged = {k: self.stage(v) for k, v in batch.items()}
-            return staged if isinstance(batch, dict) else type(batch)(staged)
-        if isinstance(batch, tuple) and hasattr(batch, "_fields"):
-            return type(batch)(*(self.stage(v) for v in batch))
-        if isinstance(batch, (tuple, list)):
-            return type(batch)(self.stage(v) for v in batch)
-        return batch
+        """``batch`` with each CPU tensor that is not pinned copied into a pinned buffer of the ring."""
+        return _map_tensors(batch, self._stage_tensor)
+
+    def _stage_tensor(self, t: torch.Tensor) -> torch.Tensor:
+        if t.device.type != "cpu" or t.is_pinned():
+            return t
+        buf = self._buffer_for(t)
+        buf.copy_(t)
+        return buf
 
     def record(self, stream: Any) -> None:
         if not self.pending:
