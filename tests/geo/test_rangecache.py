@@ -153,8 +153,14 @@ def test_a_failed_fetch_marks_nothing_and_the_next_read_fetches_again(mem, tmp_p
 def test_an_unusable_folder_is_named(mem, tmp_path):
     fs, _ = mem
     (tmp_path / "file").write_text("not a folder")
-    cache = RangeCache(tmp_path / "file" / "c")
-    with pytest.raises(RangeCacheError, match=r"range cache folder .*file/c: cannot hold a mirror of memory://"):
+    with pytest.raises(RangeCacheError, match=r"range cache folder .*file/c: cannot be used"):
+        RangeCache(tmp_path / "file" / "c")
+    with pytest.raises(RangeCacheError, match=r"range cache folder .*file/c: cannot be used"):
+        Landsat8(paths="memory://rangecache", cache_dir=tmp_path / "file" / "c")
+    cache = RangeCache(tmp_path / "gone")
+    (tmp_path / "gone").rmdir()
+    (tmp_path / "gone").write_text("replaced by a file after the dataset was made")
+    with pytest.raises(RangeCacheError, match=r"range cache folder .*gone: cannot hold a mirror of memory://"):
         cache.open(fs, "/rangecache/blob.bin", "memory://rangecache/blob.bin")
     with pytest.raises(ValueError, match="block_size"):
         RangeCache(tmp_path, block_size=100)

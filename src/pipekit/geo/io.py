@@ -460,7 +460,12 @@ class _FsspecOpener:
         if "r" not in mode or "+" in mode or "w" in mode:
             raise PermissionError(f"pipekit opens rasters read-only, not with mode {mode!r}: {path}")
         if self.cache is not None:
-            return _GuardedCachedFile.wrap(self.cache.open(self.fs, path, self.fs.unstrip_protocol(path), self.fetch))
+            try:
+                cached = self.cache.open(self.fs, path, self.fs.unstrip_protocol(path), self.fetch)
+                return _GuardedCachedFile.wrap(cached)
+            except Exception as exc:  # rasterio keeps only the errno: surfacing_opener_errors raises this one
+                _record_opener_failure(exc)
+                raise
         try:
             raw = self.fs.open(path, "rb", block_size=_FSSPEC_BLOCK_SIZE, cache_type="readahead")
         except TypeError:

@@ -100,6 +100,7 @@ class RangeCache:
 
     Raises:
         ValueError: for a block size under 512 bytes.
+        RangeCacheError: the folder cannot be created or written.
     """
 
     def __init__(self, directory: str | os.PathLike[str], block_size: int = DEFAULT_BLOCK_SIZE) -> None:
@@ -107,6 +108,12 @@ class RangeCache:
             raise ValueError(f"block_size must be an int >= 512, got {block_size!r}")
         self.directory = os.path.abspath(os.fspath(directory))
         self.block_size = block_size
+        try:  # a folder that cannot be used is reported now, not at the first read of a worker
+            Path(self.directory).mkdir(parents=True, exist_ok=True)
+            if not os.access(self.directory, os.W_OK | os.X_OK):
+                raise PermissionError(f"not writable by user {os.getuid() if hasattr(os, 'getuid') else '?'}")
+        except OSError as exc:
+            raise RangeCacheError(f"range cache folder {self.directory}: cannot be used: {exc}") from exc
 
     def __repr__(self) -> str:
         return f"RangeCache({self.directory!r}, block_size={self.block_size})"
