@@ -1221,6 +1221,7 @@ def s3_section(args: argparse.Namespace, root: Path) -> None:
         "vsi-serial",
         "vsi-gdal",
         "fsspec",
+        "cached",
         "vsi-nocache",
         "fsspec-nocache",
     ):
