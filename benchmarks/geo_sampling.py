@@ -80,9 +80,11 @@ import os
 import pickle
 import platform
 import pstats
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from datetime import datetime, timezone
@@ -195,7 +197,11 @@ def scene_table(root: Path) -> list[dict[str, Any]]:
 
 
 def pipekit_dataset(
-    root: Path | str, storage_options: dict | None = None, vsi: bool | None = None, gdal_options: dict | None = None
+    root: Path | str,
+    storage_options: dict | None = None,
+    vsi: bool | None = None,
+    gdal_options: dict | None = None,
+    cache_dir: str | None = None,
 ):
     """``Landsat8(bands=all_bands[1:-2]) & CDL`` of the corpus at ``root`` (a folder or an ``s3://`` URL)."""
     from pipekit import datasets
@@ -203,6 +209,8 @@ def pipekit_dataset(
     extra: dict[str, Any] = {}
     if storage_options is not None:
         extra = {"storage_options": storage_options, "vsi": vsi, "gdal_options": gdal_options}
+    if cache_dir is not None:
+        extra["cache_dir"] = cache_dir
     sep = "/" if isinstance(root, str) and "://" in root else os.sep
     base = str(root).rstrip("/")
     landsat = datasets.Landsat8(root=f"{base}{sep}landsat8{sep}", bands=datasets.Landsat8.all_bands[1:-2], **extra)
@@ -1012,6 +1020,8 @@ def child_s3(spec: dict[str, Any]) -> dict[str, Any]:
             "vsi": None if variant.startswith("vsi") else False,
             "gdal_options": dict(spec["gdal_options"]) if variant.endswith("-gdal") else {},
         }
+        if variant == "cached":  # a fresh cache folder: pass 1 is a first pass for it too
+            build_args["cache_dir"] = tempfile.mkdtemp(prefix="pipekit-bench-rangecache-")
         if variant.endswith("-before"):  # pipekit's per-file VSI cache before issue 12's S3 work
             build_args["gdal_options"].update({"VSI_CACHE": "TRUE", "VSI_CACHE_SIZE": 8 * MIB})
         if caches_off:  # no per-file VSI cache, no /vsicurl/ region cache (the GDAL block cache is small)
@@ -1066,6 +1076,8 @@ def child_s3(spec: dict[str, Any]) -> dict[str, Any]:
         }
     if proxy is not None:
         proxy.close()
+    if build_args.get("cache_dir"):
+        shutil.rmtree(build_args["cache_dir"], ignore_errors=True)
     return result
 
 
@@ -1077,6 +1089,7 @@ S3_LABELS = {
     "vsi-serial": "S3, /vsis3/, band files one by one",
     "vsi-gdal": "S3, /vsis3/ with --s3-gdal options",
     "fsspec": "S3, fsspec (vsi=False)",
+    "cached": "S3, shared range cache (cache_dir)",
     "local-nocache": "local COGs, small cache",
     "vsi-nocache": "S3, /vsis3/, caches off",
     "fsspec-nocache": "S3, fsspec, caches off",
@@ -1208,6 +1221,7 @@ def s3_section(args: argparse.Namespace, root: Path) -> None:
         "vsi-serial",
         "vsi-gdal",
         "fsspec",
+        "cached",
         "vsi-nocache",
         "fsspec-nocache",
     ):

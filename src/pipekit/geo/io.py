@@ -39,6 +39,7 @@ import io
 import itertools
 import json
 import logging
+import math
 import os
 import queue
 import re
@@ -56,6 +57,8 @@ from rasterio.env import set_gdal_config
 
 from pipekit import malloc
 from pipekit.errors import ReadError
+from pipekit.geo.rangecache import CachedFile, RangeCache
+from pipekit.geo.rangefetch import RangeFetcher, s3_fetcher
 from pipekit.retry import RetryPolicy, default_policy, is_transient
 
 __all__ = [
@@ -143,6 +146,12 @@ def is_transient_gdal(exc: BaseException) -> bool:
 # asks for (a header, a tile) plus a small read-ahead for the header's many
 # small reads, instead of s3fs's default 5 MB read-ahead.
 _FSSPEC_BLOCK_SIZE = 64 * 2**10
+
+#: the range cache (``cache_dir=``) fetches S3 and HTTP misses with botocore's signer over urllib3
+#: (:mod:`pipekit.geo.rangefetch`) instead of through fsspec, where the options allow; False: fsspec
+FAST_FETCH = True
+#: the range cache fetches the tiles of a window read before GDAL decodes them (False: as GDAL reads them)
+PREFETCH_TILES = True
 
 _LOCAL_HANDLE_COST = 64 * 2**10
 
@@ -420,18 +429,43 @@ class _PositionedFile(io.RawIOBase):
         super().close()
 
 
+class _GuardedCachedFile(CachedFile):
+    """A :class:`~pipekit.geo.rangecache.CachedFile` whose failures never reach GDAL (see :class:`OpenerReadError`)."""
+
+    @classmethod
+    def wrap(cls, f: CachedFile) -> _GuardedCachedFile:
+        f.__class__ = cls
+        return f  # type: ignore[return-value]
+
+    def read(self, size: int = -1) -> bytes:
+        try:
+            return super().read(size)
+        except Exception as exc:  # a short read for GDAL, raised by surfacing_opener_errors
+            _record_opener_failure(exc)
+            return b""
+
+
 class _FsspecOpener:
     """The filesystem-like object rasterio's ``opener=`` receives (one per filesystem and process)."""
 
-    def __init__(self, fs: Any) -> None:
+    def __init__(self, fs: Any, cache: RangeCache | None = None, fetch: RangeFetcher | None = None) -> None:
         self.fs = fs
+        self.cache = cache
+        self.fetch = fetch
         self._locks: dict[int, threading.Lock] = {}
         self._guard = threading.Lock()
         self.shared_files = type(fs).__name__ == "MemoryFileSystem"
 
-    def open(self, path: str, mode: str = "rb", **kwargs: Any) -> _PositionedFile:
+    def open(self, path: str, mode: str = "rb", **kwargs: Any) -> io.RawIOBase:
         if "r" not in mode or "+" in mode or "w" in mode:
             raise PermissionError(f"pipekit opens rasters read-only, not with mode {mode!r}: {path}")
+        if self.cache is not None:
+            try:
+                cached = self.cache.open(self.fs, path, self.fs.unstrip_protocol(path), self.fetch)
+                return _GuardedCachedFile.wrap(cached)
+            except Exception as exc:  # rasterio keeps only the errno: surfacing_opener_errors raises this one
+                _record_opener_failure(exc)
+                raise
         try:
             raw = self.fs.open(path, "rb", block_size=_FSSPEC_BLOCK_SIZE, cache_type="readahead")
         except TypeError:
@@ -497,6 +531,12 @@ class RasterOpener:
             ``False`` always goes through fsspec.
         gdal_options: extra GDAL configuration for this dataset's remote
             files (overrides :data:`REMOTE_GDAL_OPTIONS`).
+        cache_dir: a local folder where the byte ranges read from remote
+            files are kept (:class:`pipekit.geo.rangecache.RangeCache`):
+            DataLoader workers share what any of them fetched, and later
+            runs read it from local disk.  Remote files are then read
+            through fsspec (``vsi=True`` is refused).  ``None`` (default):
+            no disk cache.
 
     Example:
         >>> from pipekit.geo.io import RasterOpener
@@ -514,6 +554,7 @@ class RasterOpener:
         storage_options: Mapping[str, Any] | None = None,
         vsi: bool | None = None,
         gdal_options: Mapping[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         if storage_options is not None and not isinstance(storage_options, Mapping):
             raise TypeError(f"storage_options must be a mapping, got {type(storage_options).__name__}")
@@ -521,17 +562,30 @@ class RasterOpener:
             raise TypeError(f"vsi must be None, True or False, got {vsi!r}")
         if gdal_options is not None and not isinstance(gdal_options, Mapping):
             raise TypeError(f"gdal_options must be a mapping, got {type(gdal_options).__name__}")
+        if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
+            raise TypeError(f"cache_dir must be a path, got {type(cache_dir).__name__}")
+        if cache_dir is not None and vsi is True:
+            raise ValueError("cache_dir reads remote files through fsspec; it cannot be combined with vsi=True")
         self.storage_options = dict(storage_options or {})
         self.vsi = vsi
         self.gdal_options = {str(k): v for k, v in (gdal_options or {}).items()}
-        self.key = json.dumps([self.storage_options, vsi, self.gdal_options], sort_keys=True, default=repr)
+        self.cache = RangeCache(cache_dir) if cache_dir is not None else None
+        self.cache_dir = self.cache.directory if self.cache is not None else None
+        self.key = json.dumps(
+            [self.storage_options, vsi, self.gdal_options, self.cache_dir], sort_keys=True, default=repr
+        )
         self._resolved: dict[str, _Resolved] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"storage_options": self.storage_options, "vsi": self.vsi, "gdal_options": self.gdal_options}
+        return {
+            "storage_options": self.storage_options,
+            "vsi": self.vsi,
+            "gdal_options": self.gdal_options,
+            "cache_dir": self.cache_dir,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["storage_options"], state["vsi"], state["gdal_options"])
+        self.__init__(state["storage_options"], state["vsi"], state["gdal_options"], state.get("cache_dir"))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RasterOpener) and other.key == self.key
@@ -544,7 +598,8 @@ class RasterOpener:
             k: ("***" if k in ("secret", "token", "aws_secret_access_key") else v)
             for k, v in self.storage_options.items()
         }
-        return f"RasterOpener(storage_options={shown!r}, vsi={self.vsi!r})"
+        cache = f", cache_dir={self.cache_dir!r}" if self.cache_dir is not None else ""
+        return f"RasterOpener(storage_options={shown!r}, vsi={self.vsi!r}{cache})"
 
     # -- resolution ------------------------------------------------------------
     def resolve(self, url: str) -> _Resolved:
@@ -563,6 +618,8 @@ class RasterOpener:
             return _Resolved("local", local_path(url), {}, {})
         protocol, rest = split_protocol(url)
         remote = {**REMOTE_GDAL_OPTIONS, **_gdal_retry_options(default_policy()), **self.gdal_options}
+        if self.cache is not None:  # the disk cache sits under fsspec's reads
+            return _Resolved("fsspec", url, remote, {})
         if self.vsi is not False and "::" not in url:
             if protocol in ("s3", "s3a"):
                 options = _s3_gdal_options(self.storage_options)
@@ -604,11 +661,23 @@ class RasterOpener:
         import fsspec
 
         fs, path = fsspec.core.url_to_fs(url, **self.storage_options)
-        key = (os.getpid(), f"{id(fs)}")
+        key = (os.getpid(), f"{id(fs)} {self.cache!r}")
         opener = _fsspec_openers.get(key)
         if opener is None or opener.fs is not fs:
-            opener = _fsspec_openers[key] = _FsspecOpener(fs)
+            opener = _fsspec_openers[key] = _FsspecOpener(fs, self.cache, self._fetcher(url))
         return opener, path
+
+    def _fetcher(self, url: str) -> RangeFetcher | None:
+        """The lean fetcher of the range cache's misses for ``url``'s store, where one applies."""
+        if self.cache is None or "::" in url or not FAST_FETCH:
+            return None
+        protocol = split_protocol(url)[0]
+        if protocol in ("s3", "s3a"):
+            options = _s3_gdal_options(self.storage_options)
+            return s3_fetcher(*options) if options is not None else None
+        if protocol in ("http", "https") and not self.storage_options:
+            return RangeFetcher("")
+        return None
 
     def open(self, url: str, stage: str = "RasterOpener") -> rasterio.io.DatasetReader:
         """Open ``url`` (uncached; the caller closes it).
@@ -784,6 +853,7 @@ class RasterHandle:
         "nodata",
         "np_dtype",
         "opener",
+        "prefetch",
         "remote",
         "resolved",
         "reusable",
@@ -820,6 +890,9 @@ class RasterHandle:
             self.cost = _LOCAL_HANDLE_COST + (int(resolved.config.get("VSI_CACHE_SIZE", 25 * 2**20)) if cache else 0)
         else:
             self.cost = _LOCAL_HANDLE_COST + 4 * _FSSPEC_BLOCK_SIZE
+        self.prefetch: _TilePrefetcher | None = None
+        if resolved.kind == "fsspec" and opener.cache is not None and PREFETCH_TILES and ds.driver == "GTiff":
+            self.prefetch = _TilePrefetcher(self, *opener.fsspec_opener(url))
 
     def env(self) -> contextlib.AbstractContextManager[Any]:
         """The GDAL environment reads of this handle run in (a no-op for local files)."""
@@ -835,6 +908,53 @@ class RasterHandle:
 
     def __repr__(self) -> str:
         return f"RasterHandle({self.url!r})"
+
+
+class _TilePrefetcher:
+    """Fetch the tiles a window read will decode into the range cache first, all at once.
+
+    GDAL reads a window's tiles one after another through a Python file
+    object (one round trip each); their byte ranges are in the TIFF's tile
+    index (GDAL's ``BLOCK_OFFSET_x_y`` / ``BLOCK_SIZE_x_y`` items), so the
+    missing ones are fetched together before GDAL asks.  Only a speed-up: a
+    read the prediction misses (an overview, a mask) is fetched on demand.
+    """
+
+    def __init__(self, handle: RasterHandle, opener: _FsspecOpener, path: str) -> None:
+        self.ds = handle.ds
+        self.url = handle.url
+        self.opener, self.path = opener, path
+        self.blocks = {i: shape for i, shape in zip(self.ds.indexes, self.ds.block_shapes, strict=True)}
+        self.interleaved = self.ds.interleaving is not None and self.ds.interleaving.name == "PIXEL"
+        self.tiles: dict[tuple[int, int, int], tuple[int, int] | None] = {}
+
+    def _tile(self, band: int, x: int, y: int) -> tuple[int, int] | None:
+        key = (band, x, y)
+        if key not in self.tiles:
+            offset = self.ds.get_tag_item(f"BLOCK_OFFSET_{x}_{y}", "TIFF", bidx=band)
+            size = self.ds.get_tag_item(f"BLOCK_SIZE_{x}_{y}", "TIFF", bidx=band)
+            self.tiles[key] = (int(offset), int(offset) + int(size)) if offset and size and int(size) else None
+        return self.tiles[key]
+
+    def __call__(self, indexes: Sequence[int], window: Any) -> None:
+        col0, row0 = max(int(window.col_off), 0), max(int(window.row_off), 0)
+        col1 = min(math.ceil(window.col_off + window.width), self.ds.width)
+        row1 = min(math.ceil(window.row_off + window.height), self.ds.height)
+        if col1 <= col0 or row1 <= row0:
+            return
+        ranges = []
+        for band in indexes[:1] if self.interleaved else indexes:
+            bh, bw = self.blocks[band]
+            for y in range(row0 // bh, (row1 - 1) // bh + 1):
+                for x in range(col0 // bw, (col1 - 1) // bw + 1):
+                    tile = self._tile(band, x, y)
+                    if tile is not None:
+                        ranges.append(tile)
+        if ranges:
+            cache = self.opener.cache
+            assert cache is not None
+            mirror = cache.mirror(self.opener.fs, self.path, self.opener.fs.unstrip_protocol(self.path))
+            mirror.ensure(self.opener.fs, self.path, ranges, self.opener.fetch)
 
 
 @contextlib.contextmanager
@@ -879,10 +999,12 @@ def handle_budget() -> dict[str, int]:
 
 
 class _HandleCache:
-    __slots__ = ("__weakref__", "entries", "nbytes", "pid")
+    __slots__ = ("__weakref__", "entries", "lane", "nbytes", "pid")
 
     def __init__(self) -> None:
         self.pid = os.getpid()
+        # the I/O lane this cache belongs to (None: another thread); its handles are closed there
+        self.lane: int | None = getattr(_local, "io_lane_index", None)
         self.entries: OrderedDict[tuple[str, str], RasterHandle] = OrderedDict()
         self.nbytes = 0
 
@@ -931,10 +1053,16 @@ _caches: weakref.WeakSet[_HandleCache] = weakref.WeakSet()
 @atexit.register
 def _close_at_exit() -> None:
     pid = os.getpid()
+    lanes = _remote_pool if _remote_pool is not None and _remote_pool.pid == pid else None
     for cache in list(_caches):
         if cache.pid == pid:
             with contextlib.suppress(Exception):
-                cache.clear()
+                if cache.lane is not None and lanes is not None and lanes.lanes[cache.lane].is_alive():
+                    # on the lane that opened them: rasterio keeps the Python file objects of a dataset
+                    # opened with opener= per thread, and closing one elsewhere fails ("I/O error")
+                    lanes.run(lambda _, c=cache: c.clear(), 1, lambda _, k=cache.lane: k)
+                else:
+                    cache.clear()
 
 
 def _cache() -> _HandleCache:
@@ -1024,11 +1152,13 @@ class _Lane(threading.Thread):
     def __init__(self, k: int) -> None:
         # daemon: an idle lane waiting on its queue must not keep the interpreter from exiting
         super().__init__(name=f"pipekit-geo-io-{k}", daemon=True)
+        self.index = k
         self.jobs: queue.SimpleQueue[tuple[_Batch, list[int]] | None] = queue.SimpleQueue()
         self.running = False
 
     def run(self) -> None:
         _local.io_lane = True
+        _local.io_lane_index = self.index
         jobs = self.jobs
         while True:
             job = jobs.get()
@@ -1148,8 +1278,16 @@ def run_parts(
 
 
 def uses_gdal_network(opener: RasterOpener, url: str) -> bool:
-    """Whether ``url`` is read through GDAL's network filesystems (so on the I/O threads)."""
-    return not is_local(url) and opener.resolve(url).kind == "vsi"
+    """Whether ``url``'s reads wait on the network inside GDAL (so they run on the I/O threads).
+
+    GDAL's ``/vsis3/`` and ``/vsicurl/``, and files read through the range
+    cache (``cache_dir=``): its misses are fetched while GDAL waits, with
+    the GIL released.
+    """
+    if is_local(url):
+        return False
+    kind = opener.resolve(url).kind
+    return kind == "vsi" or (kind == "fsspec" and opener.cache is not None)
 
 
 def cached_handle_count() -> int:

@@ -16,6 +16,7 @@ import copy
 import logging
 import math
 import operator
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -141,6 +142,14 @@ class RasterDataset(IndexCacheMixin, GeoDataset):
             ``read_geo`` drops the query -- never a zero-filled patch.
         vsi: how remote files are opened (see :class:`pipekit.geo.io.RasterOpener`).
         gdal_options: extra GDAL configuration for remote files.
+        cache_dir: a local folder that keeps the byte ranges read from
+            remote files (S3, HTTP, any fsspec URL), shared by DataLoader
+            workers (a tile one worker fetched is not fetched again by
+            another) and by later runs, which read it from local disk.
+            Nothing is evicted: it grows to the bytes read, at most the
+            remote files' size.  Remote files are then read through fsspec
+            (``vsi=True`` is refused).  See
+            :class:`pipekit.geo.rangecache.RangeCache`.  Default ``None``.
         index_cache: keep the files' headers in a GeoParquet file and reuse
             them next time (only files whose size or modification time changed
             are opened again): ``True`` (``<root>/.pipekit-index.parquet``), a
@@ -204,6 +213,7 @@ class RasterDataset(IndexCacheMixin, GeoDataset):
         on_error: str = "raise",
         vsi: bool | None = None,
         gdal_options: Mapping[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
         time_series: bool = False,
         index_cache: Any = None,
         index_workers: int | None = None,
@@ -225,7 +235,7 @@ class RasterDataset(IndexCacheMixin, GeoDataset):
         self.cache = cache
         self.on_error = check_on_error(on_error)
         self.skip_log = SkipLog(self.name)
-        self._opener = geo_io.RasterOpener(storage_options, vsi, gdal_options)
+        self._opener = geo_io.RasterOpener(storage_options, vsi, gdal_options, cache_dir)
         self._init_index_options(index_cache, index_workers, progress)
         self.storage_options = self._opener.storage_options
         if nodata is not None:

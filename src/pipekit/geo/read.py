@@ -170,6 +170,8 @@ def _read_window(handle: RasterHandle, indexes: list[int], window: Window, out: 
         direct = direct and _direct_read_ok(handle, indexes, window, target)
         if handle.remote:
             with handle.env():
+                if handle.prefetch is not None and isinstance(window, Window):
+                    handle.prefetch(indexes, window)
                 if direct:
                     return handle.ds._read(indexes, target, window, target.dtype)
                 return handle.ds.read(indexes, window=window, out=out)

@@ -231,7 +231,7 @@ class STACDataset(RasterDataset):
             ``filter`` with the ``cql2`` package, ``query``'s comparisons and
             ``in``), selecting the same items an API would.
         client_options: extra arguments of ``pystac_client.Client.open`` (``headers``...).
-        cache, vsi, gdal_options: as :class:`RasterDataset`.
+        cache, vsi, gdal_options, cache_dir: as :class:`RasterDataset`.
 
     Raises:
         DatasetNotFoundError: no item could be indexed.
@@ -286,6 +286,7 @@ class STACDataset(RasterDataset):
         cache: bool = True,
         vsi: bool | None = None,
         gdal_options: Mapping[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         try:
             import pystac  # noqa: F401
@@ -320,6 +321,7 @@ class STACDataset(RasterDataset):
             on_error=on_error,
             vsi=vsi,
             gdal_options=gdal_options,
+            cache_dir=cache_dir,
             time_series=time_series,
         )
         del self._source  # the items are indexed: nothing of their JSON is kept
