@@ -1057,10 +1057,19 @@ def _close_at_exit() -> None:
     for cache in list(_caches):
         if cache.pid == pid:
             with contextlib.suppress(Exception):
-                if cache.lane is not None and lanes is not None and lanes.lanes[cache.lane].is_alive():
+                if (
+                    cache.lane is not None
+                    and lanes is not None
+                    and lanes.lanes[cache.lane].is_alive()
+                    and any(h.resolved.kind == "fsspec" for h in list(cache.entries.values()))
+                ):
                     # on the lane that opened them: rasterio keeps the Python file objects of a dataset
-                    # opened with opener= per thread, and closing one elsewhere fails ("I/O error")
-                    lanes.run(lambda _, c=cache: c.clear(), 1, lambda _, k=cache.lane: k)
+                    # opened with opener= per thread, and closing one elsewhere fails ("I/O error");
+                    # a lane stuck in a read is not waited for long: the process is ending
+                    batch = _Batch(lambda _, c=cache: c.clear(), 1, 1)
+                    lanes.lanes[cache.lane].jobs.put((batch, [0]))
+                    if batch.done.acquire(timeout=5.0):
+                        continue
                 else:
                     cache.clear()
 
