@@ -336,3 +336,17 @@ def test_a_file_deleted_after_opening_is_named(s3_server, scene, tmp_path):
     far = BoundingBox(X0 + 30.0 * 330, X0 + 30.0 * 346, Y0 - 30.0 * 346, Y0 - 30.0 * 330)  # tiles not yet fetched
     with pytest.raises(ReadError, match=rf"s3://{bucket}/l8/{SCENE}/{SCENE}_SR_B3\.TIF.*HTTP 404"):
         ds[far]
+
+
+@pytest.mark.s3
+def test_a_tile_index_gdal_does_not_expose_leaves_reads_on_demand(s3_server, scene, tmp_path, monkeypatch):
+    def no_index(self, band, x, y):
+        raise ValueError("no BLOCK_OFFSET item")
+
+    monkeypatch.setattr(geo_io._TilePrefetcher, "_tile", no_index)
+    bucket = _upload(s3_server, scene)
+    ds = Landsat8(paths=f"s3://{bucket}/l8", bands=BANDS, storage_options=s3_server.storage_options,
+                  cache_dir=tmp_path / "cache")
+    local = Landsat8(paths=scene.parent, bands=BANDS)
+    for q in _boxes(ds, 3):
+        np.testing.assert_array_equal(ds[q]["image"].numpy(), local[q]["image"].numpy())

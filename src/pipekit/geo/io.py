@@ -927,6 +927,7 @@ class _TilePrefetcher:
         self.blocks = {i: shape for i, shape in zip(self.ds.indexes, self.ds.block_shapes, strict=True)}
         self.interleaved = self.ds.interleaving is not None and self.ds.interleaving.name == "PIXEL"
         self.tiles: dict[tuple[int, int, int], tuple[int, int] | None] = {}
+        self.off = False
 
     def _tile(self, band: int, x: int, y: int) -> tuple[int, int] | None:
         key = (band, x, y)
@@ -942,14 +943,23 @@ class _TilePrefetcher:
         row1 = min(math.ceil(window.row_off + window.height), self.ds.height)
         if col1 <= col0 or row1 <= row0:
             return
+        if self.off:
+            return
         ranges = []
-        for band in indexes[:1] if self.interleaved else indexes:
-            bh, bw = self.blocks[band]
-            for y in range(row0 // bh, (row1 - 1) // bh + 1):
-                for x in range(col0 // bw, (col1 - 1) // bw + 1):
-                    tile = self._tile(band, x, y)
-                    if tile is not None:
-                        ranges.append(tile)
+        try:
+            for band in indexes[:1] if self.interleaved else indexes:
+                bh, bw = self.blocks[band]
+                for y in range(row0 // bh, (row1 - 1) // bh + 1):
+                    for x in range(col0 // bw, (col1 - 1) // bw + 1):
+                        tile = self._tile(band, x, y)
+                        if tile is not None:
+                            ranges.append(tile)
+        except (rasterio.errors.RasterioError, ValueError, KeyError) as exc:
+            # a TIFF whose tile index GDAL does not expose: its tiles are fetched as GDAL reads them (a
+            # failed fetch is not lost here: it was recorded and is raised when the read's block ends)
+            logger.debug("%s: no tile prefetch (%s)", self.url, exc)
+            self.off = True
+            return
         if ranges:
             cache = self.opener.cache
             assert cache is not None
