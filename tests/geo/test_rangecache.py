@@ -350,3 +350,25 @@ def test_a_tile_index_gdal_does_not_expose_leaves_reads_on_demand(s3_server, sce
     local = Landsat8(paths=scene.parent, bands=BANDS)
     for q in _boxes(ds, 3):
         np.testing.assert_array_equal(ds[q]["image"].numpy(), local[q]["image"].numpy())
+
+
+@pytest.mark.s3
+def test_a_lost_connection_is_retried(s3_server, scene, tmp_path, monkeypatch):
+    """A fetch that fails once (a dropped connection) is retried by the read's policy: the sample is whole."""
+    bucket = _upload(s3_server, scene)
+    ds = Landsat8(paths=f"s3://{bucket}/l8", bands=BANDS, storage_options=s3_server.storage_options,
+                  cache_dir=tmp_path / "cache")
+    local = Landsat8(paths=scene.parent, bands=BANDS)
+    real = RangeFetcher.__call__
+    failures = []
+
+    def flaky(self, path, start, end):
+        if not failures:
+            failures.append(path)
+            raise ConnectionError(f"GET {path}: connection reset (injected)")
+        return real(self, path, start, end)
+
+    monkeypatch.setattr(RangeFetcher, "__call__", flaky)
+    q = _boxes(ds, 1, seed=9)[0]
+    np.testing.assert_array_equal(ds[q]["image"].numpy(), local[q]["image"].numpy())
+    assert failures  # the failure happened, and was retried
