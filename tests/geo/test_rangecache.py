@@ -372,3 +372,12 @@ def test_a_lost_connection_is_retried(s3_server, scene, tmp_path, monkeypatch):
     q = _boxes(ds, 1, seed=9)[0]
     np.testing.assert_array_equal(ds[q]["image"].numpy(), local[q]["image"].numpy())
     assert failures  # the failure happened, and was retried
+
+
+def test_a_store_that_hides_the_size_is_named(tmp_path):
+    class NoSize:
+        def info(self, path: str) -> dict[str, Any]:
+            return {"name": path, "size": None, "type": "file"}
+
+    with pytest.raises(OSError, match=r"https://example\.org/a\.tif: the store does not report the file's size"):
+        RangeCache(tmp_path).open(NoSize(), "https://example.org/a.tif", "https://example.org/a.tif")
