@@ -274,7 +274,7 @@ def test_same_pixels_as_local_disk(s3_server, scene, tmp_path, monkeypatch, pref
     ds = Landsat8(paths=f"s3://{bucket}/l8", bands=BANDS, storage_options=s3_server.storage_options,
                   cache_dir=tmp_path / "cache", **kwargs)
     local = Landsat8(paths=scene.parent, bands=BANDS, **kwargs)
-    for q in _boxes(ds, 6):
+    for q in _boxes(ds, 16):  # each sample's band files on the I/O lanes at once
         got = ds[q]["image"].numpy()
         assert got.shape == (len(BANDS), 48, 48)
         np.testing.assert_array_equal(got, local[q]["image"].numpy())
@@ -336,3 +336,48 @@ def test_a_file_deleted_after_opening_is_named(s3_server, scene, tmp_path):
     far = BoundingBox(X0 + 30.0 * 330, X0 + 30.0 * 346, Y0 - 30.0 * 346, Y0 - 30.0 * 330)  # tiles not yet fetched
     with pytest.raises(ReadError, match=rf"s3://{bucket}/l8/{SCENE}/{SCENE}_SR_B3\.TIF.*HTTP 404"):
         ds[far]
+
+
+@pytest.mark.s3
+def test_a_tile_index_gdal_does_not_expose_leaves_reads_on_demand(s3_server, scene, tmp_path, monkeypatch):
+    def no_index(self, band, x, y):
+        raise ValueError("no BLOCK_OFFSET item")
+
+    monkeypatch.setattr(geo_io._TilePrefetcher, "_tile", no_index)
+    bucket = _upload(s3_server, scene)
+    ds = Landsat8(paths=f"s3://{bucket}/l8", bands=BANDS, storage_options=s3_server.storage_options,
+                  cache_dir=tmp_path / "cache")
+    local = Landsat8(paths=scene.parent, bands=BANDS)
+    for q in _boxes(ds, 3):
+        np.testing.assert_array_equal(ds[q]["image"].numpy(), local[q]["image"].numpy())
+
+
+@pytest.mark.s3
+def test_a_lost_connection_is_retried(s3_server, scene, tmp_path, monkeypatch):
+    """A fetch that fails once (a dropped connection) is retried by the read's policy: the sample is whole."""
+    bucket = _upload(s3_server, scene)
+    ds = Landsat8(paths=f"s3://{bucket}/l8", bands=BANDS, storage_options=s3_server.storage_options,
+                  cache_dir=tmp_path / "cache")
+    local = Landsat8(paths=scene.parent, bands=BANDS)
+    real = RangeFetcher.__call__
+    failures = []
+
+    def flaky(self, path, start, end):
+        if not failures:
+            failures.append(path)
+            raise ConnectionError(f"GET {path}: connection reset (injected)")
+        return real(self, path, start, end)
+
+    monkeypatch.setattr(RangeFetcher, "__call__", flaky)
+    q = _boxes(ds, 1, seed=9)[0]
+    np.testing.assert_array_equal(ds[q]["image"].numpy(), local[q]["image"].numpy())
+    assert failures  # the failure happened, and was retried
+
+
+def test_a_store_that_hides_the_size_is_named(tmp_path):
+    class NoSize:
+        def info(self, path: str) -> dict[str, Any]:
+            return {"name": path, "size": None, "type": "file"}
+
+    with pytest.raises(OSError, match=r"https://example\.org/a\.tif: the store does not report the file's size"):
+        RangeCache(tmp_path).open(NoSize(), "https://example.org/a.tif", "https://example.org/a.tif")

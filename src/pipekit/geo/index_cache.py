@@ -748,10 +748,12 @@ class IndexCacheMixin:
         opener = self._opener  # type: ignore[attr-defined]
         reader = FastHeaderReader(lambda p: read_header(opener, p, name))
         workers = self.index_workers
-        if misses and not geo_io.is_local(paths[misses[0]]) and not geo_io.uses_gdal_network(opener, paths[misses[0]]):
+        if misses and not geo_io.is_local(paths[misses[0]]) and opener.resolve(paths[misses[0]]).kind != "vsi":
             # fsspec file objects through rasterio's Python-file handler: kept on one thread. An abort once
-            # blamed on concurrent opens was a read raising into GDAL (fixed: see geo_io.OpenerReadError);
-            # whether rasterio's handler is safe across threads is not established, so this stays serial
+            # blamed on concurrent opens was a read raising into GDAL (fixed: see geo_io.OpenerReadError).
+            # rasterio keeps that handler's open files per thread (rasterio#3636: a file used from another
+            # thread is not found); reads through the range cache run on the I/O lanes, each file opened,
+            # read and closed on one lane, but headers are few and stay serial here
             workers = 1
         results = read_headers(
             [paths[i] for i in misses],

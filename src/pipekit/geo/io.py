@@ -927,6 +927,7 @@ class _TilePrefetcher:
         self.blocks = {i: shape for i, shape in zip(self.ds.indexes, self.ds.block_shapes, strict=True)}
         self.interleaved = self.ds.interleaving is not None and self.ds.interleaving.name == "PIXEL"
         self.tiles: dict[tuple[int, int, int], tuple[int, int] | None] = {}
+        self.off = False
 
     def _tile(self, band: int, x: int, y: int) -> tuple[int, int] | None:
         key = (band, x, y)
@@ -942,14 +943,23 @@ class _TilePrefetcher:
         row1 = min(math.ceil(window.row_off + window.height), self.ds.height)
         if col1 <= col0 or row1 <= row0:
             return
+        if self.off:
+            return
         ranges = []
-        for band in indexes[:1] if self.interleaved else indexes:
-            bh, bw = self.blocks[band]
-            for y in range(row0 // bh, (row1 - 1) // bh + 1):
-                for x in range(col0 // bw, (col1 - 1) // bw + 1):
-                    tile = self._tile(band, x, y)
-                    if tile is not None:
-                        ranges.append(tile)
+        try:
+            for band in indexes[:1] if self.interleaved else indexes:
+                bh, bw = self.blocks[band]
+                for y in range(row0 // bh, (row1 - 1) // bh + 1):
+                    for x in range(col0 // bw, (col1 - 1) // bw + 1):
+                        tile = self._tile(band, x, y)
+                        if tile is not None:
+                            ranges.append(tile)
+        except (rasterio.errors.RasterioError, ValueError, KeyError) as exc:
+            # a TIFF whose tile index GDAL does not expose: its tiles are fetched as GDAL reads them (a
+            # failed fetch is not lost here: it was recorded and is raised when the read's block ends)
+            logger.debug("%s: no tile prefetch (%s)", self.url, exc)
+            self.off = True
+            return
         if ranges:
             cache = self.opener.cache
             assert cache is not None
@@ -1057,10 +1067,19 @@ def _close_at_exit() -> None:
     for cache in list(_caches):
         if cache.pid == pid:
             with contextlib.suppress(Exception):
-                if cache.lane is not None and lanes is not None and lanes.lanes[cache.lane].is_alive():
+                if (
+                    cache.lane is not None
+                    and lanes is not None
+                    and lanes.lanes[cache.lane].is_alive()
+                    and any(h.resolved.kind == "fsspec" for h in list(cache.entries.values()))
+                ):
                     # on the lane that opened them: rasterio keeps the Python file objects of a dataset
-                    # opened with opener= per thread, and closing one elsewhere fails ("I/O error")
-                    lanes.run(lambda _, c=cache: c.clear(), 1, lambda _, k=cache.lane: k)
+                    # opened with opener= per thread, and closing one elsewhere fails ("I/O error");
+                    # a lane stuck in a read is not waited for long: the process is ending
+                    batch = _Batch(lambda _, c=cache: c.clear(), 1, 1)
+                    lanes.lanes[cache.lane].jobs.put((batch, [0]))
+                    if batch.done.acquire(timeout=5.0):
+                        continue
                 else:
                     cache.clear()
 

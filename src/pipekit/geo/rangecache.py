@@ -142,6 +142,8 @@ class RangeCache:
         if mirror is not None:
             return mirror
         info = fs.info(path)
+        if info.get("size") is None:
+            raise OSError(f"{url}: the store does not report the file's size, which the range cache needs (cache_dir=)")
         size = int(info["size"])
         version = next((str(info[k]) for k in _VERSION_KEYS if info.get(k)), "")
         key = hashlib.sha256(json.dumps([url, size, version, self.block_size]).encode()).hexdigest()[:32]
