@@ -19,6 +19,7 @@ delivers the reference epoch's samples.  Printed per epoch: samples delivered, d
 
     PYTHONPATH=src python benchmarks/soak.py --quick     # ~1-2 min on 2 loaded cores
     PYTHONPATH=src python benchmarks/soak.py             # 8 epochs of each, larger epochs
+    PYTHONPATH=src python benchmarks/soak.py --quick --only geo --range-cache   # geo through cache_dir=
 
 Exits with status 1 if any epoch has a duplicate or an unexplained loss.
 """
@@ -206,8 +207,11 @@ def geo_pipeline(server: S3Server, work: Path, args: argparse.Namespace) -> dict
     options = server.storage_options
 
     def make(prefix: str) -> Callable[[], Any]:
-        images = datasets.Landsat8(f"s3://{bucket}/{prefix}/landsat8", storage_options=options, on_error="skip")
-        labels = datasets.CDL(f"s3://{bucket}/{prefix}/cdl", storage_options=options, on_error="skip")
+        # --range-cache: the workers share one range cache (cache_dir=), kept across epochs
+        extra = {"cache_dir": work / f"rangecache-{prefix}"} if args.range_cache else {}
+        images = datasets.Landsat8(f"s3://{bucket}/{prefix}/landsat8", storage_options=options, on_error="skip",
+                                   **extra)
+        labels = datasets.CDL(f"s3://{bucket}/{prefix}/cdl", storage_options=options, on_error="skip", **extra)
 
         def loader() -> Any:
             recipe = datasets.GeoSegmentation(images, labels, size=args.patch, length=args.geo_samples,
@@ -296,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--outage", type=float, default=None, help="seconds the server stays down")
     parser.add_argument("--checkpoint-every", type=int, default=2)
     parser.add_argument("--only", choices=["geo", "image"], default=None, help="run one pipeline")
+    parser.add_argument("--range-cache", action="store_true",
+                        help="geo: read the COGs through a range cache shared by the workers (cache_dir=)")
     args = parser.parse_args(argv)
     if args.quick:
         defaults = {"epochs": 4, "outage": 8.0, "scene": 384, "patch": 32, "geo_samples": 64,
@@ -316,7 +322,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             ok = True
             if args.only in (None, "geo"):
-                ok &= soak("geo (GeoSegmentation: Landsat8 & CDL COGs on S3)", geo_pipeline(server, work, args),
+                title = "geo (GeoSegmentation: Landsat8 & CDL COGs on S3"
+                title += ", range cache)" if args.range_cache else ")"
+                ok &= soak(title, geo_pipeline(server, work, args),
                            geo_keys, geo_dropped, server, args)
             if args.only in (None, "image"):
                 ok &= soak("image (TarShards on S3)", image_pipeline(server, work, args), image_keys,

@@ -263,3 +263,44 @@ class TestLocalFilesChain:
         for stop_after in (1, 6):
             head, rest = resumed_at(make, num_workers, stop_after, through=via_torch_save)
             assert head + rest == full
+
+
+class _SlowOnWorker1:
+    """Worker 1 sleeps on every item, so worker 0 runs out first while its last batches wait behind worker 1's."""
+
+    def __call__(self, x: bytes) -> bytes:
+        info = torch.utils.data.get_worker_info()
+        if info is not None and info.id == 1:
+            import time
+
+            time.sleep(0.02)
+        return x
+
+
+def test_checkpoints_while_a_finished_worker_has_batches_in_flight():
+    """A worker whose data ended early, its StopIteration received ahead of its last batch, still answers.
+
+    torch tells such a worker to exit as soon as its StopIteration arrives, while the main process
+    still holds (and has not yet yielded) its last batches; the checkpoint after one of those names a
+    position only that worker holds. pipekit keeps the worker, paused, until the epoch ends.
+    """
+
+    def make():
+        return IterableWrapper([blob(i) for i in range(64)]).sharding_filter().map(_SlowOnWorker1()).batch(4)
+
+    torch.manual_seed(0)
+    loader = pipekit.DataLoader(make(), num_workers=2, persistent_workers=False)
+    expected = ids(uninterrupted(make, 2))
+    got, states = [], []
+    for batch in loader:
+        got += ids([batch])
+        states.append(pickle.dumps(loader.state_dict()))  # every batch: the soak's pattern
+    loader.shutdown()
+    assert sorted(got) == sorted(expected) == list(range(64))
+    # resuming from each checkpoint gives the rest of the epoch exactly
+    for k in (len(states) // 2, len(states) - 2):
+        second = pipekit.DataLoader(make(), num_workers=2, persistent_workers=False)
+        second.load_state_dict(pickle.loads(states[k]))
+        rest = ids(list(second))
+        second.shutdown()
+        assert sorted(got[: 4 * (k + 1)] + rest) == list(range(64)), k

@@ -50,6 +50,7 @@ Two more things torch's loader does silently, pipekit's does not:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import importlib
@@ -392,6 +393,18 @@ class _WorkersIter(_StatefulMultiProcessingDataLoaderIter):
     _is_finalizing = staticmethod(sys.is_finalizing)
     _forget_workers = staticmethod(shm.forget_workers)
 
+    def _mark_worker_as_unavailable(self, worker_id: int, shutdown: bool = False) -> None:
+        # torch tells a worker whose data ended to exit as soon as its StopIteration arrives, which
+        # can be ahead of that worker's last batches (still held here, in order, behind another
+        # worker's). A checkpoint after one of those names a position only that worker keeps
+        # (pipekit._worker_states): so it stays, paused as persistent workers are, and is told to
+        # exit when the workers are shut down.
+        if shutdown or self._persistent_workers:
+            super()._mark_worker_as_unavailable(worker_id, shutdown)
+            return
+        self._workers_status[worker_id] = False
+        self.__dict__.setdefault("_pipekit_paused", set()).add(worker_id)
+
     def _shutdown_workers(self) -> None:
         # An iterator left to the garbage collector (e.g. held by a caught WorkerDiedError's
         # traceback) can be collected inside the next loader's forked workers: there its
@@ -399,6 +412,9 @@ class _WorkersIter(_StatefulMultiProcessingDataLoaderIter):
         # or signals the owner's queues. Only the process that started the workers shuts them down.
         if getattr(self, "_owner_pid", self._getpid()) != self._getpid():
             return
+        for worker_id in self.__dict__.pop("_pipekit_paused", ()):  # done: they exit with the rest
+            with contextlib.suppress(Exception):  # a queue already closed: the worker is gone
+                self._index_queues[worker_id].put(None)
         workers = list(getattr(self, "_workers", None) or [])
         super()._shutdown_workers()
         # Their pool buffers stay mapped here until forgotten (batches still held keep theirs);
