@@ -1020,8 +1020,12 @@ def child_s3(spec: dict[str, Any]) -> dict[str, Any]:
             "vsi": None if variant.startswith("vsi") else False,
             "gdal_options": dict(spec["gdal_options"]) if variant.endswith("-gdal") else {},
         }
-        if variant == "cached":  # a fresh cache folder: pass 1 is a first pass for it too
-            build_args["cache_dir"] = tempfile.mkdtemp(prefix="pipekit-bench-rangecache-")
+        if variant.startswith("cached"):
+            # the round's cache folder: empty for "cached" (pass 1 is a first pass for it too); "cached-warm"
+            # runs after it in a new process, as a later run (or epoch in fresh workers) would
+            build_args["cache_dir"] = spec["cache_dir"]
+            if variant == "cached":
+                shutil.rmtree(spec["cache_dir"], ignore_errors=True)
         if variant.endswith("-before"):  # pipekit's per-file VSI cache before issue 12's S3 work
             build_args["gdal_options"].update({"VSI_CACHE": "TRUE", "VSI_CACHE_SIZE": 8 * MIB})
         if caches_off:  # no per-file VSI cache, no /vsicurl/ region cache (the GDAL block cache is small)
@@ -1076,8 +1080,6 @@ def child_s3(spec: dict[str, Any]) -> dict[str, Any]:
         }
     if proxy is not None:
         proxy.close()
-    if build_args.get("cache_dir"):
-        shutil.rmtree(build_args["cache_dir"], ignore_errors=True)
     return result
 
 
@@ -1090,6 +1092,7 @@ S3_LABELS = {
     "vsi-gdal": "S3, /vsis3/ with --s3-gdal options",
     "fsspec": "S3, fsspec (vsi=False)",
     "cached": "S3, shared range cache (cache_dir)",
+    "cached-warm": "S3, range cache filled by the run before",
     "local-nocache": "local COGs, small cache",
     "vsi-nocache": "S3, /vsis3/, caches off",
     "fsspec-nocache": "S3, fsspec, caches off",
@@ -1123,6 +1126,7 @@ def s3_section(args: argparse.Namespace, root: Path) -> None:
         print(f"  skipped: the S3 server did not start: {exc}")
         return
     rounds: list[dict[str, dict[str, Any]]] = []
+    cache_root = Path(tempfile.mkdtemp(prefix="pipekit-bench-rangecache-"))
     try:
         bucket = server.create_bucket("bench-geo")
         fs = server.fs()
@@ -1134,6 +1138,7 @@ def s3_section(args: argparse.Namespace, root: Path) -> None:
         port = int(server.endpoint_url.rsplit(":", 1)[1])
         for _ in range(args.s3_repeat):  # the variants side by side, round after round: load shifts hit them all
             results = {}
+            cache_dir = str(cache_root / f"round-{len(rounds)}")  # the range cache variants' folder
             for variant in variants:
                 spec = {
                     "mode": "s3",
@@ -1153,6 +1158,7 @@ def s3_section(args: argparse.Namespace, root: Path) -> None:
                     "gdal_options": gdal_options,
                     "server_pid": server.process.pid,
                     "direct": args.s3_direct,
+                    "cache_dir": cache_dir,
                 }
                 results[variant] = run_child(spec, timeout=args.child_timeout)
                 if "error" in results[variant]:
@@ -1172,6 +1178,7 @@ def s3_section(args: argparse.Namespace, root: Path) -> None:
             )
     finally:
         server.stop(timeout=3.0)
+        shutil.rmtree(cache_root, ignore_errors=True)
 
     results = rounds[0]
     rows = []
@@ -1222,6 +1229,7 @@ def s3_section(args: argparse.Namespace, root: Path) -> None:
         "vsi-gdal",
         "fsspec",
         "cached",
+        "cached-warm",
         "vsi-nocache",
         "fsspec-nocache",
     ):
