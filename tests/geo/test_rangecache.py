@@ -381,3 +381,27 @@ def test_a_store_that_hides_the_size_is_named(tmp_path):
 
     with pytest.raises(OSError, match=r"https://example\.org/a\.tif: the store does not report the file's size"):
         RangeCache(tmp_path).open(NoSize(), "https://example.org/a.tif", "https://example.org/a.tif")
+
+
+@pytest.mark.s3
+def test_a_bad_file_is_named_through_two_workers(s3_server, scene, tmp_path):
+    """A band file whose tiles are damaged, read through the cache in a worker: the main process sees its URL."""
+    bucket = s3_server.create_bucket()
+    fs = s3_server.fs()
+    for path in sorted(scene.iterdir()):
+        data = bytearray(path.read_bytes())
+        if "SR_B3" in path.name:
+            with rasterio.open(path) as src:
+                for row in range(SIZE // TILE):
+                    for col in range(SIZE // TILE):
+                        offset = int(src.get_tag_item(f"BLOCK_OFFSET_{col}_{row}", "TIFF", bidx=1))
+                        size = int(src.get_tag_item(f"BLOCK_SIZE_{col}_{row}", "TIFF", bidx=1))
+                        data[offset : offset + size] = b"\xff" * size
+        fs.pipe(f"{bucket}/l8/{SCENE}/{path.name}", bytes(data))
+    ds = Landsat8(paths=f"s3://{bucket}/l8", bands=BANDS, storage_options=s3_server.storage_options,
+                  cache_dir=tmp_path / "cache")
+    loader = torch.utils.data.DataLoader(ds, batch_size=2, sampler=_boxes(ds, 4), collate_fn=stack_samples,
+                                         num_workers=2)
+    with pytest.raises(Exception, match=rf"s3://{bucket}/l8/{SCENE}/{SCENE}_SR_B3\.TIF") as info:
+        list(loader)
+    assert "Landsat8" in str(info.value)  # the stage

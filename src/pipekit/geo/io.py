@@ -57,7 +57,7 @@ from rasterio.env import set_gdal_config
 
 from pipekit import malloc
 from pipekit.errors import ReadError
-from pipekit.geo.rangecache import CachedFile, RangeCache
+from pipekit.geo.rangecache import PositionedReader, RangeCache
 from pipekit.geo.rangefetch import RangeFetcher, s3_fetcher
 from pipekit.retry import RetryPolicy, default_policy, is_transient
 
@@ -362,7 +362,7 @@ def surfacing_opener_errors(url: str) -> Iterator[None]:
         raise OpenerReadError(f"reading {url} failed: {type(failure).__name__}: {failure}") from failure
 
 
-class _PositionedFile(io.RawIOBase):
+class _PositionedFile(PositionedReader):
     """A read-only view of an fsspec file with its own position.
 
     Some filesystems (``memory://``) hand out the *same* file object for
@@ -374,35 +374,17 @@ class _PositionedFile(io.RawIOBase):
         super().__init__()
         self._raw = raw
         self._lock = lock
-        self._pos = 0
         self._size = size
 
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        if whence == 0:
-            self._pos = offset
-        elif whence == 1:
-            self._pos += offset
-        elif whence == 2:
-            if self._size is None:
-                try:
-                    with self._lock:
-                        self._size = self._raw.seek(0, 2)
-                except Exception as exc:  # never into GDAL: see OpenerReadError
-                    _record_opener_failure(exc)
-                    return self._pos
-            self._pos = self._size + offset
-        else:
-            raise ValueError(f"invalid whence {whence}")
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
+    def _end(self) -> int | None:
+        if self._size is None:
+            try:
+                with self._lock:
+                    self._size = self._raw.seek(0, 2)
+            except Exception as exc:  # never into GDAL: see OpenerReadError
+                _record_opener_failure(exc)
+                return None
+        return self._size
 
     def read(self, size: int = -1) -> bytes:
         try:
@@ -415,34 +397,12 @@ class _PositionedFile(io.RawIOBase):
         self._pos += len(data)
         return data
 
-    def readinto(self, buffer: Any) -> int:
-        data = self.read(len(buffer))
-        n = len(data)
-        memoryview(buffer).cast("B")[:n] = data
-        return n
-
     def close(self) -> None:
         if not self.closed:
             with contextlib.suppress(Exception):
                 if not getattr(self._raw, "_pipekit_shared", False):
                     self._raw.close()
         super().close()
-
-
-class _GuardedCachedFile(CachedFile):
-    """A :class:`~pipekit.geo.rangecache.CachedFile` whose failures never reach GDAL (see :class:`OpenerReadError`)."""
-
-    @classmethod
-    def wrap(cls, f: CachedFile) -> _GuardedCachedFile:
-        f.__class__ = cls
-        return f  # type: ignore[return-value]
-
-    def read(self, size: int = -1) -> bytes:
-        try:
-            return super().read(size)
-        except Exception as exc:  # a short read for GDAL, raised by surfacing_opener_errors
-            _record_opener_failure(exc)
-            return b""
 
 
 class _FsspecOpener:
@@ -460,9 +420,9 @@ class _FsspecOpener:
         if "r" not in mode or "+" in mode or "w" in mode:
             raise PermissionError(f"pipekit opens rasters read-only, not with mode {mode!r}: {path}")
         if self.cache is not None:
-            try:
-                cached = self.cache.open(self.fs, path, self.fs.unstrip_protocol(path), self.fetch)
-                return _GuardedCachedFile.wrap(cached)
+            try:  # a failed read: a short read for GDAL, raised by surfacing_opener_errors
+                url = self.fs.unstrip_protocol(path)
+                return self.cache.open(self.fs, path, url, self.fetch, _record_opener_failure)
             except Exception as exc:  # rasterio keeps only the errno: surfacing_opener_errors raises this one
                 _record_opener_failure(exc)
                 raise
@@ -928,6 +888,7 @@ class _TilePrefetcher:
         self.interleaved = self.ds.interleaving is not None and self.ds.interleaving.name == "PIXEL"
         self.tiles: dict[tuple[int, int, int], tuple[int, int] | None] = {}
         self.off = False
+        self.mirror: Any = None
 
     def _tile(self, band: int, x: int, y: int) -> tuple[int, int] | None:
         key = (band, x, y)
@@ -961,10 +922,11 @@ class _TilePrefetcher:
             self.off = True
             return
         if ranges:
-            cache = self.opener.cache
-            assert cache is not None
-            mirror = cache.mirror(self.opener.fs, self.path, self.opener.fs.unstrip_protocol(self.path))
-            mirror.ensure(self.opener.fs, self.path, ranges, self.opener.fetch)
+            if self.mirror is None:  # the file is open, so its mirror exists: found once, not per read
+                cache = self.opener.cache
+                assert cache is not None
+                self.mirror = cache.mirror(self.opener.fs, self.path, self.opener.fs.unstrip_protocol(self.path))
+            self.mirror.ensure(self.opener.fs, self.path, ranges, self.opener.fetch)
 
 
 @contextlib.contextmanager

@@ -127,13 +127,21 @@ class RangeCache:
     def __hash__(self) -> int:
         return hash((self.directory, self.block_size))
 
-    def open(self, fs: Any, path: str, url: str, fetch: Fetch | None = None) -> CachedFile:
+    def open(
+        self,
+        fs: Any,
+        path: str,
+        url: str,
+        fetch: Fetch | None = None,
+        on_error: Callable[[BaseException], None] | None = None,
+    ) -> CachedFile:
         """A read-only file object over ``path`` of ``fs`` (``url`` names it in the mirror and in errors).
 
         ``fetch(path, start, end)``, when given, fetches missing bytes
-        instead of ``fs.cat_file`` (:mod:`pipekit.geo.rangefetch`).
+        instead of ``fs.cat_file`` (:mod:`pipekit.geo.rangefetch`);
+        ``on_error``: see :class:`CachedFile`.
         """
-        return CachedFile(self.mirror(fs, path, url), fs, path, fetch)
+        return CachedFile(self.mirror(fs, path, url), fs, path, fetch, on_error)
 
     def mirror(self, fs: Any, path: str, url: str) -> _Mirror:
         """This process's mirror of ``url`` (its size and version asked of ``fs`` once per process)."""
@@ -204,7 +212,7 @@ class _Mirror:
         first, last = start // bs, (end - 1) // bs
         present = os.pread(self.have, last - first + 1, first)
         if len(present) < last - first + 1 or 0 in present:
-            self._fetch(fs, path, first, last - first + 1, present, fetch)
+            self.ensure(fs, path, [(start, end)], fetch)
         data = os.pread(self.data, end - start, start)
         with _lock:
             self.stats["read_bytes"] += len(data)
@@ -232,20 +240,6 @@ class _Mirror:
                 runs.append((b, b + 1))
         if runs:
             self._fetch_runs(fs, path, runs, fetch)
-
-    def _fetch(self, fs: Any, path: str, first: int, n: int, present: bytes, fetch: Fetch | None) -> None:
-        runs = []
-        run_start = None
-        for i in range(n):
-            missing = i >= len(present) or present[i] == 0
-            if missing and run_start is None:
-                run_start = i
-            elif not missing and run_start is not None:
-                runs.append((first + run_start, first + i))
-                run_start = None
-        if run_start is not None:
-            runs.append((first + run_start, first + n))
-        self._fetch_runs(fs, path, runs, fetch)
 
     def _fetch_runs(self, fs: Any, path: str, runs: list[tuple[int, int]], fetch: Fetch | None) -> None:
         bs = self.block_size
@@ -283,14 +277,14 @@ def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
         view, offset = view[n:], offset + n
 
 
-class CachedFile(io.RawIOBase):
-    """A read-only, seekable view of a remote file through its mirror (one position per object)."""
+class PositionedReader(io.RawIOBase):
+    """A read-only, seekable file object with its own position: subclasses give ``read`` and ``_end``.
 
-    def __init__(self, mirror: _Mirror, fs: Any, path: str, fetch: Fetch | None = None) -> None:
-        super().__init__()
-        self._mirror, self._fs, self._path, self._fetch = mirror, fs, path, fetch
-        self._pos = 0
-        self.size = mirror.size
+    The shared part of the file objects pipekit hands rasterio's ``opener=``
+    (this module's :class:`CachedFile`, ``pipekit.geo.io``'s fsspec view).
+    """
+
+    _pos = 0
 
     def readable(self) -> bool:
         return True
@@ -298,13 +292,19 @@ class CachedFile(io.RawIOBase):
     def seekable(self) -> bool:
         return True
 
+    def _end(self) -> int | None:
+        """The file's size for ``seek(..., 2)``; ``None`` leaves the position where it is."""
+        raise NotImplementedError
+
     def seek(self, offset: int, whence: int = 0) -> int:
         if whence == 0:
             self._pos = offset
         elif whence == 1:
             self._pos += offset
         elif whence == 2:
-            self._pos = self.size + offset
+            end = self._end()
+            if end is not None:
+                self._pos = end + offset
         else:
             raise ValueError(f"invalid whence {whence}")
         return self._pos
@@ -312,13 +312,43 @@ class CachedFile(io.RawIOBase):
     def tell(self) -> int:
         return self._pos
 
-    def read(self, size: int = -1) -> bytes:
-        end = self.size if size is None or size < 0 else self._pos + size
-        data = self._mirror.read(self._fs, self._path, self._pos, end, self._fetch)
-        self._pos += len(data)
-        return data
-
     def readinto(self, buffer: Any) -> int:
         data = self.read(len(buffer))
         memoryview(buffer).cast("B")[: len(data)] = data
         return len(data)
+
+
+class CachedFile(PositionedReader):
+    """A read-only, seekable view of a remote file through its mirror (one position per object).
+
+    ``on_error``, when given, is called with a failed read's exception and the
+    read returns ``b""`` (GDAL must not see Python exceptions: ``pipekit.geo.io``
+    raises it once the rasterio call returns).
+    """
+
+    def __init__(
+        self,
+        mirror: _Mirror,
+        fs: Any,
+        path: str,
+        fetch: Fetch | None = None,
+        on_error: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        super().__init__()
+        self._mirror, self._fs, self._path, self._fetch, self._on_error = mirror, fs, path, fetch, on_error
+        self.size = mirror.size
+
+    def _end(self) -> int:
+        return self.size
+
+    def read(self, size: int | None = -1) -> bytes:
+        end = self.size if size is None or size < 0 else self._pos + size
+        try:
+            data = self._mirror.read(self._fs, self._path, self._pos, end, self._fetch)
+        except Exception as exc:
+            if self._on_error is None:
+                raise
+            self._on_error(exc)
+            return b""
+        self._pos += len(data)
+        return data

@@ -25,7 +25,7 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
-_TRANSIENT_CODES = ("SlowDown", "Throttling", "RequestTimeout", "InternalError", "ServiceUnavailable")
+from pipekit.retry import _TRANSIENT_CODES  # S3 error codes of a busy or failing server
 
 
 class RangeFetcher:
