@@ -11,7 +11,7 @@ from rasterio.crs import CRS
 from rasterio.enums import Resampling
 from rasterio.warp import reproject
 
-import pipekit.geo.read as read_mod
+from pipekit import _fast
 from pipekit.geo import BoundingBox, RasterDataset, warp
 
 from .conftest import ALBERS, UTM15, X0, Y0, write_tif
@@ -158,7 +158,7 @@ class TestNearest:
         b = ds.bounds
         q = BoundingBox(b.minx - 500, b.minx + 64 * 30 - 500, b.maxy - 64 * 30 + 500, b.maxy + 500)  # a corner
         fast = ds[q]["image"].numpy()[0]
-        monkeypatch.setattr(read_mod, "FAST_WARP", False)
+        monkeypatch.setitem(_fast.state, "warp", False)
         slow = ds[q]["image"].numpy()[0]
         assert fast.shape == slow.shape == (64, 64)
         assert (fast == slow).mean() >= 0.999

@@ -7,7 +7,7 @@ import pytest
 from affine import Affine
 from pyproj import Transformer
 
-import pipekit.geo.read as read_mod
+from pipekit import _fast
 from pipekit.geo import BoundingBox, RasterDataset, warpcache
 from pipekit.geo.io import close_cached_handles
 
@@ -150,11 +150,8 @@ class TestDatasetReads:
         ds = RasterDataset(albers_classes, crs=UTM15, res=30.0, resampling="nearest")
         boxes = snapped_boxes(ds, 12, 64, seed=2)
         cached = [ds[q]["image"] for q in boxes + boxes][len(boxes):]
-        read_mod.FAST_WARP = False
-        try:
+        with _fast.disabled("warp"):
             gdal = [ds[q]["image"] for q in boxes]
-        finally:
-            read_mod.FAST_WARP = True
         agree = sum(int((a == b).sum()) for a, b in zip(cached, gdal))
         assert agree / sum(a.numel() for a in gdal) >= 0.999
 

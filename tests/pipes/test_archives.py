@@ -18,6 +18,7 @@ import fsspec
 import pytest
 from torch.utils.data.datapipes.utils.common import StreamWrapper
 
+from pipekit import _fast
 from pipekit.errors import ArchiveError
 from pipekit.pipes import (
     CompressionType,
@@ -571,9 +572,8 @@ class TestTruncation:
 
 def outcome(data: bytes, fast: bool, monkeypatch: pytest.MonkeyPatch, **kwargs):
     """What ``load_from_tar`` yields for ``data`` (read whole), the error it ends with, and what it skipped."""
-    import pipekit.pipes.archives as archives
 
-    monkeypatch.setattr(archives, "FAST_TAR_HEADERS", fast)
+    monkeypatch.setitem(_fast.state, "tar_headers", fast)
     pipe = IterableWrapper([("s.tar", io.BytesIO(data))]).load_from_tar(**kwargs)
     got, err = read_all_or_error(pipe)
     skipped = [(item.url, item.stage, item.reason) for item in pipe.skip_log.skipped]
@@ -636,7 +636,7 @@ class TestPlainHeaders:
                 Counting.reads += 1
                 return super().read(n)
 
-        monkeypatch.setattr(archives, "FAST_TAR_HEADERS", True)
+        monkeypatch.setitem(_fast.state, "tar_headers", True)
         data = archive_bytes([(f"{i:04d}.bin", bytes([i % 256]) * 3000) for i in range(300)])  # ~1.1 MB
         got = [read_item(i) for i in IterableWrapper([("s.tar", Counting(data))]).load_from_tar()]
         assert len(got) == 300 and got[7] == ("s.tar/0007.bin", b"\x07" * 3000)
@@ -677,7 +677,6 @@ class TestPlainHeaders:
                 assert plain == outcome(variant, False, monkeypatch, on_error=on_error), (len(variant), on_error)
 
     def test_resume_mid_archive_on_either_path(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-        import pipekit.pipes.archives as archives
 
         small = members_of(8)
         path = tmp_path / "s.tar"
@@ -688,7 +687,7 @@ class TestPlainHeaders:
         def chain():
             return IterableWrapper([str(path)]).open_files_by_fsspec(mode="rb").load_from_tar().map(read_item)
 
-        monkeypatch.setattr(archives, "FAST_TAR_HEADERS", True)
+        monkeypatch.setitem(_fast.state, "tar_headers", True)
         whole = list(chain())
         assert len(whole) == 9
         for stop in range(len(whole) + 1):
@@ -697,11 +696,11 @@ class TestPlainHeaders:
                 it = iter(pipe)
                 first = [next(it) for _ in range(stop)]
                 state = snapshot_pipeline(pipe)
-                monkeypatch.setattr(archives, "FAST_TAR_HEADERS", fast_after)
+                monkeypatch.setitem(_fast.state, "tar_headers", fast_after)
                 again = chain()
                 restore_pipeline(again, state)
                 rest = list(again)
-                monkeypatch.setattr(archives, "FAST_TAR_HEADERS", True)
+                monkeypatch.setitem(_fast.state, "tar_headers", True)
                 assert first + rest == whole, (stop, fast_after)
 
     def test_tarfile_reads_only_what_is_not_plain(self, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pipekit import _fast
 from pipekit.errors import ArchiveError, ParseError
 from pipekit.pipes import IterableWrapper, TarSampleLoader
 from pipekit.testing import assert_resumes
@@ -65,10 +66,9 @@ class TestSamples:
         assert got[0] == {"__key__": f"{shards[0]}/00000", ".jpg": b"\x00" * 300, ".cls": b"0", ".seg.png": b""}
 
     def test_plain_headers_off_gives_the_same(self, shards: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
-        import pipekit.pipes.archives as archives
 
         fast = list(ours(shards))
-        monkeypatch.setattr(archives, "FAST_TAR_HEADERS", False)
+        monkeypatch.setitem(_fast.state, "tar_headers", False)
         assert list(ours(shards)) == fast
 
     def test_a_member_without_extension_is_counted_not_lost_silently(self, tmp_path: Path) -> None:
@@ -113,9 +113,8 @@ class TestResume:
         assert_resumes(lambda: ours(shards), n)
 
     def test_resume_with_the_tarfile_path(self, shards: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
-        import pipekit.pipes.archives as archives
 
-        monkeypatch.setattr(archives, "FAST_TAR_HEADERS", False)
+        monkeypatch.setitem(_fast.state, "tar_headers", False)
         for n in (3, 12, 14):
             assert_resumes(lambda: ours(shards), n)
 

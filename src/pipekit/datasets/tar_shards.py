@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 import pipekit.pipes  # noqa: F401  (registers the functional names used below)
+from pipekit import _fast
 from pipekit.collate import collate
 from pipekit.datasets._recipe import (
     ListSource,
@@ -161,7 +162,8 @@ class _ImageAugmenter(Augmenter):
         self.image_ops = list(ops)
         self.image_key = image_key
         # the crop and flips straight from the stream's generator, without swapping torch's global RNG
-        self._direct = direct_image_ops(self.image_ops)
+        # (fast path "direct_image_ops", pipekit._fast; off: torchvision's transforms under the stream's RNG)
+        self._direct = direct_image_ops(self.image_ops) if _fast.enabled("direct_image_ops") else None
 
     def _plain_image(self, item: Any) -> Any:
         """The image of ``item`` when the plain-tensor path applies to it, else ``None``."""

@@ -49,6 +49,7 @@ from rasterio.warp import reproject, transform_bounds
 from rasterio.warp import transform as warp_transform
 from rasterio.windows import Window
 
+from pipekit import _fast
 from pipekit.errors import SkippedReadError  # re-exported: its former home
 from pipekit.geo import warp, warpcache
 from pipekit.geo.bbox import BoundingBox
@@ -583,9 +584,6 @@ def _nodata_in(data: np.ndarray, nodata: float | None) -> float | None:
     return nodata
 
 
-#: Use :mod:`pipekit.geo.warp` (numpy) instead of GDAL's warper for nearest and
-#: bilinear resampling where it gives the same result (tests switch it off to compare).
-FAST_WARP = True
 _USE_GDAL = object()
 _crs_keys: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -781,7 +779,8 @@ def _read_warped(
     ``run``: how the parts' windows are read (see :func:`read_stack_into`).
     """
     handle = parts[0][0]
-    if FAST_WARP and warp.supports(resampling):
+    # the numpy warp where it gives GDAL's result (fast path "warp", pipekit._fast)
+    if _fast.enabled("warp") and warp.supports(resampling):
         fast = _warp_fast(parts, grid, resampling, run)
         if fast is not _USE_GDAL:
             if fast is None:

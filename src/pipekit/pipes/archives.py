@@ -42,6 +42,7 @@ from typing import Any, ClassVar
 
 import fsspec
 
+from pipekit import _fast
 from pipekit.errors import ArchiveError, SkipLog, check_on_error
 from pipekit.pipes._stream_items import (
     CORRUPT,
@@ -327,7 +328,9 @@ class TarArchiveLoader(ArchiveLoader):
         parent = stream if isinstance(stream, StreamWrapper) else None
         index = yielded = 0
         mode = None
-        plain_ok = FAST_TAR_HEADERS and self.mode in ("r", "r:*", "r:") and not isinstance(raw, tarfile.TarFile)
+        plain_ok = (  # fast path "tar_headers" (pipekit._fast)
+            _fast.enabled("tar_headers") and self.mode in ("r", "r:*", "r:") and not isinstance(raw, tarfile.TarFile)
+        )
         if plain_ok and is_seekable(raw):
             start = raw.tell()
             plain = _PlainMembers(url, raw, self)
@@ -419,9 +422,6 @@ class TarArchiveLoader(ArchiveLoader):
         if problem is not None:
             raise ArchiveError("read archive", url, self.stage, _with_count(problem, yielded))
 
-
-#: Read plain tar headers (see :class:`_PlainMembers`) before handing over to ``tarfile``; ``False``: ``tarfile`` only.
-FAST_TAR_HEADERS = True
 
 #: Members up to this size are read whole by :class:`_PlainMembers`; a larger one goes to ``tarfile`` (lazy streams).
 PLAIN_MEMBER_MAX_BYTES = 16 * 2**20
