@@ -79,7 +79,7 @@ class TestListing:
         assert "empty" in ds.classes and len(ds.samples) == 4 * PER_CLASS
 
     def test_argument_validation(self, folder):
-        with pytest.raises(ValueError, match="batch_size must be positive"):
+        with pytest.raises(ValueError, match="batch_size must be a positive int"):
             datasets.ImageFolder(folder, batch_size=0)
         with pytest.raises(ValueError, match="needs a batch_size"):
             datasets.ImageFolder(folder, batch_size=None, bucket_by_aspect=True)

@@ -98,7 +98,7 @@ class TestStandardImageTransforms:
         assert image.shape == (3, 16, 32)
 
     def test_validation(self):
-        with pytest.raises(ValueError, match="size must be positive"):
+        with pytest.raises(ValueError, match="size must be a positive int"):
             standard_image_transforms(0, train=True)
         with pytest.raises(ValueError, match="scale"):
             standard_image_transforms(8, train=True, scale=(0.5, 0.1))
@@ -118,7 +118,7 @@ class TestHelpers:
         assert check_positive_int(None, "n", "here", allow_none=True) is None
         with pytest.raises(TypeError, match="here: n must be a positive int"):
             check_positive_int(True, "n", "here")
-        with pytest.raises(ValueError, match="here: n must be positive"):
+        with pytest.raises(ValueError, match="here: n must be a positive int"):
             check_positive_int(0, "n", "here")
 
     def test_recipe_wraps_its_chain(self):

@@ -280,7 +280,7 @@ class TestOverrides:
     def test_argument_validation(self, shards):
         with pytest.raises(ValueError, match="decode=False"):
             datasets.TarShards(str(shards), size=16, decode=False)
-        with pytest.raises(ValueError, match="shuffle_buffer must be positive"):
+        with pytest.raises(ValueError, match="shuffle_buffer must be a positive int"):
             datasets.TarShards(str(shards), shuffle_buffer=-1)
         with pytest.raises(TypeError, match="decode must be"):
             datasets.TarShards(str(shards), decode="jpg")

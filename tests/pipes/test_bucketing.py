@@ -236,11 +236,11 @@ class TestBucketBatcher:
 
     def test_argument_validation(self):
         src = IterableWrapper(range(5))
-        with pytest.raises(ValueError, match="batch_size must be positive"):
+        with pytest.raises(ValueError, match="batch_size must be a positive int"):
             src.bucketbatch(batch_size=0)
-        with pytest.raises(TypeError, match="batch_num must be an int"):
+        with pytest.raises(TypeError, match="batch_num must be a positive int, got float"):
             src.bucketbatch(batch_size=2, batch_num=1.5)
-        with pytest.raises(ValueError, match="bucket_num must be positive"):
+        with pytest.raises(ValueError, match="bucket_num must be a positive int"):
             src.bucketbatch(batch_size=2, bucket_num=0)
         with pytest.raises(TypeError, match="sort_key must be callable"):
             src.bucketbatch(batch_size=2, sort_key="len")
@@ -325,7 +325,7 @@ class TestMaxTokenBucketizer:
             src.max_token_bucketize(max_token_count=5, min_len=-1)
         with pytest.raises(ValueError, match="must not exceed max_token_count"):
             src.max_token_bucketize(max_token_count=5, max_len=6)
-        with pytest.raises(ValueError, match="buffer_size must be positive"):
+        with pytest.raises(ValueError, match="buffer_size must be a positive int"):
             src.max_token_bucketize(max_token_count=5, buffer_size=0)
         with pytest.raises(ValueError, match="max_token_count must be positive"):
             src.max_token_bucketize(max_token_count=0)

@@ -61,7 +61,7 @@ class TestArgumentChecks:
         [
             (lambda p: p.batch(0), ValueError, "batch: batch_size must be a positive int, got 0"),
             (lambda p: p.batch(-1), ValueError, "batch: batch_size must be a positive int, got -1"),
-            (lambda p: p.batch("8"), TypeError, "batch: batch_size must be a positive int, got str: '8'"),
+            (lambda p: p.batch("8"), TypeError, "batch: batch_size must be a positive int, got str '8'"),
             (lambda p: p.batch(True), TypeError, "batch: batch_size"),
             (lambda p: p.batch(2.0), TypeError, "batch: batch_size"),
             (lambda p: p.batch(2, drop_last="no"), TypeError, "batch: drop_last must be a bool"),

@@ -21,25 +21,18 @@ torchvision is imported when a transform is first built, not with this module.
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from pipekit._validate import check_int
 from pipekit.pipes.base import IterDataPipe
 from pipekit.pipes.state import PermutationSource
 
 __all__ = ["Recipe", "ListSource", "ApplyToKey", "standard_image_transforms", "check_positive_int", "check_stage"]
 
 def check_positive_int(value: Any, name: str, where: str, *, allow_none: bool = False) -> int | None:
-    """``value`` as a positive ``int`` (or ``None`` when allowed), else ``TypeError``/``ValueError``."""
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        expected = "a positive int or None" if allow_none else "a positive int"
-        raise TypeError(f"{where}: {name} must be {expected}, got {value!r}")
-    if value <= 0:
-        raise ValueError(f"{where}: {name} must be positive, got {value}")
-    return int(value)
+    """``value`` as a positive ``int`` (or ``None`` when allowed): :func:`pipekit._validate.check_int`."""
+    return check_int(value, name, where, minimum=1, allow_none=allow_none)
 
 
 def check_stage(value: Any, name: str, where: str) -> Any:

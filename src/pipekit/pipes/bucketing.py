@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from pipekit._validate import check_int
 from pipekit.errors import SkipLog, StageError
 from pipekit.pipes.base import IterDataPipe, functional_datapipe
 from pipekit.pipes.state import ResumablePipe, ShufflingPipe
@@ -30,12 +31,6 @@ from pipekit.pipes.state import ResumablePipe, ShufflingPipe
 __all__ = ["BucketBatcher", "InBatchShuffler", "MaxTokenBucketizer"]
 
 
-def _check_positive_int(name: str, value: Any, stage: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{stage}: {name} must be an int, got {type(value).__name__}")
-    if value <= 0:
-        raise ValueError(f"{stage}: {name} must be positive, got {value}")
-    return int(value)
 
 
 @functional_datapipe("in_batch_shuffle")
@@ -151,9 +146,9 @@ class BucketBatcher(ShufflingPipe):
     ) -> None:
         super().__init__()
         stage = "bucketbatch"
-        self.batch_size = _check_positive_int("batch_size", batch_size, stage)
-        self.batch_num = _check_positive_int("batch_num", batch_num, stage)
-        self.bucket_num = _check_positive_int("bucket_num", bucket_num, stage)
+        self.batch_size = check_int(batch_size, "batch_size", stage, minimum=1)
+        self.batch_num = check_int(batch_num, "batch_num", stage, minimum=1)
+        self.bucket_num = check_int(bucket_num, "bucket_num", stage, minimum=1)
         if sort_key is not None and not callable(sort_key):
             raise TypeError(f"bucketbatch: sort_key must be callable or None, got {type(sort_key).__name__}")
         self.source_datapipe = datapipe
@@ -392,7 +387,7 @@ class MaxTokenBucketizer(ResumablePipe):
         if max_len > max_token_count:
             raise ValueError(f"{stage}: max_len ({max_len}) must not exceed max_token_count ({max_token_count})")
         if buffer_size is not None:
-            _check_positive_int("buffer_size", buffer_size, stage)
+            check_int(buffer_size, "buffer_size", stage, minimum=1)
         self.source_datapipe = datapipe
         self.max_token_count = max_token_count
         self.len_fn = len_fn

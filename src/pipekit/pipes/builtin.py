@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import copy
 import itertools
-import numbers
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
+from pipekit._validate import check_int
 from pipekit.pipes._torch import (
     Batcher as TorchBatcher,
 )
@@ -102,13 +102,6 @@ __all__ = [
 ]
 
 
-def _check_int(value: Any, stage: str, name: str, minimum: int, what: str) -> int:
-    """``value`` as an int of at least ``minimum``, else ``TypeError``/``ValueError`` naming ``stage`` and ``name``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{stage}: {name} must be {what}, got {type(value).__name__}: {value!r:.50}")
-    if value < minimum:
-        raise ValueError(f"{stage}: {name} must be {what}, got {value}")
-    return int(value)
 
 
 class _Chunk(DataChunk):
@@ -149,7 +142,7 @@ class BatcherIterDataPipe(TorchBatcher):
     def __init__(
         self, datapipe: Any, batch_size: int, drop_last: bool = False, wrapper_class: type = _Chunk
     ) -> None:
-        batch_size = _check_int(batch_size, "batch", "batch_size", 1, "a positive int")
+        batch_size = check_int(batch_size, "batch_size", "batch", minimum=1)
         if not isinstance(drop_last, bool):
             raise TypeError(f"batch: drop_last must be a bool, got {type(drop_last).__name__}: {drop_last!r:.50}")
         super().__init__(datapipe, batch_size, drop_last, wrapper_class=wrapper_class)
@@ -171,7 +164,7 @@ class UnBatcherIterDataPipe(TorchUnBatcher):
     """
 
     def __init__(self, datapipe: Any, unbatch_level: int = 1) -> None:
-        unbatch_level = _check_int(unbatch_level, "unbatch", "unbatch_level", -1, "an int >= -1")
+        unbatch_level = check_int(unbatch_level, "unbatch_level", "unbatch", minimum=-1)
         super().__init__(datapipe, unbatch_level=unbatch_level)
 
 
@@ -194,8 +187,8 @@ class ShufflerIterDataPipe(TorchShuffler):
     """
 
     def __init__(self, datapipe: Any, *, buffer_size: int = 10000, unbatch_level: int = 0) -> None:
-        buffer_size = _check_int(buffer_size, "shuffle", "buffer_size", 1, "a positive int")
-        unbatch_level = _check_int(unbatch_level, "shuffle", "unbatch_level", -1, "an int >= -1")
+        buffer_size = check_int(buffer_size, "buffer_size", "shuffle", minimum=1)
+        unbatch_level = check_int(unbatch_level, "unbatch_level", "shuffle", minimum=-1)
         super().__init__(datapipe, buffer_size=buffer_size, unbatch_level=unbatch_level)
 
     __iter__ = shuffle_buffered  # torch's loop, without three Python calls an item (see _torch)
@@ -225,8 +218,8 @@ class ShardingFilterIterDataPipe(TorchShardingFilter):
     """
 
     def apply_sharding(self, num_of_instances: int, instance_id: int, *args: Any, **kwargs: Any) -> None:
-        num_of_instances = _check_int(num_of_instances, "sharding_filter", "num_of_instances", 1, "a positive int")
-        instance_id = _check_int(instance_id, "sharding_filter", "instance_id", 0, "an int >= 0")
+        num_of_instances = check_int(num_of_instances, "num_of_instances", "sharding_filter", minimum=1)
+        instance_id = check_int(instance_id, "instance_id", "sharding_filter", minimum=0)
         if instance_id >= num_of_instances:
             raise ValueError(
                 f"sharding_filter: instance_id must be below num_of_instances ({num_of_instances}), got {instance_id}"

@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Hashable, Iterator
 from typing import Any
 
+from pipekit._validate import check_int
 from pipekit.errors import UnsupportedItemError
 from pipekit.pipes.base import IterDataPipe, functional_datapipe
 from pipekit.pipes.state import ResumablePipe
@@ -28,12 +29,6 @@ __all__ = [
 ]
 
 
-def _check_int(value: Any, name: str, stage: str, minimum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{stage}: {name} must be an int, got {type(value).__name__}")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{stage}: {name} must be >= {minimum}, got {value}")
-    return value
 
 
 @functional_datapipe("header")
@@ -61,7 +56,7 @@ class Header(ResumablePipe):
         super().__init__()
         self.source_datapipe = source_datapipe
         if limit is not None:
-            _check_int(limit, "limit", "header", minimum=0)
+            check_int(limit, "limit", "header", minimum=0)
         self.limit = limit
         self._len_warned = False
         self._count = 0
@@ -134,7 +129,7 @@ class LengthSetter(IterDataPipe):
     def __init__(self, source_datapipe: IterDataPipe, length: int) -> None:
         super().__init__()
         self.source_datapipe = source_datapipe
-        self.length = _check_int(length, "length", "set_length", minimum=0)
+        self.length = check_int(length, "length", "set_length", minimum=0)
 
     def __iter__(self) -> Iterator[Any]:
         yield from self.source_datapipe
@@ -172,7 +167,7 @@ class Cycler(ResumablePipe):
         super().__init__()
         self.source_datapipe = source_datapipe
         if count is not None:
-            _check_int(count, "count", "cycle", minimum=0)
+            check_int(count, "count", "cycle", minimum=0)
         self.count = count
         self._passes = 0
         self._partial = False
@@ -225,7 +220,7 @@ class Repeater(ResumablePipe):
     def __init__(self, source_datapipe: IterDataPipe, times: int) -> None:
         super().__init__()
         self.source_datapipe = source_datapipe
-        _check_int(times, "times", "repeat")
+        check_int(times, "times", "repeat")
         if times <= 1:
             raise ValueError(f"repeat: times must be > 1, got {times}")
         self.times = times
@@ -281,7 +276,7 @@ class Enumerator(ResumablePipe):
     def __init__(self, source_datapipe: IterDataPipe, starting_index: int = 0) -> None:
         super().__init__()
         self.source_datapipe = source_datapipe
-        self.starting_index = _check_int(starting_index, "starting_index", "enumerate")
+        self.starting_index = check_int(starting_index, "starting_index", "enumerate")
         self._next = self.starting_index
 
     def state_dict(self) -> dict[str, Any]:
