@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipekit._fs import url_to_fs
+
 __all__ = [
     "CliError",
     "positive_int",
@@ -153,11 +155,10 @@ def list_files(root: str, storage_options: dict[str, Any] | None = None) -> List
     Raises:
         CliError: ``root`` does not exist (or the URL is malformed).
     """
-    import fsspec
 
     text = os.fspath(root)
     try:
-        fs, path = fsspec.core.url_to_fs(text, **(storage_options or {}))
+        fs, path = url_to_fs(text, storage_options)
     except (ValueError, TypeError, ImportError) as exc:
         raise CliError(f"cannot open {text!r}: {one_line(exc)}") from exc
     local = "file" in _protocols(fs)

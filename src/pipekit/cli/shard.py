@@ -35,6 +35,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipekit._fs import url_to_fs
 from pipekit.cli._common import (
     CliError,
     add_storage_option_argument,
@@ -333,11 +334,10 @@ def _destination(dst: str) -> str:
 
 
 def _check_free(pattern: str, start: int, storage_options: dict[str, Any]) -> None:
-    import fsspec
 
     first = pattern % start
     try:
-        fs, path = fsspec.core.url_to_fs(first, **storage_options)
+        fs, path = url_to_fs(first, storage_options)
         exists = fs.exists(path)
     except Exception as exc:
         raise CliError(f"cannot open {first!r}: {type(exc).__name__}: {one_line(exc)}") from exc

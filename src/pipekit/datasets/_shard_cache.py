@@ -19,10 +19,11 @@ from typing import Any
 
 import fsspec
 
+from pipekit._fs import local_path
 from pipekit.errors import ReadError
 from pipekit.pipes.base import IterDataPipe, StreamWrapper
 from pipekit.pipes.disk_cache import _write_atomic
-from pipekit.pipes.fsspec_io import FSSpecFileOpener, _local_path
+from pipekit.pipes.fsspec_io import FSSpecFileOpener
 
 logger = logging.getLogger("pipekit")
 
@@ -69,7 +70,7 @@ class CachedShardOpener(FSSpecFileOpener):
         return self.reopen
 
     def reopen(self, url: str) -> StreamWrapper:
-        if not isinstance(url, str) or _local_path(url) is not None:
+        if not isinstance(url, str) or local_path(url) is not None:
             return super().reopen(url)
         local = self.local_copy(url)
         try:

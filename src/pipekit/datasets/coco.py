@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from pipekit.datasets.nongeo import NonGeoDataset, _is_local, _read_bytes, read_chip, resolve_bands, select_bands
+from pipekit._fs import is_local, local_path
+from pipekit.datasets.nongeo import NonGeoDataset, _read_bytes, read_chip, resolve_bands, select_bands
 from pipekit.errors import ParseError
 
 __all__ = ["COCODetection", "collate_detection", "polygons_to_mask"]
@@ -89,7 +90,7 @@ def collate_detection(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 def _join(root: str, name: str) -> str:
     if "://" in name or os.path.isabs(name):
         return name
-    if _is_local(root):
+    if is_local(root):
         return os.path.join(root, name)
     return posixpath.join(root.rstrip("/"), name)
 
@@ -169,7 +170,7 @@ class COCODetection(NonGeoDataset):
     def _load_json(self, where: str) -> Any:
         from pipekit.geo.discovery import DatasetNotFoundError
 
-        if _is_local(self.ann_file) and not os.path.isfile(self.ann_file.removeprefix("file://")):
+        if is_local(self.ann_file) and not os.path.isfile(local_path(self.ann_file)):
             raise DatasetNotFoundError(f"{where}: no annotation file {self.ann_file!r}")
         data = _read_bytes(self.ann_file, self.storage_options, where)
         try:

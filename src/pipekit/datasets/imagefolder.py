@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 import pipekit.pipes  # noqa: F401  (registers the functional names used below)
+from pipekit._fs import list_class_folders
 from pipekit.collate import collate
 from pipekit.datasets._recipe import (
     ApplyToKey,
@@ -54,62 +55,18 @@ _MAX_ASPECT = 2.0
 _ASPECT_STEP = 16
 
 
-def _is_local(root: str) -> bool:
-    return "://" not in root or root.startswith("file://")
-
-
 def _list_classes(
     root: str, extensions: tuple[str, ...], storage_options: Mapping[str, Any], allow_empty: bool
 ) -> tuple[str, list[str], list[tuple[str, int]]]:
     """``(prefix, classes, [(url, label)])``: class folders of ``root`` (sorted) and their image files (sorted)."""
-    where = "ImageFolder"
-    if _is_local(root):
-        path = root[len("file://"):] if root.startswith("file://") else root
-        path = os.path.abspath(os.path.expanduser(path))
-        if not os.path.isdir(path):
-            raise FileNotFoundError(f"{where}: no such directory: {root!r}")
-        classes = sorted(e.name for e in os.scandir(path) if e.is_dir() and not e.name.startswith("."))
-        prefix = path + os.sep
-        files: list[tuple[str, int]] = []
-        for label, name in enumerate(classes):
-            found = []
-            for dirpath, dirnames, names in os.walk(os.path.join(path, name), followlinks=True):
-                dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-                found.extend(os.path.join(dirpath, n) for n in names
-                             if not n.startswith(".") and n.lower().endswith(extensions))
-            files.extend((f, label) for f in sorted(found))
-            if not (found or allow_empty):
-                _missing_images(root, name, extensions)
-        return prefix, classes, files
-
-    import fsspec
-
-    try:
-        fs, path = fsspec.core.url_to_fs(root, **storage_options)
-    except Exception as exc:
-        raise ValueError(f"{where}: cannot open {root!r}: {type(exc).__name__}: {exc}") from exc
-    path = path.rstrip("/")
-    try:
-        entries = fs.ls(path, detail=True)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{where}: no such directory: {root!r}") from None
-    classes = sorted(
-        e["name"].rstrip("/").rsplit("/", 1)[-1]
-        for e in entries
-        if e.get("type") == "directory" and not e["name"].rstrip("/").rsplit("/", 1)[-1].startswith(".")
-    )
-    prefix = fs.unstrip_protocol(path) + "/"
-    files = []
-    for label, name in enumerate(classes):
-        found = [
-            fs.unstrip_protocol(p)
-            for p in fs.find(f"{path}/{name}")
-            if p.lower().endswith(extensions) and not p.rsplit("/", 1)[-1].startswith(".")
-        ]
-        files.extend((f, label) for f in sorted(found))
+    listing = list_class_folders(root, storage_options, "ImageFolder", absolute=True)
+    files: list[tuple[str, int]] = []
+    for label, name in enumerate(listing.classes):
+        found = [f for f in listing.files[name] if f.lower().endswith(extensions)]
+        files.extend((f, label) for f in found)
         if not (found or allow_empty):
             _missing_images(root, name, extensions)
-    return prefix, classes, files
+    return listing.prefix, listing.classes, files
 
 
 def _missing_images(root: str, name: str, extensions: tuple[str, ...]) -> None:

@@ -37,6 +37,7 @@ import torch
 from torch.utils.data import Dataset
 
 import pipekit.pipes  # noqa: F401  (registers the functional names used below)
+from pipekit._fs import list_class_folders, local_path
 from pipekit.collate import collate
 from pipekit.datasets._recipe import ListSource, Recipe, check_positive_int
 from pipekit.decoders import decode_image_bytes, decode_tiff
@@ -54,14 +55,11 @@ CHIP_EXTENSIONS = (".tif", ".tiff", ".png", ".jpg", ".jpeg", ".ppm", ".bmp", ".p
 _TIFF_SIGNATURES = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")
 
 
-def _is_local(url: str) -> bool:
-    return "://" not in url or url.startswith("file://")
-
-
 def _read_bytes(url: str, storage_options: Mapping[str, Any], stage: str) -> bytes:
     try:
-        if _is_local(url):
-            with open(url[len("file://"):] if url.startswith("file://") else url, "rb") as f:
+        path = local_path(url)
+        if path is not None:
+            with open(path, "rb") as f:
                 return f.read()
         import fsspec
 
@@ -334,44 +332,6 @@ class _ValidFile:
         return path.lower().endswith(self.extensions)
 
 
-def _list_class_folders(
-    root: str, storage_options: Mapping[str, Any], where: str
-) -> tuple[list[str], dict[str, list[str]]]:
-    """Sorted class folder names of ``root`` and every (non-hidden) file under each, sorted."""
-    if _is_local(root):
-        path = root[len("file://"):] if root.startswith("file://") else root
-        path = os.path.expanduser(path)
-        if not os.path.isdir(path):
-            raise DatasetNotFoundError(f"{where}: no such directory: {root!r}")
-        classes = sorted(e.name for e in os.scandir(path) if e.is_dir() and not e.name.startswith("."))
-        files: dict[str, list[str]] = {}
-        for name in classes:
-            found = []
-            for dirpath, dirnames, names in os.walk(os.path.join(path, name), followlinks=True):
-                dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-                found.extend(os.path.join(dirpath, n) for n in names if not n.startswith("."))
-            files[name] = sorted(found)
-        return classes, files
-
-    import fsspec
-
-    try:
-        fs, path = fsspec.core.url_to_fs(root, **storage_options)
-        path = path.rstrip("/")
-        entries = fs.ls(path, detail=True)
-    except FileNotFoundError:
-        raise DatasetNotFoundError(f"{where}: no such directory: {root!r}") from None
-    except Exception as exc:
-        raise ReadError("list", root, where, f"{type(exc).__name__}: {exc}") from exc
-    names = (e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries if e.get("type") == "directory")
-    classes = sorted(n for n in names if not n.startswith("."))
-    files = {}
-    for name in classes:
-        found = [p for p in fs.find(f"{path}/{name}") if not p.rsplit("/", 1)[-1].startswith(".")]
-        files[name] = sorted(fs.unstrip_protocol(p) for p in found)
-    return classes, files
-
-
 class NonGeoClassificationDataset(NonGeoDataset):
     """Class-per-folder chip classification (TorchGeo 0.8's ``NonGeoClassificationDataset``).
 
@@ -462,7 +422,8 @@ class NonGeoClassificationDataset(NonGeoDataset):
         self.bands, self.band_indices = self._resolve_bands(bands, where)
 
         valid = is_valid_file if is_valid_file is not None else _ValidFile(extensions)
-        classes, found = _list_class_folders(self.root, self.storage_options, where)
+        listing = list_class_folders(self.root, self.storage_options, where, DatasetNotFoundError)
+        classes, found = listing.classes, listing.files
         if not classes:
             raise DatasetNotFoundError(f"{where}: no class folders in {self.root!r} (expected root/<class>/<chip>)")
         self.classes: list[str] = classes

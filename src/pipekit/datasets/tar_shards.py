@@ -32,6 +32,7 @@ import torch
 
 import pipekit.pipes  # noqa: F401  (registers the functional names used below)
 from pipekit import _fast
+from pipekit._fs import url_to_fs
 from pipekit.collate import collate
 from pipekit.datasets._recipe import (
     ListSource,
@@ -91,10 +92,9 @@ def expand_shard_urls(
 
 
 def _list_tars(url: str, storage_options: dict[str, Any]) -> list[str]:
-    import fsspec
 
     local = "://" not in url
-    fs, path = fsspec.core.url_to_fs(url, **storage_options)
+    fs, path = url_to_fs(url, storage_options)
     if _has_magic(path):
         found = [p for p in fs.glob(path) if p.lower().endswith(_TAR_SUFFIXES)]
     elif fs.isdir(path):

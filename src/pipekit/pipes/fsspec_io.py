@@ -31,6 +31,7 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem as _LocalFileSystem
 
+from pipekit._fs import fs_is_local, local_path
 from pipekit.errors import ReadError, SkipLog, check_on_error
 from pipekit.pipes._stream_items import note_opened
 from pipekit.pipes.base import IterDataPipe, StreamWrapper, functional_datapipe
@@ -77,10 +78,6 @@ _FAST_LOCAL = os.sep == "/"
 def _protocols(fs: Any) -> tuple[str, ...]:
     proto = fs.protocol
     return (proto,) if isinstance(proto, str) else tuple(proto)
-
-
-def _is_local(fs: Any) -> bool:
-    return "file" in _protocols(fs) or "local" in _protocols(fs)
 
 
 def _reason(exc: BaseException) -> str:
@@ -265,13 +262,13 @@ class FSSpecFileLister(ResumablePipe):
     def _list(self, root: str) -> list[str]:
         if not isinstance(root, str):
             raise TypeError(f"list_files_by_fsspec: a root must be a str, got {type(root).__name__}: {root!r}")
-        if _local_path(root) is not None:
+        if local_path(root) is not None:
             return self._list_once(root)
         return self.retry.call(lambda: self._list_once(root), action="list", url=root, stage="list_files_by_fsspec")
 
     def _list_once(self, root: str) -> list[str]:
         if _FAST_LOCAL and not self.kwargs_for_connection:
-            local = _local_path(root)
+            local = local_path(root)
             if local is not None:
                 urls = self._list_local(root, local)
                 if urls is not None:
@@ -478,16 +475,6 @@ class RetryingFile(io.RawIOBase):
         return getattr(file, name)
 
 
-def _local_path(url: str) -> str | None:
-    """The filesystem path of a plain local path or ``file://`` URL, else ``None``."""
-    if url.startswith("file://"):
-        rest = url[len("file://") :]
-        return rest if rest.startswith("/") and "::" not in rest else None
-    if "://" in url or "::" in url:
-        return None
-    return url
-
-
 @functional_datapipe("open_files_by_fsspec")
 class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
     """Open each URL with fsspec and yield ``(url, stream)``.
@@ -566,14 +553,14 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
         if not isinstance(url, str):
             raise TypeError(f"open_files_by_fsspec: a URL must be a str, got {type(url).__name__}: {url!r}")
         try:
-            local = _local_path(url) if set(self.kwargs_for_open) <= _BUILTIN_OPEN_KWARGS else None
+            local = local_path(url) if set(self.kwargs_for_open) <= _BUILTIN_OPEN_KWARGS else None
             if local is not None:
                 # Plain local files: Python's own open() is several times cheaper than
                 # resolving a filesystem per URL, and just as seekable.
                 file = open(local, self.mode, **self.kwargs_for_open)  # noqa: SIM115 - closed downstream
             else:
                 fs, path = fsspec.core.url_to_fs(url, **self.kwargs_for_connection)
-                if (_is_local(fs) or "memory" in _protocols(fs) or self.retry.attempts == 1
+                if (fs_is_local(fs) or "memory" in _protocols(fs) or self.retry.attempts == 1
                         or "compression" in self.kwargs_for_open):
                     file = fs.open(path, self.mode, **self.kwargs_for_open)
                 else:
@@ -613,10 +600,10 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
         mode, reopen = self.mode, self.reopen
 
         def open_one(url: str) -> StreamWrapper:
-            if type(url) is str and "://" not in url and "::" not in url:  # a plain path (_local_path, inline)
+            if type(url) is str and "://" not in url and "::" not in url:  # a plain path (local_path, inline)
                 local: str | None = url
             else:
-                local = _local_path(url) if type(url) is str else None
+                local = local_path(url) if type(url) is str else None
             if local is None:
                 return reopen(url)
             try:
@@ -748,7 +735,7 @@ class FSSpecSaver(IterDataPipe[str]):
     def _write(self, filepath: str, data: Any) -> None:
         fs, path = fsspec.core.url_to_fs(filepath, **self.kwargs_for_connection)
         if "a" in self.mode or set(_protocols(fs)) & _OBJECT_STORES:
-            if _is_local(fs) or not set(_protocols(fs)) & _OBJECT_STORES:
+            if fs_is_local(fs) or not set(_protocols(fs)) & _OBJECT_STORES:
                 fs.makedirs(fs._parent(path), exist_ok=True)
             with fs.open(path, self.mode, **self.kwargs_for_open) as f:
                 f.write(data)
@@ -759,7 +746,7 @@ class FSSpecSaver(IterDataPipe[str]):
         try:
             with fs.open(tmp, self.mode, **self.kwargs_for_open) as f:
                 f.write(data)
-            if _is_local(fs):
+            if fs_is_local(fs):
                 os.replace(tmp, path)  # atomic on POSIX and Windows
             else:
                 fs.mv(tmp, path)

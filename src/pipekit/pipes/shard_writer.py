@@ -54,8 +54,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import IO, Any
 
-import fsspec
-
+from pipekit._fs import url_to_fs
 from pipekit.encoders import EncodeError, encode_sample, encoder_table, field_name
 from pipekit.errors import ReadError, SkipLog, check_on_error
 from pipekit.pipes.base import IterDataPipe, functional_datapipe
@@ -80,7 +79,7 @@ class _AtomicFile:
         self.url = url
         self.stage = stage
         try:
-            self.fs, self.path = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+            self.fs, self.path = url_to_fs(url, storage_options)
         except Exception as exc:
             raise ReadError("open", url, stage, f"{type(exc).__name__}: {exc}") from exc
         self.local = "file" in _protocols(self.fs)

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from pipekit._fs import url_to_fs
+
 __all__ = [
     "S2_BANDS",
     "S2_TILES",
@@ -261,12 +263,11 @@ def write_geoparquet(
     if "://" not in href:
         rustac.write_sync(str(href), [dict(i) for i in items])
         return str(href)
-    import fsspec
 
     with tempfile.TemporaryDirectory() as tmp:
         local = os.path.join(tmp, "items.parquet")
         rustac.write_sync(local, [dict(i) for i in items])
-        fs, path = fsspec.core.url_to_fs(href, **dict(storage_options or {}))
+        fs, path = url_to_fs(href, storage_options)
         fs.put_file(local, path)
     return href
 

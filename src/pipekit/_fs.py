@@ -1,0 +1,141 @@
+"""Paths and URLs: the one answer to "is this local?", fsspec filesystems from options, class-folder listings.
+
+Every module that needs one of these asks here, so a URL is local (or not) the same way everywhere:
+
+* :func:`split_protocol`: ``"s3://b/k"`` -> ``("s3", "b/k")``; a plain path -> ``(None, path)``.
+* :func:`is_local`: a plain path or a ``file://`` / ``local://`` URL, not a chained URL (``simplecache::...``).
+* :func:`local_path`: the filesystem path of a local URL, else ``None``.
+* :func:`url_to_fs`: ``fsspec.core.url_to_fs`` with ``storage_options`` that may be ``None`` or any mapping.
+* :func:`fs_is_local`: whether an fsspec filesystem is the local one.
+* :func:`list_class_folders`: ``root/<class>/<file>`` listings (image folders, chip datasets), local or remote.
+
+Example:
+    >>> split_protocol("s3://bucket/key.tif"), is_local("s3://bucket/key.tif"), is_local("/data/a.tif")
+    (('s3', 'bucket/key.tif'), False, True)
+    >>> local_path("file:///data/a.tif"), local_path("data/a.tif"), local_path("memory://a.tif")
+    ('/data/a.tif', 'data/a.tif', None)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "ClassFolders",
+    "fs_is_local",
+    "is_local",
+    "list_class_folders",
+    "local_path",
+    "split_protocol",
+    "url_to_fs",
+]
+
+_LOCAL_PROTOCOLS = (None, "file", "local")
+
+
+def split_protocol(url: str | os.PathLike[str]) -> tuple[str | None, str]:
+    """``("s3", "bucket/key")`` for ``"s3://bucket/key"``; ``(None, path)`` for a local path."""
+    url = os.fspath(url)
+    if "://" in url:
+        protocol, rest = url.split("://", 1)
+        if protocol and protocol.replace("+", "").replace("-", "").isalnum():
+            return protocol.lower(), rest
+    return None, url
+
+
+def is_local(url: str | os.PathLike[str]) -> bool:
+    """Whether ``url`` names a file on this machine: a plain path or a ``file://``/``local://`` URL, unchained."""
+    url = os.fspath(url)
+    if "://" not in url and "::" not in url:  # the common case, answered without parsing
+        return True
+    return split_protocol(url)[0] in _LOCAL_PROTOCOLS and "::" not in url
+
+
+def local_path(url: str | os.PathLike[str]) -> str | None:
+    """The filesystem path of a local ``url`` (``file:///a`` -> ``/a``; a plain path as it is), else ``None``."""
+    url = os.fspath(url)
+    if "://" not in url and "::" not in url:
+        return url
+    protocol, rest = split_protocol(url)
+    if protocol in _LOCAL_PROTOCOLS and "::" not in url:
+        return rest if rest.startswith("/") else "/" + rest
+    return None
+
+
+def url_to_fs(url: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None) -> tuple[Any, str]:
+    """``(filesystem, path)`` for ``url`` (``fsspec.core.url_to_fs``), ``storage_options`` ``None`` or a mapping."""
+    import fsspec
+
+    return fsspec.core.url_to_fs(os.fspath(url), **dict(storage_options or {}))
+
+
+def fs_is_local(fs: Any) -> bool:
+    """Whether the fsspec filesystem ``fs`` is the local one."""
+    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
+    return "file" in protocols or "local" in protocols
+
+
+@dataclass
+class ClassFolders:
+    """A ``root/<class>/<file>`` listing: ``prefix`` (the root, ending with a separator), the sorted class
+    names, and each class's non-hidden files (sorted; sub-folders belong to their top folder's class)."""
+
+    prefix: str
+    classes: list[str]
+    files: dict[str, list[str]] = field(default_factory=dict)
+
+
+def list_class_folders(
+    root: str,
+    storage_options: Mapping[str, Any] | None,
+    where: str,
+    not_found: type[FileNotFoundError] = FileNotFoundError,
+    absolute: bool = False,
+) -> ClassFolders:
+    """The class folders of ``root`` (a local path or any fsspec URL) and every non-hidden file under each.
+
+    Hidden names (starting with ``.``) are left out at every level; local folders are walked following
+    symbolic links, as torchvision's ``ImageFolder`` does. Local files are listed as paths (``root`` joined as
+    given, ``~`` expanded; made absolute with ``absolute=True``), remote ones as full URLs.
+
+    Raises:
+        not_found: ``root`` is not a folder (message ``"<where>: no such directory: <root>"``).
+        pipekit.errors.ReadError: listing a remote ``root`` failed otherwise, naming it.
+    """
+    path = local_path(root)
+    if path is not None:
+        path = os.path.expanduser(path)
+        if absolute:
+            path = os.path.abspath(path)
+        if not os.path.isdir(path):
+            raise not_found(f"{where}: no such directory: {root!r}")
+        classes = sorted(e.name for e in os.scandir(path) if e.is_dir() and not e.name.startswith("."))
+        files: dict[str, list[str]] = {}
+        for name in classes:
+            found = []
+            for dirpath, dirnames, names in os.walk(os.path.join(path, name), followlinks=True):
+                dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+                found.extend(os.path.join(dirpath, n) for n in names if not n.startswith("."))
+            files[name] = sorted(found)
+        return ClassFolders(os.path.join(path, ""), classes, files)
+
+    from pipekit.errors import ReadError
+
+    try:
+        fs, path = url_to_fs(root, storage_options)
+        path = path.rstrip("/")
+        entries = fs.ls(path, detail=True)
+    except FileNotFoundError:
+        raise not_found(f"{where}: no such directory: {root!r}") from None
+    except Exception as exc:
+        raise ReadError("list", root, where, f"{type(exc).__name__}: {exc}") from exc
+    names = (e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries if e.get("type") == "directory")
+    classes = sorted(n for n in names if not n.startswith("."))
+    files = {}
+    for name in classes:
+        found = [p for p in fs.find(f"{path}/{name}") if not p.rsplit("/", 1)[-1].startswith(".")]
+        files[name] = sorted(fs.unstrip_protocol(p) for p in found)
+    return ClassFolders(fs.unstrip_protocol(path) + "/", classes, files)
