@@ -167,7 +167,7 @@ class COCODetection(NonGeoDataset):
         self.masks = self._has_polygons if masks is None else bool(masks)
 
     def _load_json(self, where: str) -> Any:
-        from pipekit.geo.discovery import DatasetNotFoundError
+        from pipekit.errors import DatasetNotFoundError
 
         if _is_local(self.ann_file) and not os.path.isfile(self.ann_file.removeprefix("file://")):
             raise DatasetNotFoundError(f"{where}: no annotation file {self.ann_file!r}")

@@ -40,8 +40,7 @@ import pipekit.pipes  # noqa: F401  (registers the functional names used below)
 from pipekit.collate import collate
 from pipekit.datasets._recipe import ListSource, Recipe, check_positive_int
 from pipekit.decoders import decode_image_bytes, decode_tiff
-from pipekit.errors import DecodeError, ReadError, SkipLog, StageError, check_on_error
-from pipekit.geo.discovery import DatasetNotFoundError
+from pipekit.errors import DatasetNotFoundError, DecodeError, ReadError, SkipLog, StageError, check_on_error
 from pipekit.pipes.base import IterDataPipe
 
 __all__ = ["NonGeoDataset", "NonGeoClassificationDataset", "ChipRecipe", "CHIP_EXTENSIONS", "read_chip",
