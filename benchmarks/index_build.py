@@ -160,7 +160,7 @@ def compare_headers(root: Path, count: int) -> None:
     """CPU per header over ``count`` files: pipekit's parser, ``tifffile`` (if installed), ``rasterio.open``."""
     import rasterio
 
-    from pipekit.geo.discovery import read_header
+    from pipekit.geo.catalog._headers import read_header
     from pipekit.geo.io import RasterOpener
     from pipekit.geo.tiff_header import FastHeaderReader
 
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> None:
     import geopandas  # noqa: F401  (imported before timing, as a training script has)
 
     from pipekit.datasets import RasterDataset
-    from pipekit.geo.discovery import default_workers
+    from pipekit.geo.catalog._headers import default_workers
 
     try:
         import torchgeo.datasets as tgd

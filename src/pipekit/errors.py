@@ -44,6 +44,8 @@ __all__ = [
     "TruncatedStreamError",
     "UnsupportedItemError",
     "ConfigurationError",
+    "DatasetNotFoundError",
+    "GeoReferenceError",
     "SkipLog",
     "SkipReport",
     "SkippedItem",
@@ -126,6 +128,14 @@ class SkippedReadError(ReadError):
     query (counting it in its own ``skip_log`` too), whatever ``read_geo``'s
     own ``on_error``.  Also importable from :mod:`pipekit.geo.read`.
     """
+
+
+class GeoReferenceError(StageError, ValueError):
+    """A raster cannot be placed on the map: it has no CRS or no geotransform."""
+
+
+class DatasetNotFoundError(PipekitError, FileNotFoundError):
+    """No file of a dataset was found (TorchGeo's name; a ``FileNotFoundError``, which pipekit raised before)."""
 
 
 class DecodeError(StageError, ValueError):

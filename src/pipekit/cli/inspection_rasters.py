@@ -17,7 +17,9 @@ from typing import Any
 from pipekit.cli._common import CliError, Listing, file_kind, human_bytes, one_line
 from pipekit.cli.products import GENERIC, PRODUCTS, Product, detect_product, format_date
 from pipekit.geo import io as geo_io
-from pipekit.geo.discovery import any_band_glob, group_scenes, read_header, read_headers
+from pipekit.geo.catalog._headers import read_header, read_headers
+from pipekit.geo.catalog._listing import any_band_glob
+from pipekit.geo.catalog._scenes import group_scenes
 from pipekit.geo.io import RasterOpener
 from pipekit.profiling import format_table
 

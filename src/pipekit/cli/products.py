@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from pipekit.geo.discovery import any_band_glob
+from pipekit.geo.catalog._listing import any_band_glob
 
 __all__ = ["Product", "PRODUCTS", "product_names", "detect_product", "get_product", "format_date"]
 

@@ -26,7 +26,7 @@ import torch
 
 from pipekit.errors import ArchiveError, HashError, ReadError
 from pipekit.geo.base import Sample
-from pipekit.geo.discovery import find_files
+from pipekit.geo.catalog._listing import find_files
 from pipekit.geo.raster import RasterDataset
 
 __all__ = ["CDL", "CDL_CLASSES"]

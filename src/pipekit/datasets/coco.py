@@ -168,7 +168,7 @@ class COCODetection(NonGeoDataset):
         self.masks = self._has_polygons if masks is None else bool(masks)
 
     def _load_json(self, where: str) -> Any:
-        from pipekit.geo.discovery import DatasetNotFoundError
+        from pipekit.errors import DatasetNotFoundError
 
         if is_local(self.ann_file) and not os.path.isfile(local_path(self.ann_file)):
             raise DatasetNotFoundError(f"{where}: no annotation file {self.ann_file!r}")

@@ -10,7 +10,7 @@ import numpy as np
 
 from pipekit.datasets.download import download_and_extract_archive, download_url, extract_archive
 from pipekit.datasets.nongeo import NonGeoClassificationDataset
-from pipekit.geo.discovery import DatasetNotFoundError
+from pipekit.errors import DatasetNotFoundError
 
 __all__ = ["EuroSAT"]
 

@@ -41,8 +41,7 @@ from pipekit._fs import list_class_folders, local_path
 from pipekit.collate import collate
 from pipekit.datasets._recipe import ListSource, Recipe, check_positive_int
 from pipekit.decoders import decode_image_bytes, decode_tiff
-from pipekit.errors import DecodeError, ReadError, SkipLog, StageError, check_on_error
-from pipekit.geo.discovery import DatasetNotFoundError
+from pipekit.errors import DatasetNotFoundError, DecodeError, ReadError, SkipLog, StageError, check_on_error
 from pipekit.pipes.base import IterDataPipe
 
 __all__ = ["NonGeoDataset", "NonGeoClassificationDataset", "ChipRecipe", "CHIP_EXTENSIONS", "read_chip",

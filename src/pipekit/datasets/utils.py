@@ -26,9 +26,10 @@ from pipekit.datasets.download import (
     download_url,
     extract_archive,
 )
+from pipekit.errors import DatasetNotFoundError
 from pipekit.geo.bbox import BoundingBox, GeoSlice, to_time
+from pipekit.geo.catalog._dates import date_interval
 from pipekit.geo.collate import concat_samples, merge_samples, stack_samples, unbind_samples
-from pipekit.geo.discovery import DatasetNotFoundError, date_interval
 
 __all__ = [
     "BoundingBox",

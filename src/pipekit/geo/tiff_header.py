@@ -419,7 +419,7 @@ class FastHeaderReader:
         return path
 
     def _parse(self, local: str, url: str) -> tuple[TiffTags, Any]:
-        from pipekit.geo.discovery import RasterHeader
+        from pipekit.geo.catalog._headers import RasterHeader
 
         with open(local, "rb") as f:
             head = f.read(HEAD_BYTES)

@@ -31,11 +31,12 @@ import shapely
 import torch
 from rasterio.crs import CRS
 
-from pipekit.errors import ParseError, ReadError, SkipLog, StageError, check_on_error
+from pipekit.errors import DatasetNotFoundError, ParseError, ReadError, SkipLog, StageError, check_on_error
 from pipekit.geo import io as geo_io
 from pipekit.geo.base import Arrays, GeoDataset, Sample, _crs_name, _to_crs, _to_res
 from pipekit.geo.bbox import MAX_TIME, MIN_TIME, BoundingBox
-from pipekit.geo.discovery import DatasetNotFoundError, _split_name, date_interval, find_files
+from pipekit.geo.catalog._dates import date_interval
+from pipekit.geo.catalog._listing import _split_name, find_files
 from pipekit.geo.index import GeoIndex
 from pipekit.geo.rasterize import burn_mask, instance_masks, pixel_boxes
 from pipekit.geo.read import Grid, transform_bounds_fast
