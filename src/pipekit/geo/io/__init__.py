@@ -56,7 +56,7 @@ all importable from ``pipekit.geo.io`` too):
 ================================  ==============================================================
 
 Dependencies run one way: ``_urls``, ``_errors``, ``_gdal_config``, ``_s3_options``
-<- ``_fsspec``, ``_retry`` <- ``opener`` <- ``lanes`` <- ``_prefetch``, ``handles``.
+<- ``_fsspec``, ``_retry`` <- ``opener`` <- ``lanes``, ``_prefetch`` <- ``handles``.
 
 The module-level switches (``FAST_FETCH``, ``PREFETCH_TILES``, ``LANE_ENV``,
 ``CONCURRENT_PARTS``, ``REMOTE_IO_THREADS``, ``GDAL_OPTIONS``,
