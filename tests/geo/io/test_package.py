@@ -68,7 +68,7 @@ def test_the_opener_never_asks_which_thread_it_runs_on():
 @pytest.mark.parametrize(("name", "home"), SWITCHES)
 def test_a_switch_assigned_on_the_package_is_the_one_its_module_reads(monkeypatch, name, home):
     original = getattr(home, name)
-    assert getattr(geo_io, name) is original
+    assert getattr(geo_io, name) is original and name in dir(geo_io)
     value = object()
     monkeypatch.setattr(geo_io, name, value)
     assert getattr(home, name) is value and getattr(geo_io, name) is value

@@ -133,6 +133,9 @@ _SWITCHES: dict[str, types.ModuleType] = {
 class _Package(types.ModuleType):
     """This package's module type: reading or assigning a switch here reads or assigns it in its own module."""
 
+    def __dir__(self) -> list[str]:
+        return sorted({*super().__dir__(), *_SWITCHES})
+
 
 def _switch(name: str, home: types.ModuleType) -> property:
     def get(_: types.ModuleType) -> Any:
