@@ -28,7 +28,7 @@ This is the whole list; keep it true when adding one.
    main process when a loader with workers starts its iterator, and in every
    worker it starts.  Why: torchdata's ``isinstance(obj, Stateful)`` protocol
    check was ~30% of a worker's per-batch snapshot (see
-   ``pipekit._loader_pipe.fast_try_to_serialize``).  Idempotent; the original
+   ``pipekit.loader._pipe.fast_try_to_serialize``).  Idempotent; the original
    stays reachable as ``__wrapped__``.
 2. **torch's** ``default_collate_fn_map`` (``torch.utils.data._utils.collate``):
    its own entries for ``torch.Tensor``, ``int`` and ``float`` are replaced

@@ -7,7 +7,7 @@ it reported opening; a worker whose data ended stays, paused, until the
 workers are shut down (a checkpoint may still name a position only it keeps);
 only the process that started the workers shuts them down.
 :func:`worker_reports` and :func:`skip_summaries` read what each worker sent
-with its last batch (see :mod:`pipekit._loader_pipe`).
+with its last batch (see :mod:`pipekit.loader._pipe`).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import time
 from typing import Any
 
 from pipekit import shm
-from pipekit._loader_pipe import REPORT
 from pipekit._loader_seam import WorkersIterBase, worker_dataset_states
 from pipekit.errors import WorkerDiedError
+from pipekit.loader._pipe import REPORT
 
 __all__ = ["skip_summaries", "worker_reports"]
 

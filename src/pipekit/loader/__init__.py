@@ -46,6 +46,12 @@ Two more things torch's loader does silently, pipekit's does not:
 * torchdata's ``StatefulDataLoader`` calls torch's deprecated ``set_vital``,
   which prints ``'set_vital' is deprecated`` for every loader; pipekit
   silences exactly that warning where it creates the loader and its workers.
+
+The loader's parts: :mod:`pipekit.loader._pipe` (the pipe the loader holds in
+each worker: checkpoints, reports), :mod:`pipekit.loader._workers` (the main
+process's side of the workers: reports, deaths), and
+:mod:`pipekit._loader_seam`, through which all of them reach torch's and
+torchdata's DataLoader internals.
 """
 
 from __future__ import annotations
@@ -64,8 +70,6 @@ import torch
 import torch.distributed as dist
 
 from pipekit import shm
-from pipekit._loader_pipe import REPORT_ITEMS, _ResumablePipe, install_fast_serialize, skip_logs
-from pipekit._loader_pipe import fast_try_to_serialize as _fast_try_to_serialize  # noqa: F401 -- see below
 from pipekit._loader_seam import (
     LoaderBase,
     has_worker_states,
@@ -75,10 +79,12 @@ from pipekit._loader_seam import (
     switch_iterator_class,
     worker_processes,
 )
-from pipekit._loader_workers import _WorkersIter, skip_summaries
 from pipekit._worker_states import StateChannel, resolve_deferred
 from pipekit.collate import use_shared_buffers_in_default_collate
 from pipekit.errors import SkipLog, SkipReport
+from pipekit.loader._pipe import REPORT_ITEMS, _ResumablePipe, install_fast_serialize, skip_logs
+from pipekit.loader._pipe import fast_try_to_serialize as _fast_try_to_serialize  # noqa: F401 -- see below
+from pipekit.loader._workers import _WorkersIter, skip_summaries
 from pipekit.pipes.base import IterDataPipe
 from pipekit.pipes.resume import pipeline_pipes
 
@@ -86,7 +92,7 @@ __all__ = ["DataLoader", "sharding_points", "warn_if_unsharded"]
 
 logger = logging.getLogger("pipekit")
 
-# Moved to pipekit._loader_pipe; kept importable here for the tests that reach them through pipekit.loader.
+# Moved to pipekit.loader._pipe; kept importable here for the tests that reach them through pipekit.loader.
 _install_fast_serialize = install_fast_serialize
 
 
