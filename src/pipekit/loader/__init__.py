@@ -296,7 +296,7 @@ class DataLoader(LoaderBase):
     def _wrap_iterator(it: Any) -> Any:
         if is_workers_iterator(it):
             switch_iterator_class(it, _WorkersIter)
-            it._owner_pid = os.getpid()
+            it._pipekit_owner_pid = os.getpid()
         return it
 
     def _close_channel(self) -> None:

@@ -68,7 +68,7 @@ class _WorkersIter(WorkersIterBase):
         # traceback) can be collected inside the next loader's forked workers: there its
         # workers are not children, and torch's shutdown fails ("can only test a child process")
         # or signals the owner's queues. Only the process that started the workers shuts them down.
-        if getattr(self, "_owner_pid", self._getpid()) != self._getpid():
+        if getattr(self, "_pipekit_owner_pid", self._getpid()) != self._getpid():
             return
         for worker_id in self.__dict__.pop("_pipekit_paused", ()):  # done: they exit with the rest
             with contextlib.suppress(Exception):  # a queue already closed: the worker is gone
