@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import pipekit
+from pipekit._loader_seam import worker_dataset_states
 from pipekit._worker_states import DEFERRED, StateChannel, WorkerStates, resolve_deferred
-from pipekit.loader import _worker_states
 from pipekit.pipes import IterableWrapper
 
 ITEM_BYTES = 4096
@@ -103,7 +103,7 @@ class TestTwoWorkersShuffleBuffer:
         it = iter(loader)
         for _ in range(6):
             next(it)
-        sent = _worker_states(loader._iterator)
+        sent = worker_dataset_states(loader._iterator)
         assert sorted(sent) == [0, 1]
         for state in sent.values():
             assert state["mode"] == DEFERRED

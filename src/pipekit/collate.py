@@ -66,9 +66,14 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils.data import default_collate
-from torch.utils.data._utils import collate as _torch_collate
 
 from pipekit import shm
+from pipekit._loader_seam import (
+    replace_default_collate_fns,
+    torch_collate_floats,
+    torch_collate_ints,
+    torch_collate_tensors,
+)
 
 __all__ = [
     "collate",
@@ -160,7 +165,7 @@ def _collate_tensors_shared(batch: Sequence[torch.Tensor], *, collate_fn_map: An
         or elem.device.type != "cpu"
         or not all(type(t) is torch.Tensor for t in batch)  # subclasses: torch's own path, as they expect
     ):
-        return _torch_collate.collate_tensor_fn(batch, collate_fn_map=collate_fn_map)
+        return torch_collate_tensors(batch, collate_fn_map=collate_fn_map)
     return torch.stack(batch, 0, out=_empty_shared((len(batch), *elem.shape), elem.dtype))
 
 
@@ -173,18 +178,14 @@ def _to_shared(t: torch.Tensor) -> torch.Tensor:
 
 
 def _collate_ints_shared(batch: Sequence[int], *, collate_fn_map: Any = None) -> torch.Tensor:
-    return _to_shared(_torch_collate.collate_int_fn(batch, collate_fn_map=collate_fn_map))
+    return _to_shared(torch_collate_ints(batch, collate_fn_map=collate_fn_map))
 
 
 def _collate_floats_shared(batch: Sequence[float], *, collate_fn_map: Any = None) -> torch.Tensor:
-    return _to_shared(_torch_collate.collate_float_fn(batch, collate_fn_map=collate_fn_map))
+    return _to_shared(torch_collate_floats(batch, collate_fn_map=collate_fn_map))
 
 
-_SHARED_COLLATE = {
-    torch.Tensor: ("collate_tensor_fn", _collate_tensors_shared),
-    int: ("collate_int_fn", _collate_ints_shared),
-    float: ("collate_float_fn", _collate_floats_shared),
-}
+_SHARED_COLLATE = {torch.Tensor: _collate_tensors_shared, int: _collate_ints_shared, float: _collate_floats_shared}
 
 
 def use_shared_buffers_in_default_collate(worker_id: int | None = None) -> None:
@@ -213,10 +214,7 @@ def use_shared_buffers_in_default_collate(worker_id: int | None = None) -> None:
         >>> [batch.tolist() for batch in loader]
         [[0, 1, 2, 3], [4, 5, 6, 7]]
     """
-    collate_map = _torch_collate.default_collate_fn_map
-    for kind, (name, fn) in _SHARED_COLLATE.items():
-        if collate_map.get(kind) is getattr(_torch_collate, name, None):
-            collate_map[kind] = fn
+    replace_default_collate_fns(_SHARED_COLLATE)
 
 
 def _common_dtype(ts: Sequence[torch.Tensor]) -> torch.dtype:

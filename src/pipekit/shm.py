@@ -59,7 +59,6 @@ Example:
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import sys
@@ -72,6 +71,14 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from pipekit._loader_seam import (
+    have_storage_internals,
+    new_shared_storage,
+    register_storage_reducer,
+    storage_use_count,
+    torch_storage_reducer,
+)
 
 __all__ = ["MAX_BUFFERS", "MAX_BYTES", "ENV_VAR", "empty_shared", "pool_enabled", "pool_stats", "forget_workers"]
 
@@ -98,24 +105,10 @@ def pool_enabled() -> bool:
     torch has the private functions the pool needs)."""
     if os.environ.get(ENV_VAR, "1").strip().lower() in ("0", "false", "no"):
         return False
-    return _have_private_api()
+    return have_storage_internals()
 
 
-@functools.cache
-def _have_private_api() -> bool:
-    try:
-        storage = torch.UntypedStorage._new_shared(8)
-        torch._C._storage_Use_Count(storage._cdata)
-        from torch.multiprocessing import reductions
-
-        reductions.reduce_storage  # noqa: B018 -- present in torch >= 1.x
-    except (AttributeError, RuntimeError, ImportError):
-        return False
-    return True
-
-
-def _fresh(nbytes: int) -> torch.UntypedStorage:
-    return torch.UntypedStorage._new_shared(nbytes)
+_fresh = new_shared_storage  # a fresh storage of ``nbytes`` in shared memory
 
 
 def _view(storage: torch.UntypedStorage, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -151,7 +144,7 @@ class _Pool:
         return (
             slot.nbytes > 0
             and sys.getrefcount(slot.storage) == 2  # the slot's reference and the argument's
-            and torch._C._storage_Use_Count(slot.storage._cdata) == 1
+            and storage_use_count(slot.storage) == 1
             and slot.sent == int(self.counters[_HEADER + i])
         )
 
@@ -270,14 +263,10 @@ def _install_reducer() -> None:
     """Route this process's ``ForkingPickler`` reduction of ``torch.UntypedStorage`` through
     :func:`_reduce_storage` (which hands every other storage to torch's own reduction)."""
     global _torch_reduce_storage
-    from multiprocessing.reduction import ForkingPickler
-
-    from torch.multiprocessing import reductions
-
     with _install_lock:
         if _torch_reduce_storage is None:
-            _torch_reduce_storage = reductions.reduce_storage
-        ForkingPickler.register(torch.UntypedStorage, _reduce_storage)
+            _torch_reduce_storage = torch_storage_reducer()
+        register_storage_reducer(_reduce_storage)
 
 
 def _reduce_storage(storage: torch.UntypedStorage) -> Any:
