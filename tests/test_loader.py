@@ -576,9 +576,9 @@ class TestNothingLostAcrossWorkers:
         import io
         import tarfile
 
-        import pipekit.pipes.archives as archives
+        from pipekit import _fast
 
-        monkeypatch.setattr(archives, "FAST_TAR_HEADERS", plain_headers)  # the forked workers inherit it
+        monkeypatch.setitem(_fast.state, "tar_headers", plain_headers)  # the forked workers inherit it
 
         shard = tmp_path / "s.tar"
         with tarfile.open(shard, "w") as tar:
