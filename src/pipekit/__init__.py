@@ -10,7 +10,7 @@ torchdata's :class:`DataLoader2` with its reading services, built on it.
 so ``import pipekit`` stays lean for pipelines that read no rasters.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipekit import adapters, datasets, errors, pipes, transforms
 from pipekit._optional import lazy_attributes
@@ -29,6 +29,9 @@ from pipekit.pipes import iter as _iter_namespace
 from pipekit.pipes import map as _map_namespace
 
 del _iter_namespace, _map_namespace
+
+if TYPE_CHECKING:  # imported on first use of ``pipekit.geo`` (see __getattr__ below)
+    from pipekit import geo
 
 __version__ = "0.1.0"
 

@@ -45,11 +45,35 @@ GeoTIFF/PNG/JPEG chips, local or fsspec), :class:`EuroSAT`
 :class:`ChipRecipe`; downloads in :mod:`pipekit.datasets.download`.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipekit._optional import lazy_attributes
 from pipekit.datasets.imagefolder import ImageFolder
 from pipekit.datasets.tar_shards import TarShards, WebDataset
+
+if TYPE_CHECKING:  # loaded on first use, see _LAZY below; named here for type checkers and the API reference
+    from pipekit.datasets import utils
+    from pipekit.datasets.cdl import CDL, CDL_CLASSES
+    from pipekit.datasets.coco import COCODetection
+    from pipekit.datasets.eurosat import EuroSAT
+    from pipekit.datasets.geosegmentation import GeoSegmentation
+    from pipekit.datasets.landsat import Landsat, Landsat7, Landsat8, Landsat9
+    from pipekit.datasets.naip import NAIP
+    from pipekit.datasets.nongeo import ChipRecipe, NonGeoClassificationDataset, NonGeoDataset
+    from pipekit.datasets.sentinel2 import Sentinel2
+    from pipekit.datasets.splits import (
+        random_bbox_assignment,
+        random_bbox_splitting,
+        random_grid_cell_assignment,
+        roi_split,
+        time_series_split,
+    )
+    from pipekit.geo.bbox import BoundingBox, GeoSlice
+    from pipekit.geo.collate import concat_samples, merge_samples, stack_samples, unbind_samples
+    from pipekit.geo.dataset import GeoDataset, IntersectionDataset, RasterDataset, UnionDataset
+    from pipekit.geo.discovery import DatasetNotFoundError
+    from pipekit.geo.stac import STACDataset
+    from pipekit.geo.vector import VectorDataset
 
 __all__ = [
     "GeoDataset",
