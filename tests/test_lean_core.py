@@ -180,6 +180,19 @@ def test_import_pipekit_imports_no_geo_package(tmp_path):
     assert run_python(code, tmp_path).stdout.strip() == "ok"
 
 
+@pytest.mark.parametrize("name", ["pipekit", "pipekit.datasets", "pipekit.samplers"])
+def test_every_lazy_name_resolves_and_is_listed(name):
+    import importlib
+
+    module = importlib.import_module(name)
+    assert set(module.__all__) <= set(dir(module))
+    for member in module.__all__:
+        assert getattr(module, member) is not None, member
+    namespace: dict = {}
+    exec(f"from {name} import *", namespace)
+    assert set(module.__all__) <= set(namespace)
+
+
 class TestOptional:
     def test_missing_geo_package_follows_causes(self):
         inner = ModuleNotFoundError("No module named 'shapely'", name="shapely.geometry")
