@@ -90,7 +90,7 @@ def geo_chain(n: int, root: str) -> tuple[float, Counter]:
     try:
         from pipekit.synthetic.geo import write_landsat_cdl_corpus
     except ImportError:  # pipekit before the synthetic package (to compare with older checkouts)
-        from pipekit.synthetic_geo import write_landsat_cdl_corpus
+        from pipekit.synthetic.geo import write_landsat_cdl_corpus
 
     corpus = write_landsat_cdl_corpus(root, size=1024, scenes=1, progress=False)
     dataset = datasets.Landsat8(root=f"{corpus}/landsat8") & datasets.CDL(root=f"{corpus}/cdl")

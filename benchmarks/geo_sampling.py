@@ -2,7 +2,7 @@
 
 What is measured (issue 3, "Speed" and "From S3"):
 
-1. **Corpus**: :func:`pipekit.synthetic_geo.write_landsat_cdl_corpus` (Landsat 8
+1. **Corpus**: :func:`pipekit.synthetic.geo.write_landsat_cdl_corpus` (Landsat 8
    Collection 2 band files, tiled 256 DEFLATE uint16 in UTM 15N, and a CDL
    raster in CONUS Albers, uint8), cached under ``pipekit.synthetic.default_cache_dir()``.
 2. **Sampling**: random 256 px patches of ``Landsat8(bands=all_bands[1:-2]) &
@@ -1365,7 +1365,7 @@ def main(argv: list[str] | None = None) -> None:
         print(RESULT + json.dumps(result), flush=True)
         return
 
-    from pipekit.synthetic_geo import write_landsat_cdl_corpus
+    from pipekit.synthetic.geo import write_landsat_cdl_corpus
 
     torchgeo = have_torchgeo() and not args.skip_torchgeo
     versions = [f"torch {torch.__version__}", f"rasterio {rasterio.__version__}", f"GDAL {rasterio.__gdal_version__}"]

@@ -202,7 +202,7 @@ def main() -> None:
     p.add_argument("--cache", default=None, help="corpus cache folder (default: pipekit's)")
     args = p.parse_args()
     from pipekit.synthetic import default_cache_dir
-    from pipekit.synthetic_geo import write_landsat_cdl_corpus
+    from pipekit.synthetic.geo import write_landsat_cdl_corpus
 
     cache = Path(args.cache) if args.cache else default_cache_dir()
     root = write_landsat_cdl_corpus(

@@ -35,7 +35,7 @@ from rasterio.transform import from_origin
 from pipekit import datasets
 from pipekit.geo import GridGeoSampler
 from pipekit.geo.plot import stretch
-from pipekit.synthetic_geo import CDL_CLASSES, LandCover
+from pipekit.synthetic.geo import CDL_CLASSES, LandCover
 from pipekit.transforms import ndvi
 
 TILE = "T15TWG"

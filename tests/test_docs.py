@@ -143,7 +143,7 @@ def test_guides_have_code():
 
 @pytest.fixture
 def docs_bucket(s3_server, tmp_path_factory, monkeypatch):
-    from pipekit.synthetic_geo import write_landsat_cdl_corpus
+    from pipekit.synthetic.geo import write_landsat_cdl_corpus
 
     root = write_landsat_cdl_corpus(tmp_path_factory.mktemp("docs-corpus"), size=256, scenes=1, progress=False)
     bucket = s3_server.create_bucket()

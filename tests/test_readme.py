@@ -68,7 +68,7 @@ def test_moved_content_is_linked():
 
 @pytest.fixture
 def readme_bucket(s3_server, tmp_path_factory, monkeypatch):
-    from pipekit.synthetic_geo import write_landsat_cdl_corpus
+    from pipekit.synthetic.geo import write_landsat_cdl_corpus
 
     root = write_landsat_cdl_corpus(tmp_path_factory.mktemp("readme-corpus"), size=256, scenes=1, progress=False)
     bucket = s3_server.create_bucket()

@@ -37,11 +37,3 @@ def test_land_cover_is_a_function_of_position():
     a, b = cover.classes(x, y), cover.classes(x, y)
     assert np.array_equal(a, b)
     assert a[2] == 111  # the river runs through x = 450 km
-
-
-def test_old_module_name_still_imports():
-    import pipekit.synthetic as synthetic
-    import pipekit.synthetic_geo as old
-
-    assert old.write_landsat_cdl_corpus is write_landsat_cdl_corpus
-    assert synthetic.write_landsat_cdl_corpus is write_landsat_cdl_corpus

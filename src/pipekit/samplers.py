@@ -13,6 +13,9 @@ with exact mid-epoch resume.  Where pipekit differs on purpose (every
 in-footprint position can be drawn; the grid's last row and column end at
 the footprint's edge) the migration guide (``docs/migration/torchgeo.md``) says so.
 
+The samplers need the ``geo`` extra (``pip install "pipekit[geo]"``); they
+are imported on first use.
+
 Example:
     >>> from types import SimpleNamespace
     >>> from pipekit.geo.index import GeoIndex
@@ -22,18 +25,23 @@ Example:
     (slice(0.0, 10.0, None), slice(10.0, 20.0, None))
 """
 
-from pipekit.geo.samplers import (
-    BatchGeoSampler,
-    GeoSampler,
-    GeoSamplerPipe,
-    GridGeoSampler,
-    PreChippedGeoSampler,
-    RandomBatchGeoSampler,
-    RandomGeoSampler,
-    Units,
-    get_random_bounding_box,
-    tile_to_chips,
-)
+from typing import TYPE_CHECKING, Any
+
+from pipekit._optional import lazy_attributes
+
+if TYPE_CHECKING:
+    from pipekit.geo.samplers import (
+        BatchGeoSampler,
+        GeoSampler,
+        GeoSamplerPipe,
+        GridGeoSampler,
+        PreChippedGeoSampler,
+        RandomBatchGeoSampler,
+        RandomGeoSampler,
+        Units,
+        get_random_bounding_box,
+        tile_to_chips,
+    )
 
 __all__ = [
     "BatchGeoSampler",
@@ -47,3 +55,14 @@ __all__ = [
     "tile_to_chips",
     "GeoSamplerPipe",
 ]
+
+_getattr, _dir = lazy_attributes(__name__, dict.fromkeys(__all__, "pipekit.geo.samplers"), globals())
+
+
+def __getattr__(name: str) -> Any:
+    """Import :mod:`pipekit.geo.samplers` (the geo extra's packages) on first use."""
+    return _getattr(name)
+
+
+def __dir__() -> list[str]:
+    return _dir()

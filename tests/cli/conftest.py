@@ -16,7 +16,7 @@ from rasterio.transform import from_origin
 
 from pipekit.cli import main
 from pipekit.synthetic import write_image_folder, write_image_shards
-from pipekit.synthetic_geo import write_landsat_cdl_corpus
+from pipekit.synthetic.geo import write_landsat_cdl_corpus
 
 
 @pytest.fixture

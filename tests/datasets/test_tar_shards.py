@@ -422,10 +422,9 @@ def _label_only(sample: dict) -> dict:
 
 def test_webdataset_is_the_same_recipe():
     """``datasets.WebDataset`` (the webdataset library's name) is TarShards; the pipe of that name is another class."""
-    from pipekit.datasets import webdataset as old_module
     from pipekit.pipes import WebDataset as GroupingPipe
 
-    assert datasets.WebDataset is datasets.TarShards is old_module.WebDataset
+    assert datasets.WebDataset is datasets.TarShards
     assert GroupingPipe is not datasets.WebDataset
 
 

@@ -1,4 +1,4 @@
-"""Combining and splitting pipes together, and the old import path pipekit.pipes.combine."""
+"""Combining and splitting pipes together."""
 
 from __future__ import annotations
 
@@ -14,23 +14,6 @@ from pipekit.pipes import (
 
 # list() asks for len(); a header over an unsized source warns (once) that its length is a guess.
 pytestmark = pytest.mark.filterwarnings("ignore:Header. the source has no length")
-
-
-def test_old_import_path_keeps_every_name():
-    from pipekit.pipes import combine, conversion, multiplexing, splitting, zipping
-
-    for module in (zipping, multiplexing, splitting, conversion):
-        for name in module.__all__:
-            assert getattr(combine, name) is getattr(module, name), name
-    old_names = [
-        "IterKeyZipper", "IterToMapConverter", "MapKeyZipper", "MapToIterConverter", "MultiplexerLongest",
-        "RandomSplitter", "RoundRobinDemultiplexer", "SampleMultiplexer", "UnZipper", "ZipperLongest",
-    ]  # fmt: skip
-    assert sorted(combine.__all__) == old_names
-    moved_private = ["SplitterIterator", "_SplitContainer", "_SplitChild", "_RoundRobinContainer", "_UnZipContainer"]
-    moved_private += ["_RandomSplitContainer", "_check_pipes", "_check_buffer_size"]
-    for name in moved_private:
-        assert hasattr(combine, name), name
 
 
 class TestWithDataLoader:

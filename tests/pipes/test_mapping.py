@@ -161,14 +161,6 @@ def test_functional_names_are_pipekits():
     assert owner_of("async_map_batches") == "pipekit.pipes.mapping.BatchAsyncMapper"
 
 
-def test_old_module_name_still_imports():
-    from pipekit.pipes import mapping, transform
-
-    assert (transform.FlatMapper, transform.ShuffledFlatMapper) == (FlatMapper, ShuffledFlatMapper)
-    assert (transform.BatchMapper, transform.ThreadPoolMapper) == (BatchMapper, ThreadPoolMapper)
-    assert transform.__all__ == mapping.__all__
-
-
 # ----------------------------------------------------------------- flatmap
 
 

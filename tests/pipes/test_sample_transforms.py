@@ -74,14 +74,6 @@ def test_functional_names_are_registered():
     assert owner_of("augment_batch") == "pipekit.pipes.sample_transforms.BatchAugmenter"
 
 
-def test_old_module_name_still_imports():
-    from pipekit.pipes import transforms
-
-    assert (transforms.Augmenter, transforms.BatchAugmenter) == (Augmenter, BatchAugmenter)
-    assert (transforms.IndexAppender, transforms.Normalizer) == (IndexAppender, Normalizer)
-    assert transforms.__all__ == pipekit.pipes.sample_transforms.__all__
-
-
 class TestIndexAppender:
     def test_appends_like_the_transform(self):
         samples = make_samples(4)

@@ -506,7 +506,7 @@ def test_importing_transforms_does_not_import_torchvision():
     code = (
         "import sys, pipekit\n"
         "before = 'torchvision' in sys.modules\n"
-        "import pipekit.transforms, pipekit.pipes.transforms\n"
+        "import pipekit.transforms, pipekit.pipes.sample_transforms\n"
         "from pipekit.transforms import AppendNDVI, BatchRandomCrop, Normalize, compute_stats\n"
         "assert ('torchvision' in sys.modules) == before, 'pipekit.transforms imported torchvision eagerly'\n"
         "from pipekit.transforms import Augment\n"

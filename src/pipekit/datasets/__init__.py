@@ -20,6 +20,11 @@ pipekit's own geo dataset: :class:`STACDataset`, the assets of STAC items
 (a static catalog, a STAC API search, stac-geoparquet or ``pystac.Item``
 objects), needing the ``stac`` extra.
 
+The geo names (and the chip datasets, which share its errors) need the
+``geo`` extra (``pip install "pipekit[geo]"``): they are imported on first
+use, so ``import pipekit.datasets`` for :class:`ImageFolder` or
+:class:`TarShards` imports no geo package.
+
 Samples, ``dataset.bounds``, ``dataset.index`` and sampler items are
 TorchGeo 0.8's (see the migration guide, ``docs/migration/torchgeo.md``,
 for the import map and the differences).
@@ -40,30 +45,35 @@ GeoTIFF/PNG/JPEG chips, local or fsspec), :class:`EuroSAT`
 :class:`ChipRecipe`; downloads in :mod:`pipekit.datasets.download`.
 """
 
-from pipekit.datasets import utils
-from pipekit.datasets.cdl import CDL, CDL_CLASSES
-from pipekit.datasets.coco import COCODetection
-from pipekit.datasets.eurosat import EuroSAT
-from pipekit.datasets.geosegmentation import GeoSegmentation
+from typing import TYPE_CHECKING, Any
+
+from pipekit._optional import lazy_attributes
 from pipekit.datasets.imagefolder import ImageFolder
-from pipekit.datasets.landsat import Landsat, Landsat7, Landsat8, Landsat9
-from pipekit.datasets.naip import NAIP
-from pipekit.datasets.nongeo import ChipRecipe, NonGeoClassificationDataset, NonGeoDataset
-from pipekit.datasets.sentinel2 import Sentinel2
-from pipekit.datasets.splits import (
-    random_bbox_assignment,
-    random_bbox_splitting,
-    random_grid_cell_assignment,
-    roi_split,
-    time_series_split,
-)
 from pipekit.datasets.tar_shards import TarShards, WebDataset
-from pipekit.geo.bbox import BoundingBox, GeoSlice
-from pipekit.geo.collate import concat_samples, merge_samples, stack_samples, unbind_samples
-from pipekit.geo.dataset import GeoDataset, IntersectionDataset, RasterDataset, UnionDataset
-from pipekit.geo.discovery import DatasetNotFoundError
-from pipekit.geo.stac import STACDataset
-from pipekit.geo.vector import VectorDataset
+
+if TYPE_CHECKING:  # loaded on first use, see _LAZY below; named here for type checkers and the API reference
+    from pipekit.datasets import utils
+    from pipekit.datasets.cdl import CDL, CDL_CLASSES
+    from pipekit.datasets.coco import COCODetection
+    from pipekit.datasets.eurosat import EuroSAT
+    from pipekit.datasets.geosegmentation import GeoSegmentation
+    from pipekit.datasets.landsat import Landsat, Landsat7, Landsat8, Landsat9
+    from pipekit.datasets.naip import NAIP
+    from pipekit.datasets.nongeo import ChipRecipe, NonGeoClassificationDataset, NonGeoDataset
+    from pipekit.datasets.sentinel2 import Sentinel2
+    from pipekit.datasets.splits import (
+        random_bbox_assignment,
+        random_bbox_splitting,
+        random_grid_cell_assignment,
+        roi_split,
+        time_series_split,
+    )
+    from pipekit.geo.bbox import BoundingBox, GeoSlice
+    from pipekit.geo.collate import concat_samples, merge_samples, stack_samples, unbind_samples
+    from pipekit.geo.dataset import GeoDataset, IntersectionDataset, RasterDataset, UnionDataset
+    from pipekit.geo.discovery import DatasetNotFoundError
+    from pipekit.geo.stac import STACDataset
+    from pipekit.geo.vector import VectorDataset
 
 __all__ = [
     "GeoDataset",
@@ -103,3 +113,51 @@ __all__ = [
     "COCODetection",
     "STACDataset",
 ]
+
+# Everything but the image recipes, imported on first use (the geo extra's packages stay unimported until then).
+_LAZY = {
+    "utils": "pipekit.datasets.utils",
+    "CDL": "pipekit.datasets.cdl",
+    "CDL_CLASSES": "pipekit.datasets.cdl",
+    "COCODetection": "pipekit.datasets.coco",
+    "EuroSAT": "pipekit.datasets.eurosat",
+    "GeoSegmentation": "pipekit.datasets.geosegmentation",
+    "Landsat": "pipekit.datasets.landsat",
+    "Landsat7": "pipekit.datasets.landsat",
+    "Landsat8": "pipekit.datasets.landsat",
+    "Landsat9": "pipekit.datasets.landsat",
+    "NAIP": "pipekit.datasets.naip",
+    "ChipRecipe": "pipekit.datasets.nongeo",
+    "NonGeoClassificationDataset": "pipekit.datasets.nongeo",
+    "NonGeoDataset": "pipekit.datasets.nongeo",
+    "Sentinel2": "pipekit.datasets.sentinel2",
+    "random_bbox_assignment": "pipekit.datasets.splits",
+    "random_bbox_splitting": "pipekit.datasets.splits",
+    "random_grid_cell_assignment": "pipekit.datasets.splits",
+    "roi_split": "pipekit.datasets.splits",
+    "time_series_split": "pipekit.datasets.splits",
+    "BoundingBox": "pipekit.geo.bbox",
+    "GeoSlice": "pipekit.geo.bbox",
+    "concat_samples": "pipekit.geo.collate",
+    "merge_samples": "pipekit.geo.collate",
+    "stack_samples": "pipekit.geo.collate",
+    "unbind_samples": "pipekit.geo.collate",
+    "GeoDataset": "pipekit.geo.dataset",
+    "IntersectionDataset": "pipekit.geo.dataset",
+    "RasterDataset": "pipekit.geo.dataset",
+    "UnionDataset": "pipekit.geo.dataset",
+    "DatasetNotFoundError": "pipekit.geo.discovery",
+    "STACDataset": "pipekit.geo.stac",
+    "VectorDataset": "pipekit.geo.vector",
+}
+
+_getattr, _dir = lazy_attributes(__name__, _LAZY, globals())
+
+
+def __getattr__(name: str) -> Any:
+    """Import the geo datasets (the geo extra's packages) and the chip datasets on first use."""
+    return _getattr(name)
+
+
+def __dir__() -> list[str]:
+    return _dir()

@@ -52,10 +52,8 @@ from pipekit.pipes.archives import *
 from pipekit.pipes.base import IterDataPipe, MapDataPipe, Resumable, functional_datapipe
 from pipekit.pipes.bucketing import *
 from pipekit.pipes.builtin import *
-from pipekit.pipes.cache import *
 from pipekit.pipes.collate import *
 from pipekit.pipes.columns import *
-from pipekit.pipes.combine import *
 from pipekit.pipes.conversion import *
 from pipekit.pipes.decompress import *
 from pipekit.pipes.decode import *
@@ -81,10 +79,8 @@ from pipekit.pipes import (
     archives,
     bucketing,
     builtin,
-    cache,
     collate,
     columns,
-    combine,
     conversion,
     decompress,
     decode,
@@ -117,10 +113,8 @@ __all__ = sorted(
         *archives.__all__,
         *bucketing.__all__,
         *builtin.__all__,
-        *cache.__all__,
         *collate.__all__,
         *columns.__all__,
-        *combine.__all__,
         *conversion.__all__,
         *decompress.__all__,
         *decode.__all__,

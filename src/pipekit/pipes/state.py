@@ -118,8 +118,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
-import torch
 
+from pipekit._seeds import draw_seed, pipe_stream_seed
 from pipekit.pipes._torch import Filter, IterDataPipe, MapDataPipe, ShardingFilter, Shuffler, pickle_state
 
 __all__ = [
@@ -139,15 +139,6 @@ __all__ = [
 SEED_MASK = (1 << 64) - 1  # epoch seeds of permutations are non-negative 64-bit numbers
 
 P = TypeVar("P")
-
-
-def draw_seed(generator: torch.Generator | None = None) -> int:
-    """A seed drawn from torch's global CPU generator (or ``generator``), as torch's ``Shuffler`` draws its own.
-
-    ``torch.manual_seed`` makes the draws reproducible; each call advances the
-    generator, so successive epochs get different seeds.
-    """
-    return int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
 
 
 def check_seed(seed: Any, owner: str) -> int:
@@ -357,8 +348,6 @@ class SeededPipe(ResumablePipe):
         """
         epoch_seed = seed if seed is not None else draw_seed()
         if self.seed_per_worker:
-            from pipekit.transforms.seeding import pipe_stream_seed  # transforms imports pipes: import late
-
             epoch_seed = pipe_stream_seed(epoch_seed)
         return epoch_seed
 

@@ -43,6 +43,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from pipekit._seeds import MASK64 as _MASK64
+from pipekit._seeds import draw_seed, get_rank, mix_seed, pipe_stream_seed, stream_seed, worker_id
+
 __all__ = [
     "RandomStream",
     "get_rank",
@@ -51,79 +54,6 @@ __all__ = [
     "stream_seed",
     "worker_id",
 ]
-
-_MASK64 = (1 << 64) - 1
-_TAG_TRANSFORM = 0x7472616E  # "tran": streams of transform objects
-_TAG_PIPE = 0x70697065  # "pipe": streams of random pipes
-
-
-def mix_seed(*parts: int) -> int:
-    """Mix integers into one 63-bit seed (``numpy.random.SeedSequence``).
-
-    Equal parts give equal seeds; any difference gives an unrelated seed.
-
-    Example:
-        >>> from pipekit.transforms.seeding import mix_seed
-        >>> mix_seed(1, 2) == mix_seed(1, 2), mix_seed(1, 2) == mix_seed(2, 1)
-        (True, False)
-    """
-    entropy = [int(p) & _MASK64 for p in parts]
-    state = np.random.SeedSequence(entropy).generate_state(2, dtype=np.uint32)
-    return ((int(state[0]) << 32) | int(state[1])) >> 1
-
-
-def get_rank() -> int:
-    """This process's distributed rank: the process group's, else ``$RANK``, else 0."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return int(torch.distributed.get_rank())
-    try:
-        return int(os.environ.get("RANK", "0"))
-    except ValueError:
-        return 0
-
-
-def worker_id() -> int | None:
-    """The DataLoader worker id of this process, or ``None`` in the main process."""
-    info = torch.utils.data.get_worker_info()
-    return None if info is None else int(info.id)
-
-
-def stream_seed(seed: int | None = None, salt: int = 0) -> int:
-    """The seed of a transform's stream in this process (see the module docstring).
-
-    Args:
-        seed: the transform's own seed, or ``None``.
-        salt: tells apart transforms in the same process.
-
-    In a DataLoader worker the result depends on the worker's seed (the
-    loader's seed and the worker id), the rank, ``seed`` and ``salt``; in the
-    main process on ``seed`` (or a draw from torch's global RNG when it is
-    ``None``), the rank and ``salt``.
-    """
-    from pipekit.pipes.state import draw_seed  # not at the top: pipekit.pipes imports this module
-
-    info = torch.utils.data.get_worker_info()
-    rank = get_rank()
-    own = -1 if seed is None else int(seed)
-    if info is not None:
-        return mix_seed(_TAG_TRANSFORM, int(info.seed), rank, own, salt)
-    base = draw_seed() if seed is None else int(seed)
-    return mix_seed(_TAG_TRANSFORM, base, rank, own, salt)
-
-
-def pipe_stream_seed(seed: int | None) -> int:
-    """The seed of a random pipe's stream for one epoch.
-
-    ``seed`` is the pipe's pending ``set_seed`` value (the DataLoader's shared
-    seed, equal in all workers), or ``None`` to draw one from torch's global
-    RNG.  The worker id and rank are mixed in, so workers and ranks differ
-    while a seeded run stays reproducible.
-    """
-    from pipekit.pipes.state import draw_seed  # not at the top: pipekit.pipes imports this module
-
-    base = draw_seed() if seed is None else int(seed)
-    wid = worker_id()
-    return mix_seed(_TAG_PIPE, base, -1 if wid is None else wid, get_rank())
 
 
 class RandomStream:
@@ -157,8 +87,6 @@ class RandomStream:
     def __init__(self, seed: int | None = None) -> None:
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
             raise TypeError(f"RandomStream: seed must be an int or None, got {type(seed).__name__}")
-        from pipekit.pipes.state import draw_seed  # not at the top: pipekit.pipes imports this module
-
         self.seed = None if seed is None else int(seed)
         self.salt = self.seed if self.seed is not None else draw_seed()
         self._init_runtime()
