@@ -147,6 +147,8 @@ def test_core_pipeline_runs_without_the_geo_packages(tmp_path):
                 geo_error(lambda: importlib.import_module("pipekit.datasets").Landsat8),
                 geo_error(lambda: exec("from pipekit.datasets import Landsat8", {})),
                 geo_error(lambda: exec("from pipekit.samplers import RandomGeoSampler", {})),
+                geo_error(lambda: exec("import pipekit.geo", {})),
+                geo_error(lambda: exec("from pipekit.geo.io import RasterOpener", {})),
             ]
             for message in messages:
                 assert 'pip install "pipekit[geo]"' in message, message

@@ -110,4 +110,5 @@ def test_quickstart_commands_match_ci():
     commands = re.findall(r"^(\./run \w+)", quick, flags=re.M)
     assert commands == ["./run demo", "./run test"]
     ci = (README.parent / ".ci" / "run").read_text()
-    assert "./run test" in ci
+    assert re.search(r"^exec \./run test --all$", ci, flags=re.M), ci  # CI runs every tier
+    assert "`./run test --all` runs the whole test suite (what CI runs)" in " ".join(text.split())

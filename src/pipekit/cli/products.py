@@ -8,8 +8,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from pipekit.geo.catalog._listing import any_band_glob
-
 __all__ = ["Product", "PRODUCTS", "product_names", "detect_product", "get_product", "format_date"]
 
 
@@ -49,6 +47,8 @@ class Product:
     def match(self, filename: str) -> re.Match[str] | None:
         """The product's ``filename_regex`` match of ``filename`` if it also fits ``filename_glob``."""
         cls = self.cls
+        from pipekit.geo.catalog._listing import any_band_glob  # (geo only when a product is matched)
+
         if not fnmatch.fnmatchcase(filename, any_band_glob(cls.filename_glob)):
             return None
         return _regex(cls).match(filename)

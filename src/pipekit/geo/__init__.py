@@ -9,6 +9,8 @@ found, grouped into scenes and their headers read in
 >>> from pipekit.geo import BoundingBox, RandomGeoSampler, GridGeoSampler, stack_samples
 """
 
+# first: without the geo extra, say how to install it (not a bare "No module named 'rasterio'")
+from pipekit.geo import _requirements  # noqa: F401  isort: skip
 from pipekit.geo.base import GeoDataset
 from pipekit.geo.bbox import BoundingBox
 from pipekit.geo.collate import concat_samples, merge_samples, stack_samples, unbind_samples

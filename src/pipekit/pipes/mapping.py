@@ -15,8 +15,6 @@ arguments and outputs, made resumable on :mod:`pipekit.pipes.state`:
   submits them again after a restore;
 * ``async_map_batches`` records the inputs of the current batch whose results
   were not yielded yet and runs them again after a restore.
-
-This module was called ``pipekit.pipes.transform``; that name still imports.
 """
 
 from __future__ import annotations

@@ -14,8 +14,6 @@ augmentations an uninterrupted one would.  ``pipe.map(Augment(...))`` draws
 from the transform's own per-worker stream (see
 :mod:`pipekit.transforms.seeding`), which is reproducible for a seeded
 DataLoader but not part of checkpoints.
-
-This module was called ``pipekit.pipes.transforms``; that name still imports.
 """
 
 from __future__ import annotations

@@ -7,8 +7,7 @@ last, so an interrupted run is redone rather than half-used).
 * :mod:`pipekit.synthetic.images`: image folders (class per folder) and
   WebDataset tar shards of JPEGs;
 * :mod:`pipekit.synthetic.geo`: a Landsat 8 + CDL corpus with real product
-  file names, CRSs and GeoTIFF layouts (also importable as
-  ``pipekit.synthetic_geo``, its old name).
+  file names, CRSs and GeoTIFF layouts.
 
 For checking that a pipe you wrote resumes exactly, see :mod:`pipekit.testing`.
 """
