@@ -206,3 +206,76 @@ def test_check_on_error():
     assert check_on_error("skip") == "skip"
     with pytest.raises(ValueError, match='"raise" or "skip"'):
         check_on_error("ignore")
+
+
+# -- the hierarchy -----------------------------------------------------------------------------------
+
+
+def _base_names(cls: type) -> list[str]:
+    """``cls``'s bases outside pipekit's tree, by the names users catch them by (private helpers looked through)."""
+    import pipekit.errors as errors
+
+    names = []
+    for base in cls.__bases__:
+        if issubclass(base, errors.PipekitError) or base is Exception:
+            continue
+        if base.__name__.startswith("_"):
+            names.extend(_base_names(base))
+        else:
+            names.append(base.__name__ if base.__module__ == "builtins" else f"{base.__module__}.{base.__qualname__}")
+    return names
+
+
+def _tree() -> str:
+    import inspect
+
+    import pipekit.errors as errors
+
+    classes = [
+        c for _, c in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(c, errors.PipekitError) and c.__module__ == "pipekit.errors" and not c.__name__.startswith("_")
+    ]
+
+    def parent(c: type) -> type:
+        return next(b for b in c.__bases__ if issubclass(b, errors.PipekitError))
+
+    lines: list[str] = []
+
+    def walk(cls: type, depth: int) -> None:
+        others = _base_names(cls)
+        lines.append("    " * depth + cls.__name__ + (f" ({', '.join(others)})" if others else ""))
+        for sub in sorted((c for c in classes if c is not cls and parent(c) is cls), key=lambda c: c.__name__):
+            walk(sub, depth + 1)
+
+    walk(errors.PipekitError, 0)
+    return "\n".join(lines)
+
+
+def test_the_docstring_draws_the_exception_tree():
+    """pipekit.errors' docstring shows every exception and what else each one is, as the classes say."""
+    import textwrap
+
+    import pipekit.errors as errors
+
+    drawn = textwrap.dedent(errors.__doc__.split("The exception tree::\n\n", 1)[1].split("\n\n", 1)[0])
+    assert drawn.strip("\n") == _tree(), "update the tree in pipekit/errors.py's docstring:\n" + _tree()
+
+
+def test_every_exception_of_pipekit_is_a_pipekit_error_in_errors():
+    """Every public exception class pipekit defines lives in pipekit.errors and derives from PipekitError."""
+    import ast
+    import pathlib
+
+    import pipekit
+
+    src = pathlib.Path(pipekit.__file__).parent
+    elsewhere = []
+    for path in sorted(src.rglob("*.py")):
+        if path.name == "errors.py" and path.parent == src:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                bases = {ast.unparse(b) for b in node.bases}
+                if any(b.endswith(("Error", "Exception")) for b in bases) or node.name.endswith("Error"):
+                    elsewhere.append(f"{path.relative_to(src)}:{node.lineno}: {node.name}")
+    assert elsewhere == [], "define exceptions in pipekit/errors.py, under PipekitError:\n" + "\n".join(elsewhere)

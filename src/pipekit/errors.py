@@ -9,6 +9,16 @@ Pipes that offer ``on_error="skip"`` log each skipped item, count it, and keep
 the URL and reason in :attr:`SkipLog.skipped`, so nothing is lost silently.
 ``pipekit.DataLoader.skip_report()`` adds up the skip logs of a whole
 pipeline, across DataLoader workers, into a :class:`SkipReport`.
+
+Every exception pipekit defines is here, under :class:`PipekitError` (``except PipekitError`` catches them all),
+and each is also the standard exception code written without pipekit would catch (in brackets), so
+``except OSError`` around a read or ``except ValueError`` around a parse keeps working. The exception tree::
+
+TREE
+
+A new exception goes here, under the closest class (:class:`StageError` when it is about an item in a pipeline
+stage: it then names the file or URL and the stage), with the standard base a caller would catch;
+``tests/test_errors.py`` checks that this tree matches the classes and that no module defines one elsewhere.
 """
 
 from __future__ import annotations
@@ -50,6 +60,12 @@ __all__ = [
     "SkipReport",
     "SkippedItem",
     "WorkerDiedError",
+    "BandMathError",
+    "UnsupportedTiffError",
+    "RangeCacheError",
+    "OpenerReadError",
+    "SourceReadError",
+    "CliError",
     "check_on_error",
 ]
 
@@ -275,6 +291,50 @@ class HashError(StageError, ValueError, RuntimeError):
 
     def __reduce__(self):
         return (type(self), (self.action, self.url, self.stage, self.reason, self.expected, self.actual))
+
+
+class BandMathError(PipekitError, ValueError):
+    """A band_math formula is not allowed or does not parse (:func:`pipekit.transforms.index_kernels.band_math`)."""
+
+
+class UnsupportedTiffError(PipekitError, ValueError):
+    """A TIFF the fast header reader does not describe exactly (rasterio reads it instead); internal, never raised
+    to a user."""
+
+
+class RangeCacheError(PipekitError, OSError):
+    """The range cache folder (``cache_dir=``) could not be used (not writable, disk full): raised naming it."""
+
+
+class OpenerReadError(PipekitError, OSError):
+    """A read of an fsspec file that failed under GDAL (raised from the fsspec error itself).
+
+    rasterio hands GDAL a Python file object; an exception escaping its
+    ``read`` reaches GDAL's C++ code, which can abort the whole process
+    (``std::length_error``).  pipekit's file objects therefore never raise
+    into GDAL: the failed call returns a short read, its error is kept, and
+    :func:`pipekit.geo.io.surfacing_opener_errors` raises it once the rasterio call returns.
+    """
+
+
+class SourceReadError(PipekitError):
+    """Reading pixels of one file failed; ``url`` names the file, ``__cause__`` is GDAL's error.
+
+    The message is ``reason``: GDAL's own (see :func:`pipekit.geo.io.error_reason`), or the error's type and text.
+    Internal: a geo dataset turns it into a :class:`ReadError` naming the dataset.
+    """
+
+    def __init__(self, url: str, error: BaseException, reason: str | None = None) -> None:
+        super().__init__(reason if reason is not None else f"{type(error).__name__}: {error}")
+        self.url = url
+        self.error = error
+
+    def __reduce__(self):
+        return (type(self), (self.url, self.error, str(self)))
+
+
+class CliError(PipekitError):
+    """A user-facing error about the command line or its inputs: printed as one line, exit status 2."""
 
 
 class WorkerDiedError(PipekitError, RuntimeError):

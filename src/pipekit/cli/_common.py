@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pipekit._fs import url_to_fs
+from pipekit.errors import CliError
 
 __all__ = [
     "CliError",
@@ -25,10 +26,6 @@ __all__ = [
     "file_kind",
     "one_line",
 ]
-
-
-class CliError(Exception):
-    """A user-facing error about the command line or its inputs: printed as one line, exit status 2."""
 
 
 def positive_int(value: str) -> int:

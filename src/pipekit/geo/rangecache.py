@@ -55,6 +55,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pipekit.errors import RangeCacheError
+
 Fetch = Callable[[str, int, int], bytes]
 
 DEFAULT_BLOCK_SIZE = 64 * 2**10
@@ -81,10 +83,6 @@ def _pool() -> Any:
             if pool is None:
                 pool = _pools[os.getpid()] = ThreadPoolExecutor(8, thread_name_prefix="pipekit-rangecache")
     return pool
-
-
-class RangeCacheError(OSError):
-    """The cache folder could not be used (not writable, disk full): raised naming the folder."""
 
 
 class RangeCache:

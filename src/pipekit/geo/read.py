@@ -50,7 +50,10 @@ from rasterio.warp import transform as warp_transform
 from rasterio.windows import Window
 
 from pipekit import _fast
-from pipekit.errors import SkippedReadError  # re-exported: its former home
+from pipekit.errors import (
+    SkippedReadError,  # re-exported: its former home
+    SourceReadError,
+)
 from pipekit.geo import warp, warpcache
 from pipekit.geo.bbox import BoundingBox
 from pipekit.geo.io import RasterHandle, error_reason
@@ -95,17 +98,6 @@ def window_transform(t: Affine, col: float, row: float) -> Affine:
     """The transform of the window of ``t``'s raster that starts at pixel ``(col, row)``."""
     x, y = apply_affine(t, col, row)
     return Affine(t.a, t.b, x, t.d, t.e, y)
-
-
-class SourceReadError(Exception):
-    """Reading pixels of one file failed; ``url`` names the file, ``__cause__`` is GDAL's error.
-
-    The message carries GDAL's own reason (see :func:`pipekit.geo.io.error_reason`).
-    """
-
-    def __init__(self, url: str, error: BaseException) -> None:
-        super().__init__(error_reason(error))
-        self.url = url
 
 
 _uniform_dtype: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -180,7 +172,7 @@ def _read_window(handle: RasterHandle, indexes: list[int], window: Window, out: 
             return handle.ds._read(indexes, target, window, target.dtype)
         return handle.ds.read(indexes, window=window, out=out)
     except Exception as exc:
-        raise SourceReadError(handle.url, exc) from exc
+        raise SourceReadError(handle.url, exc, error_reason(exc)) from exc
 
 
 #: Runs ``fn(0), ..., fn(count - 1)`` (the parts of one read, possibly at once) and returns their results in order.

@@ -55,6 +55,8 @@ from typing import Any
 
 from affine import Affine
 
+from pipekit.errors import UnsupportedTiffError
+
 __all__ = ["GDAL_OPTIONS_THAT_MATTER", "FastHeaderReader", "TiffTags", "UnsupportedTiffError", "parse_tiff_tags"]
 
 logger = logging.getLogger("pipekit.geo")
@@ -146,10 +148,6 @@ _DTYPES = {
 _RASTER_TYPE_KEY = 1025
 
 _FLOAT32_MAX = 3.4028234663852886e38
-
-
-class UnsupportedTiffError(ValueError):
-    """The file is not something the fast path describes exactly (rasterio reads it)."""
 
 
 class TiffTags(dict):

@@ -76,6 +76,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from pipekit.errors import BandMathError
+
 __all__ = [
     "INDICES",
     "BandMathError",
@@ -474,10 +476,6 @@ def savi(
 _BINOPS: dict[type, str] = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**"}
 _UNARY: dict[type, str] = {ast.USub: "-", ast.UAdd: "+"}
 _FUNCS: dict[str, int] = {"abs": 1, "sqrt": 1, "exp": 1, "log": 1, "min": 2, "max": 2}
-
-
-class BandMathError(ValueError):
-    """A band_math formula is not allowed or does not parse."""
 
 
 @functools.lru_cache(maxsize=256)

@@ -13,6 +13,8 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
+from pipekit.errors import OpenerReadError
+
 __all__ = ["OpenerReadError", "error_reason", "surfacing_opener_errors"]
 
 
@@ -53,17 +55,6 @@ def error_reason(exc: BaseException) -> str:
     if gdal:
         reason += f" (GDAL: {' <- '.join(gdal)})"
     return reason
-
-
-class OpenerReadError(OSError):
-    """A read of an fsspec file that failed under GDAL (raised from the fsspec error itself).
-
-    rasterio hands GDAL a Python file object; an exception escaping its
-    ``read`` reaches GDAL's C++ code, which can abort the whole process
-    (``std::length_error``).  pipekit's file objects therefore never raise
-    into GDAL: the failed call returns a short read, its error is kept, and
-    :func:`surfacing_opener_errors` raises it once the rasterio call returns.
-    """
 
 
 _opener_failures = threading.local()
