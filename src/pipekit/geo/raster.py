@@ -56,15 +56,8 @@ from pipekit.geo.discovery import (
 )
 from pipekit.geo.index import GeoIndex
 from pipekit.geo.index_cache import IndexCacheMixin
-from pipekit.geo.read import (
-    Grid,
-    SkippedReadError,
-    SourceReadError,
-    native_offsets,
-    read_into,
-    read_stack_into,
-    resampling_from,
-)
+from pipekit.geo.read import Grid, resampling_from
+from pipekit.geo.reader import RasterReader, ReadSettings
 
 __all__ = ["RasterDataset"]
 
@@ -195,6 +188,8 @@ class RasterDataset(IndexCacheMixin, GeoDataset):
     class_names: Mapping[int, str] | None = None
     #: regex groups that may differ between the files of one scene besides ``band``
     band_variant_groups: Sequence[str] = ("resolution",)
+    #: the band files of a remote entry may be read each on its own I/O lane at once (see RasterReader)
+    _concurrent_parts: bool = True
 
     def __init__(
         self,
@@ -236,6 +231,7 @@ class RasterDataset(IndexCacheMixin, GeoDataset):
         self.on_error = check_on_error(on_error)
         self.skip_log = SkipLog(self.name)
         self._opener = geo_io.RasterOpener(storage_options, vsi, gdal_options, cache_dir)
+        self._reader = RasterReader(self._opener, self.name, self.skip_log, concurrent=self._concurrent_parts)
         self._init_index_options(index_cache, index_workers, progress)
         self.storage_options = self._opener.storage_options
         if nodata is not None:
@@ -785,8 +781,9 @@ class RasterDataset(IndexCacheMixin, GeoDataset):
         if track_valid or len(hits) > 1:
             out = np.full(shape, self._fill_value, dtype=self._np_dtype)
             valid = np.zeros(shape, dtype=bool)
+            settings = self._read_settings()
             for n, i in enumerate(hits.tolist()):
-                self._read_entry(i, grid, out, valid, True)
+                self._read_entry(i, grid, out, valid, True, settings)
                 if n + 1 < len(hits) and valid.all():
                     break
             return {key: (self._postprocess(out), valid)}
@@ -795,175 +792,18 @@ class RasterDataset(IndexCacheMixin, GeoDataset):
         self._read_entry(int(hits[0]), grid, out, None, False)
         return {key: (self._postprocess(out), None)}
 
-    def _read_entry(self, i: int, grid: Grid, out: np.ndarray, valid: np.ndarray | None, prefilled: bool) -> None:
+    def _read_settings(self) -> ReadSettings:
+        """What the reader takes from this dataset's settings as they are now."""
+        return ReadSettings(resampling_from(self.resampling), self.nodata, self._fill_value, self.cache, self.on_error)
+
+    def _read_entry(self, i: int, grid: Grid, out: np.ndarray, valid: np.ndarray | None, prefilled: bool,
+                    settings: ReadSettings | None = None) -> None:
         """Read index entry ``i`` (a file, or a scene of band files) into ``out``."""
         if self.separate_files:
-            urls = [self._files.band_path(i, band) for band in self.bands]
-            parts = [(url, [1]) for url in urls]
+            parts = [(self._files.band_path(i, band), [1]) for band in self.bands]
         else:
-            urls = [self._files.path(i)]
-            parts = [(urls[0], self._indexes)]
-        if any(geo_io.uses_gdal_network(self._opener, url) for url in urls):
-            if len(parts) > 1 and geo_io.CONCURRENT_PARTS and not geo_io.on_io_thread():
-                # the band files at once, each on its own I/O thread (geo_io.run_parts)
-                self._read_parts(parts, grid, out, valid, prefilled, concurrent=True)
-            else:
-                geo_io.run_remote(self._read_parts, parts, grid, out, valid, prefilled)
-        else:
-            self._read_parts(parts, grid, out, valid, prefilled)
-
-    def _read_parts(
-        self, parts: list[tuple[str, list[int]]], grid: Grid, out: np.ndarray, valid: np.ndarray | None,
-        prefilled: bool, concurrent: bool = False,
-    ) -> None:
-        """Read the files ``parts`` (``(url, band indexes)``) of one index entry into ``out``.
-
-        ``concurrent``: part ``k`` is opened and read on I/O thread ``k`` (see
-        :func:`pipekit.geo.io.run_parts`); its handle lives in that thread's
-        cache, so it is evicted there.  Otherwise everything runs on this thread.
-        """
-        current = [parts[0][0]]
-
-        def evict(url: str | None = None) -> None:
-            """Close the cached handles of the parts (of ``url`` only, if given), on the threads holding them."""
-            if concurrent:
-                geo_io.run_parts(
-                    lambda k: geo_io.evict_handle(self._opener, parts[k][0])
-                    if url is None or parts[k][0] == url else None, len(parts))
-            elif url is not None:
-                geo_io.evict_handle(self._opener, url)
-            else:
-                for part_url, _ in parts:
-                    geo_io.evict_handle(self._opener, part_url)
-
-        def reopen() -> None:  # after a transient failure: open the files again
-            if self.cache:
-                evict()
-
-        try:
-            if geo_io.is_local(parts[0][0]):
-                self._read_parts_once(parts, grid, out, valid, prefilled, current, concurrent)
-            else:  # a remote read outlives an outage longer than GDAL's own HTTP retries
-                geo_io.retry_read(
-                    lambda: self._read_parts_once(parts, grid, out, valid, prefilled, current, concurrent),
-                    opener=self._opener, url=parts[0][0], stage=self.name, recover=reopen)
-        except Exception as exc:
-            url = exc.url if isinstance(exc, SourceReadError | StageError) and exc.url else current[0]
-            if not prefilled:
-                out[...] = self._fill_value
-            if self.cache:
-                evict(url)
-            if isinstance(exc, StageError):
-                error = exc
-            else:
-                error = ReadError("read raster", url, self.name, str(exc) if isinstance(exc, SourceReadError)
-                                  else f"{type(exc).__name__}: {exc}")
-            error = self._read_error_context(error)
-            if self.on_error == "raise":
-                raise error from exc
-            # on_error="skip": counted, and the query has no sample (never a zero-filled patch)
-            self.skip_log.record(error)
-            raise SkippedReadError(error.action, error.url, error.stage,
-                                   f"{error.reason} (skipped: on_error='skip')") from exc
-
-    def _read_parts_once(
-        self, parts: list[tuple[str, list[int]]], grid: Grid, out: np.ndarray, valid: np.ndarray | None,
-        prefilled: bool, current: list[str], concurrent: bool = False,
-    ) -> None:
-        if concurrent:
-            self._read_parts_concurrently(parts, grid, out, valid, prefilled, current)
-            return
-        opened: list[geo_io.RasterHandle] = []
-        handles: list[tuple[geo_io.RasterHandle, list[int]]] = []
-        try:
-            for url, indexes in parts:
-                current[0] = url
-                if self.cache:
-                    h = geo_io.cached_handle(self._opener, url, self.name)
-                else:
-                    h = geo_io.open_handle(self._opener, url, self.name)
-                    opened.append(h)
-                handles.append((h, indexes))
-            nodatas = [self.nodata if self.nodata is not None else h.nodata for h, _ in handles]
-            resampling = resampling_from(self.resampling)
-            read_stack_into(handles, nodatas, grid, out, valid, resampling, self._fill_value, prefilled)
-        finally:
-            for h in opened:
-                h.close()
-
-    def _read_parts_concurrently(
-        self, parts: list[tuple[str, list[int]]], grid: Grid, out: np.ndarray, valid: np.ndarray | None,
-        prefilled: bool, current: list[str],
-    ) -> None:
-        """:meth:`_read_parts_once` with part ``k`` opened and read on I/O thread ``k``, all parts at once.
-
-        A part the grid reads natively (the scene's CRS and pixel size) is
-        read in the same task that opens it: one round trip to the I/O
-        threads per sample.  Parts to be warped are read once every part is
-        open, as :func:`~pipekit.geo.read.read_stack_into` decides (bands on
-        one grid warped together), their windows read at once again.
-        """
-        opened: list[geo_io.RasterHandle | None] = [None] * len(parts)
-        resampling = resampling_from(self.resampling)
-        offsets = np.cumsum([0] + [len(indexes) for _, indexes in parts]).tolist()
-
-        def failed(k: int) -> None:  # the part whose error is raised: named if the error does not say
-            current[0] = parts[k][0]
-
-        def nodata(h: geo_io.RasterHandle) -> float | None:
-            return self.nodata if self.nodata is not None else h.nodata
-
-        def read_part(k: int, h: geo_io.RasterHandle) -> bool:
-            part = slice(offsets[k], offsets[k + 1])
-            return read_into(h, parts[k][1], grid, out[part], None if valid is None else valid[part], resampling,
-                             nodata(h), self._fill_value, prefilled)
-
-        def open_part(k: int) -> tuple[geo_io.RasterHandle | None, bool | None, BaseException | None, bool]:
-            """``(handle, covered or None if not read yet, error, whether the error is the opening's)``."""
-            url = parts[k][0]
-            try:
-                if self.cache:
-                    h = geo_io.cached_handle(self._opener, url, self.name)
-                else:
-                    h = opened[k] = geo_io.open_handle(self._opener, url, self.name)
-            except Exception as exc:
-                return None, None, exc, True
-            if native_offsets(h, grid, resampling) is None:
-                return h, None, None, False  # warped: maybe with the other bands, once all are open
-            try:
-                return h, read_part(k, h), None, False
-            except Exception as exc:
-                return h, None, exc, False
-
-        def close_part(k: int) -> None:
-            h = opened[k]
-            if h is not None:
-                h.close()
-
-        try:
-            found = geo_io.run_parts(open_part, len(parts), failed)
-            # the error a serial read raises: the first file that did not open, else the first read that failed
-            for opening in (True, False):
-                for k, (_, _, error, at_open) in enumerate(found):
-                    if error is not None and at_open is opening:
-                        failed(k)
-                        raise error
-            rest = [k for k, (_, covered, _, _) in enumerate(found) if covered is None]
-            if len(rest) == len(parts):  # all warped: read_stack_into decides, part k's reads on thread k
-                handles = [(h, indexes) for (h, _, _, _), (_, indexes) in zip(found, parts)]
-                read_stack_into(handles, [nodata(h) for h, _ in handles], grid, out, valid, resampling,
-                                self._fill_value, prefilled,
-                                run=lambda fn, count: geo_io.run_parts(fn, count, failed))
-            elif rest:  # some bands in another grid: each warped on its own, as read_stack_into would
-                geo_io.run_parts(lambda j: read_part(rest[j], found[rest[j]][0]), len(rest),
-                                 lambda j: failed(rest[j]), lanes=rest)
-        finally:
-            if not self.cache:
-                geo_io.run_parts(close_part, len(parts))
-
-    def _read_error_context(self, error: StageError) -> StageError:
-        """Hook: the error a failed read reports (subclasses add what the file is, e.g. a STAC item's id)."""
-        return error
+            parts = [(self._files.path(i), self._indexes)]
+        self._reader.read(parts, grid, out, valid, prefilled, settings or self._read_settings())
 
     def _postprocess(self, array: np.ndarray) -> np.ndarray:
         """Hook for products (e.g. CDL's ordinal class mapping); identity by default."""

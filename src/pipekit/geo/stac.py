@@ -12,7 +12,6 @@ asset hrefs: it pickles to DataLoader workers without the items' JSON.
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -22,13 +21,13 @@ from affine import Affine
 from rasterio.crs import CRS
 from rasterio.enums import Resampling
 
-from pipekit.errors import ReadError, StageError
-from pipekit.geo import io as geo_io
+from pipekit.errors import ReadError
 from pipekit.geo.base import Sample, _fill_dtype
 from pipekit.geo.discovery import DatasetNotFoundError, RasterHeader, _FileTable, read_header
 from pipekit.geo.index import GeoIndex
 from pipekit.geo.raster import RasterDataset
 from pipekit.geo.read import Grid, transform_bounds_fast
+from pipekit.geo.reader import EntryLabel, ReadSettings
 from pipekit.geo.stac_items import (
     ItemRecord,
     is_geoparquet,
@@ -40,10 +39,6 @@ from pipekit.geo.stac_items import (
 from pipekit.geo.stac_search import SEARCH_KEYS, ItemFilter
 
 __all__ = ["STACDataset"]
-
-
-#: the item whose assets the current thread reads (for error messages)
-_CURRENT = threading.local()
 
 
 def _bands_of(asset: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -256,6 +251,8 @@ class STACDataset(RasterDataset):
         >>> sample["image"].shape, float(sample["image"].max()), list(ds.index["filepath"])
         (torch.Size([1, 32, 32]), 7.0, ['S2A_MSIL2A_20240601T103031_T31UFU'])
     """
+
+    _concurrent_parts = False  # an item's assets are read one after the other (on the network I/O thread if remote)
 
     def __init__(
         self,
@@ -532,38 +529,12 @@ class STACDataset(RasterDataset):
         return frame_from_index(self.geo_index, self._crs, {"filepath": self.files, "href": first})
 
     # -- reading ------------------------------------------------------------------------------
-    def _read_entry(self, i: int, grid: Grid, out: np.ndarray, valid: np.ndarray | None, prefilled: bool) -> None:
+    def _read_entry(self, i: int, grid: Grid, out: np.ndarray, valid: np.ndarray | None, prefilled: bool,
+                    settings: ReadSettings | None = None) -> None:
         layout = self._layouts[int(self._layout_ids[i])]
         parts = [(self._modified(self._href(i, col)), list(idx)) for col, (_, idx) in enumerate(layout)]
-        if any(geo_io.uses_gdal_network(self._opener, url) for url, _ in parts):
-            geo_io.run_remote(self._read_item, i, parts, grid, out, valid, prefilled)
-        else:
-            self._read_item(i, parts, grid, out, valid, prefilled)
-
-    def _read_item(
-        self,
-        i: int,
-        parts: list[tuple[str, list[int]]],
-        grid: Grid,
-        out: np.ndarray,
-        valid: np.ndarray | None,
-        prefilled: bool,
-    ) -> None:
-        _CURRENT.entry = (self, i, [url for url, _ in parts])
-        try:
-            self._read_parts(parts, grid, out, valid, prefilled)
-        finally:
-            _CURRENT.entry = None
-
-    def _read_error_context(self, error: StageError) -> StageError:
-        entry = getattr(_CURRENT, "entry", None)
-        if entry is None or entry[0] is not self:
-            return error
-        _, i, urls = entry
-        layout = self._layouts[int(self._layout_ids[i])]
-        key = next((k for (k, _), url in zip(layout, urls, strict=True) if url == error.url), None)
-        what = f"item {self._files.path(i)!r}" + (f" asset {key!r}" if key else "")
-        return ReadError(error.action, error.url, error.stage, f"{what}: {error.reason}")
+        label = EntryLabel(f"item {self._files.path(i)!r}", [key for key, _ in layout])
+        self._reader.read(parts, grid, out, valid, prefilled, settings or self._read_settings(), label)
 
 
 def _is_api(url: str, client_options: Mapping[str, Any]) -> bool:
