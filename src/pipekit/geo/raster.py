@@ -28,7 +28,7 @@ import torch
 from rasterio.crs import CRS
 from rasterio.enums import Resampling
 
-from pipekit.errors import SkipLog, StageError, check_on_error
+from pipekit.errors import SkipLog, check_on_error
 from pipekit.geo import io as geo_io
 from pipekit.geo.base import (
     Arrays,
@@ -43,7 +43,7 @@ from pipekit.geo.base import (
     _to_tensor,
 )
 from pipekit.geo.bbox import BoundingBox
-from pipekit.geo.catalog import CachedHeaders, FileCatalog, check_bands, file_time_interval
+from pipekit.geo.catalog import CachedHeaders, Catalog, FileCatalog, check_bands, file_time_interval
 from pipekit.geo.discovery import _FileTable, any_band_glob
 from pipekit.geo.index import GeoIndex
 from pipekit.geo.read import Grid, resampling_from
@@ -353,7 +353,7 @@ class RasterDataset(GeoDataset):
         self._res = _to_res(value)
 
     # -- the catalog ------------------------------------------------------------------------
-    def _make_catalog(self) -> Any:
+    def _make_catalog(self) -> Catalog:
         """What the entries are: the files under ``root`` that the class attributes describe."""
         return FileCatalog(
             self.root,
@@ -373,11 +373,6 @@ class RasterDataset(GeoDataset):
     def _glob(self) -> str:
         """``filename_glob`` with its band placeholder ``{}`` matching any band (scenes are grouped later)."""
         return any_band_glob(self.filename_glob)
-
-    def _skip_or_raise(self, error: StageError) -> None:
-        if self.on_error == "raise":
-            raise error
-        self.skip_log.record(error)
 
     def _time_interval(self, path: str, match: re.Match[str]) -> tuple[float, float]:
         """A file's time interval from its name (a subclass that overrides it is asked file by file)."""
