@@ -17,9 +17,8 @@ from affine import Affine
 
 from pipekit.datasets import RasterDataset
 from pipekit.errors import ReadError
-from pipekit.geo import index_cache
+from pipekit.geo.catalog import DEFAULT_NAME, CachedHeaders, IndexCacheError, read_index
 from pipekit.geo.discovery import GeoReferenceError, read_headers
-from pipekit.geo.index_cache import DEFAULT_NAME, IndexCacheError, read_index
 
 from .conftest import ALBERS, UTM15, write_tif
 
@@ -60,13 +59,13 @@ def _same(a: RasterDataset, b: RasterDataset) -> None:
 def opened(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The files whose headers a dataset build reads (parsed directly or opened with rasterio)."""
     calls: list[str] = []
-    real = index_cache.IndexCacheMixin._header_or_error
+    real = CachedHeaders._header_or_error
 
     def counting(self, path, *args, **kwargs):
         calls.append(path)
         return real(self, path, *args, **kwargs)
 
-    monkeypatch.setattr(index_cache.IndexCacheMixin, "_header_or_error", counting)
+    monkeypatch.setattr(CachedHeaders, "_header_or_error", counting)
     return calls
 
 
@@ -223,7 +222,7 @@ class TestSavedIndex:
         ds = RasterDataset(folder, index_cache=True)
         plain = RasterDataset(folder)
         copy = pickle.loads(pickle.dumps(ds))
-        assert "_index_record" not in copy.__dict__
+        assert copy._cached_headers.record is None and ds._cached_headers.record is not None
         query = ds.geo_index[0]
         np.testing.assert_array_equal(copy[query]["image"].numpy(), plain[query]["image"].numpy())
         assert len(pickle.dumps(ds)) < 1.2 * len(pickle.dumps(plain))
@@ -355,7 +354,7 @@ class TestReloadWithoutPerFileObjects:
     """A saved index compared with the listing in columns (Arrow, integers) gives what the per-file code gave."""
 
     def test_local_stamps_are_the_texts_of_before(self, folder):
-        from pipekit.geo.index_cache import MtimeStamps, _fingerprint_columns, fingerprint_columns
+        from pipekit.geo.catalog._fingerprints import MtimeStamps, _fingerprint_columns, fingerprint_columns
 
         paths = [*sorted(str(p) for p in folder.iterdir()), str(folder / "gone.tif")]
         sizes, stamps = _fingerprint_columns(paths)
@@ -370,7 +369,7 @@ class TestReloadWithoutPerFileObjects:
         assert stamps.take([2, 0]).tolist() == [expected[2][1], expected[0][1]]
 
     def test_rows_of_with_integer_stamps_equals_rows_of_with_texts(self, folder, tmp_path):
-        from pipekit.geo.index_cache import _fingerprint_columns
+        from pipekit.geo.catalog._fingerprints import _fingerprint_columns
 
         where = RasterDataset(folder).save_index(tmp_path / "i.parquet")
         paths = sorted(str(p) for p in folder.iterdir())
@@ -407,7 +406,7 @@ class TestReloadWithoutPerFileObjects:
             read_index(where)
 
     def test_merge_of_one_whole_part_equals_the_general_merge(self, folder):
-        from pipekit.geo.index_cache import _merge
+        from pipekit.geo.catalog._cached_headers import _merge
 
         columns = read_index(RasterDataset(folder).save_index(folder / "i.parquet")).columns
         n = len(columns)
@@ -426,3 +425,10 @@ class TestReloadWithoutPerFileObjects:
         for name in ("crs_ids", "dtype_ids", "transforms", "shapes", "counts", "nodata", "has_nodata"):
             np.testing.assert_array_equal(getattr(whole, name), getattr(split, name), err_msg=name)
         assert whole.crs_ids[0] == 0 and whole.dtype_ids[0] == 0  # renumbered by first use
+
+
+def test_the_old_module_still_exports_the_saved_index_names():
+    from pipekit.geo import catalog, index_cache
+
+    for name in index_cache.__all__:
+        assert getattr(index_cache, name) is getattr(catalog, name), name

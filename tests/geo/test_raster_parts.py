@@ -1,6 +1,6 @@
 """A scene's band files read from S3 at once (issue 12): concurrent at the server, same pixels, same errors.
 
-``RasterDataset._read_parts`` opens and reads part ``k`` (the ``k``-th band
+``RasterReader._read_parts`` opens and reads part ``k`` (the ``k``-th band
 file) of a remote scene on I/O thread ``k`` (:func:`pipekit.geo.io.run_parts`).
 A proxy in front of the S3 server holds every request back a little and
 counts how many it holds at once: the band files of one sample overlap

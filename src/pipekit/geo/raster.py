@@ -1,23 +1,25 @@
 """Raster datasets: :class:`RasterDataset`, a geo dataset of raster files (GeoTIFF, COG, JPEG 2000...).
 
-Files are listed and their metadata read once, when the dataset is built
-(see :mod:`pipekit.geo.discovery`); their footprints (in the dataset CRS)
-and time intervals (from their names) go into a
-:class:`~pipekit.geo.index.GeoIndex` (``dataset.geo_index``), which
-``dataset.index``, TorchGeo 0.8's ``GeoDataFrame``, shows.  The dataset holds
-no open file: it pickles to DataLoader workers as a few arrays and strings,
-and each worker opens files lazily through :mod:`pipekit.geo.io`'s
-per-process cache.
+A dataset is its arguments, a *catalog* and a *reader*.  The catalog
+(:class:`~pipekit.geo.catalog.FileCatalog`, or a STAC item catalog) says what
+the entries are: the files are listed and their metadata read once, when the
+dataset is built, their footprints (in the dataset CRS) and time intervals
+(from their names) going into a :class:`~pipekit.geo.index.GeoIndex`
+(``dataset.geo_index``), which ``dataset.index``, TorchGeo 0.8's
+``GeoDataFrame``, shows.  The reader (:class:`~pipekit.geo.reader.RasterReader`)
+reads an entry's files onto a query's grid; the dataset mosaics the entries
+and assembles the sample.  The dataset holds no open file: it pickles to
+DataLoader workers as a few arrays and strings, and each worker opens files
+lazily through :mod:`pipekit.geo.io`'s per-process cache.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
-import math
-import operator
 import os
 import re
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -26,7 +28,7 @@ import torch
 from rasterio.crs import CRS
 from rasterio.enums import Resampling
 
-from pipekit.errors import ParseError, ReadError, SkipLog, StageError, check_on_error
+from pipekit.errors import SkipLog, check_on_error
 from pipekit.geo import io as geo_io
 from pipekit.geo.base import (
     Arrays,
@@ -40,38 +42,19 @@ from pipekit.geo.base import (
     _to_res,
     _to_tensor,
 )
-from pipekit.geo.bbox import MAX_TIME, MIN_TIME, BoundingBox
-from pipekit.geo.discovery import (
-    DatasetNotFoundError,
-    RasterHeader,
-    _FileTable,
-    _split_name,
-    any_band_glob,
-    date_interval,
-    date_intervals,
-    find_paths,
-    gc_paused,
-    group_scenes,
-    read_header,
-)
+from pipekit.geo.bbox import BoundingBox
+from pipekit.geo.catalog import CachedHeaders, Catalog, FileCatalog, check_bands, file_time_interval
+from pipekit.geo.discovery import _FileTable, any_band_glob
 from pipekit.geo.index import GeoIndex
-from pipekit.geo.index_cache import IndexCacheMixin
-from pipekit.geo.read import (
-    Grid,
-    SkippedReadError,
-    SourceReadError,
-    native_offsets,
-    read_into,
-    read_stack_into,
-    resampling_from,
-)
+from pipekit.geo.read import Grid, resampling_from
+from pipekit.geo.reader import RasterReader, ReadSettings
 
 __all__ = ["RasterDataset"]
 
 logger = logging.getLogger("pipekit.geo")
 
 
-class RasterDataset(IndexCacheMixin, GeoDataset):
+class RasterDataset(GeoDataset):
     """A geo dataset of raster files (GeoTIFF, COG, JPEG 2000...), local or remote.
 
     Subclasses describe a product with class attributes, as in TorchGeo 0.8:
@@ -153,7 +136,7 @@ class RasterDataset(IndexCacheMixin, GeoDataset):
         index_cache: keep the files' headers in a GeoParquet file and reuse
             them next time (only files whose size or modification time changed
             are opened again): ``True`` (``<root>/.pipekit-index.parquet``), a
-            path or fsspec URL, or ``None`` (see :mod:`pipekit.geo.index_cache`
+            path or fsspec URL, or ``None`` (see :mod:`pipekit.geo.catalog`
             and :meth:`save_index`).
         index_workers: threads that read the files' headers (``None``: see
             :func:`pipekit.geo.discovery.default_workers`); the index is the
@@ -235,8 +218,9 @@ class RasterDataset(IndexCacheMixin, GeoDataset):
         self.cache = cache
         self.on_error = check_on_error(on_error)
         self.skip_log = SkipLog(self.name)
-        self._opener = geo_io.RasterOpener(storage_options, vsi, gdal_options, cache_dir)
-        self._init_index_options(index_cache, index_workers, progress)
+        self._reader = RasterReader(geo_io.RasterOpener(storage_options, vsi, gdal_options, cache_dir), self.name,
+                                    self.skip_log)
+        self._cached_headers = CachedHeaders(self.root, self._opener, self.name, index_cache, index_workers, progress)
         self.storage_options = self._opener.storage_options
         if nodata is not None:
             self.nodata = float(nodata)
@@ -255,6 +239,8 @@ class RasterDataset(IndexCacheMixin, GeoDataset):
         given_crs = None if crs is None else _to_crs(crs)
         given_res = None if res is None else _to_res(res)
 
+        self._catalog = self._make_catalog()
+        self._reader.concurrent = self._catalog.concurrent
         self._files = self._build_file_table()
         first = 0
         target_crs = self._files.crs(first) if given_crs is None else given_crs
@@ -323,35 +309,18 @@ class RasterDataset(IndexCacheMixin, GeoDataset):
         self.__dict__["_resampling_choice"] = None if value is None else resampling_from(value)
     # -- configuration --------------------------------------------------------------------
     def _check_bands(self, bands: Sequence[str] | None) -> list[Any]:
-        if bands is not None and (isinstance(bands, str) or not isinstance(bands, Sequence)):
-            raise TypeError(f"bands must be a sequence of band names, got {bands!r}")
-        if bands is not None and len(bands) == 0:
-            raise ValueError("bands must not be empty")
-        if bands is None:
-            chosen = list(self.default_bands) if self.default_bands is not None else list(self.all_bands)
-        else:
-            chosen = list(bands)
-        if self.all_bands and self.separate_files:
-            bad = [b for b in chosen if not isinstance(b, str) or not b]
-            if bad:
-                raise ValueError(f"{self.name} bands are band names (strings), got {bad}")
-        elif self.all_bands:
-            unknown = [b for b in chosen if b not in self.all_bands]
-            if unknown:
-                raise ValueError(
-                    f"{self.name} has no band(s) {unknown}; its bands are {list(self.all_bands)}"
-                )
-        elif chosen:
-            bad = [b for b in chosen if isinstance(b, bool) or not isinstance(b, int) or b < 1]
-            if bad:
-                raise ValueError(
-                    f"{self.name} names no bands (all_bands is empty): select bands by 1-based index, got {bad}"
-                )
-        if self.separate_files and not chosen:
-            raise ValueError(f"{self.name} has separate_files=True but no bands (set all_bands or pass bands=)")
-        if len(set(chosen)) != len(chosen):
-            raise ValueError(f"bands must not repeat, got {chosen}")
-        return chosen
+        """``bands=`` checked against the product's band names (default ``default_bands``, else all)."""
+        return check_bands(bands, self.default_bands, self.all_bands, self.separate_files, self.name)
+
+    @property
+    def _opener(self) -> geo_io.RasterOpener:
+        """How files are opened (the reader's; replacing it makes this dataset's reads use another)."""
+        return self._reader.opener
+
+    @_opener.setter
+    def _opener(self, value: geo_io.RasterOpener) -> None:
+        self._reader = copy.copy(self._reader)  # a copy (to_crs) that shares the reader keeps its opener
+        self._reader.opener = value
 
     @property
     def files(self) -> list[str]:
@@ -383,297 +352,43 @@ class RasterDataset(IndexCacheMixin, GeoDataset):
     def res(self, value: Any) -> None:
         self._res = _to_res(value)
 
-    # -- indexing -------------------------------------------------------------------------
+    # -- the catalog ------------------------------------------------------------------------
+    def _make_catalog(self) -> Catalog:
+        """What the entries are: the files under ``root`` that the class attributes describe."""
+        return FileCatalog(
+            self.root,
+            filename_glob=self.filename_glob,
+            regex=self._regex,
+            date_format=self.date_format,
+            separate_files=self.separate_files,
+            bands=self.bands,
+            all_bands=self.all_bands,
+            band_variant_groups=self.band_variant_groups,
+            headers=self._cached_headers,
+            name=self.name,
+            on_error=self.on_error,
+            skip_log=self.skip_log,
+        )
+
     def _glob(self) -> str:
         """``filename_glob`` with its band placeholder ``{}`` matching any band (scenes are grouped later)."""
         return any_band_glob(self.filename_glob)
 
-    def _band_in_glob(self) -> bool:
-        """Whether ``filename_glob`` names one band, TorchGeo's way (``"T*_B02_10m.tif"``), not with ``{}``."""
-        return self.separate_files and "{}" not in self.filename_glob
-
-    def _skip_or_raise(self, error: StageError) -> None:
-        if self.on_error == "raise":
-            raise error
-        self.skip_log.record(error)
+    def _time_interval(self, path: str, match: re.Match[str]) -> tuple[float, float]:
+        """A file's time interval from its name (a subclass that overrides it is asked file by file)."""
+        return file_time_interval(path, match, self.date_format, self.name)
 
     def _build_file_table(self) -> _FileTable:
-        # the collector paused until the per-file objects of indexing (a Match per file name...) are gone: paused
-        # only around the listing, it traversed the 100,000 matches still alive when it was enabled again (~40 ms)
-        with gc_paused():
-            return self._index_files()
-
-    def _index_files(self) -> _FileTable:
-        """List the files, read (or reload) their headers and build the file table (:meth:`_build_file_table`)."""
-        in_glob = self._band_in_glob()
-        origins: dict[str, str] | None = {} if in_glob else None  # only TorchGeo's band-in-glob scenes need them
-        paths, matches = find_paths(self.root, self._glob(), self._regex, self.storage_options,
-                                    with_siblings=self.separate_files, name=self.name,
-                                    all_siblings=in_glob, origins=origins)
-        found_count = len(paths)
-        bands_of: list[dict[str, str]] = []
-        if self.separate_files:
-            matched = list(zip(paths, matches))
-            self._check_bands_found(matched)
-            if in_glob:
-                scenes = self._scenes_of_glob_matches(matched, origins or {})
-            else:
-                scenes = self._group_scenes(matched)
-            paths = [path for path, _, _ in scenes]
-            matches = [match for _, match, _ in scenes]
-            bands_of = [bands for _, _, bands in scenes]
-
-        columns, rows = self._read_metadata(paths)
-        if not rows:
-            raise DatasetNotFoundError(
-                f"{self.name}: none of the {found_count} file(s) found in {self.root!r} could be indexed "
-                f"({self.skip_log.count} skipped, see skip_log)"
-            )
-        if len(rows) < len(paths):  # files that could not be indexed were skipped
-            paths = [paths[i] for i in rows]
-            matches = [matches[i] for i in rows]
-            bands_of = [bands_of[i] for i in rows] if bands_of else bands_of
-        times = self._file_times(paths, matches)
-        band_spans, band_overrides = self._band_columns(paths, matches, bands_of) if self.separate_files else (None, {})
-        table = _FileTable.from_columns(paths, columns, times, band_spans, band_overrides)
-        band_dtypes = self._band_dtypes(bands_of[0], paths[0]) if self.separate_files else []
-        self._check_table(table, band_dtypes)
+        """The catalog built (files listed, headers read) and the sample layout it gives checked."""
+        overridden = type(self)._time_interval is not RasterDataset._time_interval
+        table = self._catalog.build(self._time_interval if overridden else None)
+        self._check_table(table)
         return table
 
-    def _file_times(self, paths: list[str], matches: list[re.Match[str]]) -> np.ndarray:
-        """``[n, 2]`` time intervals of the files from their names (:meth:`_time_interval`), vectorised.
-
-        Without ``date``/``start``/``stop`` groups every file spans all time
-        (no per-file step).  With them, each distinct date text is parsed once
-        and the files take their interval by code; the first file (in order)
-        whose date cannot be parsed is reported, with the error the per-file
-        :meth:`_time_interval` raises.  A subclass that overrides
-        :meth:`_time_interval` is asked file by file.
-        """
-        n = len(paths)
-        times = np.empty((n, 2), dtype=np.float64)
-        groups = self._regex.groupindex
-        if not any(g in groups for g in ("date", "start", "stop")):
-            times[:, 0], times[:, 1] = MIN_TIME, MAX_TIME
-            return times
-        if type(self)._time_interval is not RasterDataset._time_interval:
-            for k, (path, match) in enumerate(zip(paths, matches)):
-                times[k] = self._time_interval(path, match)
-            return times
-        fields = {g: date_intervals(list(map(operator.methodcaller("group", g), matches)), self.date_format)
-                  for g in ("date", "start", "stop") if g in groups}
-        dated = fields["date"].given if "date" in fields else np.zeros(n, dtype=bool)
-        times[:, 0], times[:, 1] = MIN_TIME, MAX_TIME
-        failed = np.zeros(n, dtype=bool)
-        if "date" in fields:  # a file with a date takes its interval; start and stop are not looked at
-            times[dated] = fields["date"].intervals[dated]
-            failed |= fields["date"].failed
-        for g, side in (("start", 0), ("stop", 1)):
-            if g in fields:
-                use = fields[g].given & ~dated
-                times[use, side] = fields[g].intervals[use, side]
-                failed |= fields[g].failed & ~dated
-        if failed.any():
-            k = int(np.argmax(failed))
-            for g in ("date", "start", "stop"):  # the first of the file's texts that fails, as parsed in turn
-                field = fields.get(g)
-                if field is not None and field.failed[k] and (g == "date" or not dated[k]):
-                    error = field.error(k)
-                    if isinstance(error, ValueError):
-                        raise ParseError("parse the date of", paths[k], self.name,
-                                         f"{error} (date_format {self.date_format!r})") from error
-                    raise error
-        return times
-
-    def _band_columns(self, paths: list[str], matches: list[re.Match[str]],
-                      bands_of: list[dict[str, str]]) -> tuple[np.ndarray, dict[tuple[int, str], str]]:
-        """Where each file's band name lies in its path, and the band files not found by substituting it."""
-        offsets = np.fromiter((len(_split_name(path)[0]) for path in paths), dtype=np.int64, count=len(paths))
-        spans = np.array(list(map(operator.methodcaller("span", "band"), matches)), dtype=np.int64).reshape(-1, 2)
-        band_spans = spans + offsets[:, None]
-        band_overrides: dict[tuple[int, str], str] = {}
-        for k, (path, (start, stop), bands) in enumerate(zip(paths, band_spans.tolist(), bands_of)):
-            head, tail = path[:start], path[stop:]
-            for band, other in bands.items():
-                if other != head + band + tail:
-                    band_overrides[(k, band)] = other
-        return band_spans, band_overrides
-
-    def _group_scenes(
-        self, matched: list[tuple[str, re.Match[str]]]
-    ) -> list[tuple[str, re.Match[str], dict[str, str]]]:
-        """Band files grouped into scenes: ``(index file, its match, {band: file})`` for complete scenes.
-
-        The scenes are :func:`~pipekit.geo.discovery.group_scenes`': the files
-        whose names agree in every regex group except ``band`` and the
-        ``band_variant_groups`` (e.g. Sentinel-2's ``resolution``), wherever
-        they lie (Sentinel-2 Level-2A keeps its 10, 20 and 60 m bands in
-        sibling folders) -- unless two of them would hold the same band and
-        variant, in which case each folder is a scene of its own.  The index
-        file is the finest copy of the first requested band; each band is read
-        from its finest copy.  A scene missing a requested band is reported
-        (``ReadError``, or recorded with ``on_error="skip"``).
-        """
-        scenes = []
-        for files in group_scenes(matched, self.band_variant_groups):
-            scene = self._complete_scene(files)
-            if scene is not None:
-                scenes.append(scene)
-        scenes.sort(key=lambda scene: scene[0])
-        return scenes
-
-    def _check_bands_found(self, matched: list[tuple[str, re.Match[str]]]) -> None:
-        """Refuse bands outside ``all_bands`` that no file found holds (a typo, or a band the scenes do not carry).
-
-        (A band of ``all_bands`` missing from a scene is reported per scene, see ``_complete_scene``.)
-        """
-        found = {match.group("band") for _, match in matched}
-        missing = [b for b in self.bands if b not in found and b not in self.all_bands]
-        if missing:
-            raise ValueError(
-                f"{self.name} has no band(s) {missing} in the files found in {self.root!r}: they hold bands "
-                f"{sorted(found)} (its all_bands are {list(self.all_bands)})"
-            )
-
-    def _scenes_of_glob_matches(
-        self, matched: list[tuple[str, re.Match[str]]], origins: dict[str, str]
-    ) -> list[tuple[str, re.Match[str], dict[str, str]]]:
-        """TorchGeo's rule for a ``filename_glob`` that names a band: one scene per file the glob finds.
-
-        Each band is read from the file whose name is the scene file's with
-        the band substituted (in the same folder), as TorchGeo reads it; where
-        no such file exists, from the finest copy of the band among the files
-        of the same scene (the names agree in every other group), if any.
-        """
-        known = {path for path, _ in matched}
-        by_scene: dict[tuple[Any, ...], list[tuple[str, re.Match[str]]]] = {}
-        for path, match in matched:
-            by_scene.setdefault(self._scene_key(match), []).append((path, match))
-        scenes = []
-        for path, match in matched:
-            if origins.get(path) == "sibling":
-                continue  # found beside a scene file: a band file, not a scene of its own
-            directory, name = _split_name(path)
-            start, stop = match.span("band")
-            chosen: dict[str, str] = {}
-            for band in self.bands:
-                candidate = directory + name[:start] + band + name[stop:]
-                if candidate in known:
-                    chosen[band] = candidate
-                    continue
-                options = sorted(
-                    (self._variant_rank(m), _split_name(p)[0] != directory, p)
-                    for p, m in by_scene[self._scene_key(match)] if m.group("band") == band
-                )
-                if not options:
-                    self._skip_or_raise(ReadError(
-                        "find band file", candidate, self.name,
-                        f"band {band!r} of the scene of {name!r} is missing (separate_files: one file per band)",
-                    ))
-                    break
-                chosen[band] = options[0][2]
-            else:
-                scenes.append((path, match, chosen))
-        return scenes
-
-    def _scene_key(self, match: re.Match[str]) -> tuple[Any, ...]:
-        """What the files of one scene share: every regex group but ``band`` and the variant groups."""
-        skip = {"band", *self.band_variant_groups}
-        return tuple(sorted((k, v) for k, v in match.groupdict().items() if k not in skip))
-
-    def _complete_scene(
-        self, files: dict[tuple[Any, ...], tuple[str, re.Match[str]]]
-    ) -> tuple[str, re.Match[str], dict[str, str]] | None:
-        by_band: dict[str, list[tuple[tuple[float, str], str, re.Match[str]]]] = {}
-        for (band, *_), (path, match) in files.items():
-            by_band.setdefault(band, []).append((self._variant_rank(match), path, match))
-        for options in by_band.values():
-            options.sort(key=lambda option: (option[0], option[1]))
-        first = self.bands[0]
-        if first in by_band:
-            _, index_path, index_match = by_band[first][0]
-        else:
-            _, index_path, index_match = min(option for options in by_band.values() for option in options)
-        directory, name = _split_name(index_path)
-        start, stop = index_match.span("band")
-        chosen: dict[str, str] = {}
-        for band in self.bands:
-            options = by_band.get(band)
-            if not options:
-                self._skip_or_raise(ReadError(
-                    "find band file", directory + name[:start] + band + name[stop:], self.name,
-                    f"band {band!r} of the scene of {name!r} is missing (separate_files: one file per band)",
-                ))
-                return None
-            best = options[0][0]
-            same_folder = [o for o in options if o[0] == best and _split_name(o[1])[0] == directory]
-            chosen[band] = (same_folder or options)[0][1]
-        return index_path, index_match, chosen
-
-    def _variant_rank(self, match: re.Match[str]) -> tuple[float, str]:
-        """Sort key among the files of one band: the finest resolution (digits of the variant group) first."""
-        for group in self.band_variant_groups:
-            value = match.groupdict().get(group)
-            if value:
-                digits = re.sub(r"\D", "", value)
-                return (float(digits) if digits else math.inf, value)
-        return (-math.inf, "")
-
-    def _time_interval(self, path: str, match: re.Match[str]) -> tuple[float, float]:
-        groups = match.groupdict()
-        try:
-            if groups.get("date"):
-                return date_interval(groups["date"], self.date_format)
-            mint, maxt = MIN_TIME, MAX_TIME
-            if groups.get("start"):
-                mint = date_interval(groups["start"], self.date_format)[0]
-            if groups.get("stop"):
-                maxt = date_interval(groups["stop"], self.date_format)[1]
-            return mint, maxt
-        except ValueError as exc:
-            raise ParseError("parse the date of", path, self.name,
-                             f"{exc} (date_format {self.date_format!r})") from exc
-
-    def _inspect(self, path: str) -> RasterHeader | None:
-        try:
-            header = read_header(self._opener, path, self.name)
-        except ReadError as exc:
-            self._skip_or_raise(exc)
-            return None
-        error = header.index_error(self.name)
-        if error is not None:
-            self._skip_or_raise(error)
-            return None
-        return header
-
-    def _band_dtypes(self, bands: dict[str, str], index_path: str) -> list[str]:
-        """The data types of a scene's other band files (a product's bands differ: uint8 QA, int16 ST, uint16 SR)."""
-        out = []
-        for path in bands.values():
-            if path == index_path:
-                continue
-            header = self._inspect(path)
-            if header is not None:
-                out.append(header.dtype)
-        return out
-
-    def _check_table(self, table: _FileTable, band_dtypes: Sequence[str] = ()) -> None:
-        if not self.separate_files:
-            if self.all_bands:
-                needed = max(list(self.all_bands).index(b) + 1 for b in self.bands)
-                what = f"band {list(self.all_bands)[needed - 1]!r} (band {needed})"
-            elif self.bands:
-                needed = max(self.bands)
-                what = f"band {needed}"
-            else:
-                needed = int(table.counts.max())
-                what = f"{needed} bands (like {table.path(int(np.argmax(table.counts)))!r})"
-            short = np.flatnonzero(table.counts < needed)
-            if len(short):
-                i = int(short[0])
-                raise ReadError("index raster", table.path(i), self.name,
-                                f"it has {int(table.counts[i])} band(s), the dataset reads {what}")
-        natives = [np.dtype(d) for d in (*table.dtypes, *band_dtypes)]
+    def _check_table(self, table: _FileTable) -> None:
+        """Band indexes, channels, fill value and numpy dtype of samples (``dtype="native"``'s type)."""
+        self._indexes, self._channels = self._catalog.layout(self.bands)
+        natives = [np.dtype(d) for d in self._catalog.native_dtypes()]
         native = np.result_type(*natives) if natives else np.dtype(np.float32)
         if self.nodata is not None:
             fill = float(self.nodata)
@@ -682,29 +397,20 @@ class RasterDataset(IndexCacheMixin, GeoDataset):
             fill = first if first is not None else 0.0
         self._fill_value = fill
         self._np_dtype = _fill_dtype(native, fill)
-        if self.separate_files:
-            self._indexes = [1]
-        elif self.all_bands:
-            self._indexes = [list(self.all_bands).index(b) + 1 for b in self.bands]
-        elif self.bands:
-            self._indexes = list(self.bands)
-        else:
-            self._indexes = list(range(1, int(table.counts.max()) + 1))
-        self._channels = len(self.bands) if self.separate_files else len(self._indexes)
 
     def _build_index(self, crs: CRS) -> GeoIndex:
         boxes = np.empty((len(self._files), 6), dtype=np.float64)
-        boxes[:, :4] = self._files.footprints(crs)
+        boxes[:, :4] = self._catalog.footprints(crs)
         boxes[:, 4:] = self._files.times
         if self._rows is not None:
             boxes = boxes[self._rows]
         return GeoIndex._from_array(boxes)  # a new array: not copied again
 
     def _frame(self) -> Any:
-        """TorchGeo 0.8's index: a ``filepath`` column (a scene's first band file), geometry, time intervals."""
+        """TorchGeo 0.8's index: geometry, time intervals and the catalog's columns (``filepath``...)."""
         from pipekit.geo.frame import frame_from_index
 
-        return frame_from_index(self.geo_index, self._crs, {"filepath": self.files})
+        return frame_from_index(self.geo_index, self._crs, self._catalog.frame_columns(self._entry_rows()))
 
     def _set_frame(self, frame: Any) -> None:
         """Keep the rows of ``frame`` (a filtered ``dataset.index``), matched to files by their ``filepath``."""
@@ -735,6 +441,72 @@ class RasterDataset(IndexCacheMixin, GeoDataset):
             "given" if res is not None else "from the first file",
             f"; {n_other} file(s) in other CRSs are reprojected on read" if n_other else "",
         )
+
+    # -- the saved index ----------------------------------------------------------------------
+    @property
+    def index_cache(self) -> Any:
+        """``index_cache=``: ``True``, a path or URL of the saved index, or ``None``."""
+        return self._cached_headers.index_cache
+
+    @index_cache.setter
+    def index_cache(self, value: Any) -> None:
+        self._cached_headers.index_cache = value
+
+    @property
+    def index_workers(self) -> int | None:
+        """Threads that read the files' headers (``index_workers=``)."""
+        return self._cached_headers.index_workers
+
+    @property
+    def progress(self) -> bool | None:
+        """Whether a progress bar shows while headers are read (``progress=``)."""
+        return self._cached_headers.progress
+
+    def index_cache_url(self) -> str | None:
+        """Where the saved index is read and written (``None`` without ``index_cache``)."""
+        return self._cached_headers.url()
+
+    def _save_pending(self) -> None:
+        """Write the index the catalog found out of date, once the dataset CRS is known."""
+        url, self._cached_headers.pending_save = self._cached_headers.pending_save, None
+        if url is None:
+            return
+        try:
+            self.save_index(url)
+        except Exception as exc:
+            warnings.warn(f"{self.name}: cannot save the index to {url!r}: {type(exc).__name__}: {exc}",
+                          UserWarning, stacklevel=3)
+
+    def save_index(self, path: Any = None) -> str:
+        """Save the headers of the indexed files to a GeoParquet file and return where.
+
+        Args:
+            path: a local path or fsspec URL (default: ``index_cache``'s
+                location, ``<root>/.pipekit-index.parquet`` for ``index_cache=True``
+                or when none was given and the root is one folder).
+
+        Reload it with ``RasterDataset(root, index_cache=path)``: files whose
+        size or modification time changed since are read again.
+
+        Raises:
+            RuntimeError: the dataset was unpickled (a DataLoader worker's copy
+                holds no fingerprints): save from the dataset that was built.
+
+        Example:
+            >>> import os, tempfile, numpy as np, rasterio
+            >>> from affine import Affine
+            >>> from pipekit.datasets import RasterDataset
+            >>> root = tempfile.mkdtemp()
+            >>> with rasterio.open(f"{root}/a.tif", "w", driver="GTiff", width=8, height=8, count=1, dtype="uint8",
+            ...                    crs="EPSG:32615", transform=Affine(10, 0, 500000, 0, -10, 4000080)) as f:
+            ...     f.write(np.zeros((1, 8, 8), dtype="uint8"))
+            >>> where = RasterDataset(root).save_index()
+            >>> os.path.basename(where)
+            '.pipekit-index.parquet'
+            >>> RasterDataset(root, index_cache=True).files == [f"{root}/a.tif"]
+            True
+        """
+        return self._cached_headers.save(path, self._files, self.crs)
 
     # -- reading ----------------------------------------------------------------------------
     def _layers(self) -> dict[str, int]:
@@ -785,8 +557,9 @@ class RasterDataset(IndexCacheMixin, GeoDataset):
         if track_valid or len(hits) > 1:
             out = np.full(shape, self._fill_value, dtype=self._np_dtype)
             valid = np.zeros(shape, dtype=bool)
+            settings = self._read_settings()
             for n, i in enumerate(hits.tolist()):
-                self._read_entry(i, grid, out, valid, True)
+                self._read_entry(i, grid, out, valid, True, settings)
                 if n + 1 < len(hits) and valid.all():
                     break
             return {key: (self._postprocess(out), valid)}
@@ -795,175 +568,15 @@ class RasterDataset(IndexCacheMixin, GeoDataset):
         self._read_entry(int(hits[0]), grid, out, None, False)
         return {key: (self._postprocess(out), None)}
 
-    def _read_entry(self, i: int, grid: Grid, out: np.ndarray, valid: np.ndarray | None, prefilled: bool) -> None:
-        """Read index entry ``i`` (a file, or a scene of band files) into ``out``."""
-        if self.separate_files:
-            urls = [self._files.band_path(i, band) for band in self.bands]
-            parts = [(url, [1]) for url in urls]
-        else:
-            urls = [self._files.path(i)]
-            parts = [(urls[0], self._indexes)]
-        if any(geo_io.uses_gdal_network(self._opener, url) for url in urls):
-            if len(parts) > 1 and geo_io.CONCURRENT_PARTS and not geo_io.on_io_thread():
-                # the band files at once, each on its own I/O thread (geo_io.run_parts)
-                self._read_parts(parts, grid, out, valid, prefilled, concurrent=True)
-            else:
-                geo_io.run_remote(self._read_parts, parts, grid, out, valid, prefilled)
-        else:
-            self._read_parts(parts, grid, out, valid, prefilled)
+    def _read_settings(self) -> ReadSettings:
+        """What the reader takes from this dataset's settings as they are now."""
+        return ReadSettings(resampling_from(self.resampling), self.nodata, self._fill_value, self.cache, self.on_error)
 
-    def _read_parts(
-        self, parts: list[tuple[str, list[int]]], grid: Grid, out: np.ndarray, valid: np.ndarray | None,
-        prefilled: bool, concurrent: bool = False,
-    ) -> None:
-        """Read the files ``parts`` (``(url, band indexes)``) of one index entry into ``out``.
-
-        ``concurrent``: part ``k`` is opened and read on I/O thread ``k`` (see
-        :func:`pipekit.geo.io.run_parts`); its handle lives in that thread's
-        cache, so it is evicted there.  Otherwise everything runs on this thread.
-        """
-        current = [parts[0][0]]
-
-        def evict(url: str | None = None) -> None:
-            """Close the cached handles of the parts (of ``url`` only, if given), on the threads holding them."""
-            if concurrent:
-                geo_io.run_parts(
-                    lambda k: geo_io.evict_handle(self._opener, parts[k][0])
-                    if url is None or parts[k][0] == url else None, len(parts))
-            elif url is not None:
-                geo_io.evict_handle(self._opener, url)
-            else:
-                for part_url, _ in parts:
-                    geo_io.evict_handle(self._opener, part_url)
-
-        def reopen() -> None:  # after a transient failure: open the files again
-            if self.cache:
-                evict()
-
-        try:
-            if geo_io.is_local(parts[0][0]):
-                self._read_parts_once(parts, grid, out, valid, prefilled, current, concurrent)
-            else:  # a remote read outlives an outage longer than GDAL's own HTTP retries
-                geo_io.retry_read(
-                    lambda: self._read_parts_once(parts, grid, out, valid, prefilled, current, concurrent),
-                    opener=self._opener, url=parts[0][0], stage=self.name, recover=reopen)
-        except Exception as exc:
-            url = exc.url if isinstance(exc, SourceReadError | StageError) and exc.url else current[0]
-            if not prefilled:
-                out[...] = self._fill_value
-            if self.cache:
-                evict(url)
-            if isinstance(exc, StageError):
-                error = exc
-            else:
-                error = ReadError("read raster", url, self.name, str(exc) if isinstance(exc, SourceReadError)
-                                  else f"{type(exc).__name__}: {exc}")
-            error = self._read_error_context(error)
-            if self.on_error == "raise":
-                raise error from exc
-            # on_error="skip": counted, and the query has no sample (never a zero-filled patch)
-            self.skip_log.record(error)
-            raise SkippedReadError(error.action, error.url, error.stage,
-                                   f"{error.reason} (skipped: on_error='skip')") from exc
-
-    def _read_parts_once(
-        self, parts: list[tuple[str, list[int]]], grid: Grid, out: np.ndarray, valid: np.ndarray | None,
-        prefilled: bool, current: list[str], concurrent: bool = False,
-    ) -> None:
-        if concurrent:
-            self._read_parts_concurrently(parts, grid, out, valid, prefilled, current)
-            return
-        opened: list[geo_io.RasterHandle] = []
-        handles: list[tuple[geo_io.RasterHandle, list[int]]] = []
-        try:
-            for url, indexes in parts:
-                current[0] = url
-                if self.cache:
-                    h = geo_io.cached_handle(self._opener, url, self.name)
-                else:
-                    h = geo_io.open_handle(self._opener, url, self.name)
-                    opened.append(h)
-                handles.append((h, indexes))
-            nodatas = [self.nodata if self.nodata is not None else h.nodata for h, _ in handles]
-            resampling = resampling_from(self.resampling)
-            read_stack_into(handles, nodatas, grid, out, valid, resampling, self._fill_value, prefilled)
-        finally:
-            for h in opened:
-                h.close()
-
-    def _read_parts_concurrently(
-        self, parts: list[tuple[str, list[int]]], grid: Grid, out: np.ndarray, valid: np.ndarray | None,
-        prefilled: bool, current: list[str],
-    ) -> None:
-        """:meth:`_read_parts_once` with part ``k`` opened and read on I/O thread ``k``, all parts at once.
-
-        A part the grid reads natively (the scene's CRS and pixel size) is
-        read in the same task that opens it: one round trip to the I/O
-        threads per sample.  Parts to be warped are read once every part is
-        open, as :func:`~pipekit.geo.read.read_stack_into` decides (bands on
-        one grid warped together), their windows read at once again.
-        """
-        opened: list[geo_io.RasterHandle | None] = [None] * len(parts)
-        resampling = resampling_from(self.resampling)
-        offsets = np.cumsum([0] + [len(indexes) for _, indexes in parts]).tolist()
-
-        def failed(k: int) -> None:  # the part whose error is raised: named if the error does not say
-            current[0] = parts[k][0]
-
-        def nodata(h: geo_io.RasterHandle) -> float | None:
-            return self.nodata if self.nodata is not None else h.nodata
-
-        def read_part(k: int, h: geo_io.RasterHandle) -> bool:
-            part = slice(offsets[k], offsets[k + 1])
-            return read_into(h, parts[k][1], grid, out[part], None if valid is None else valid[part], resampling,
-                             nodata(h), self._fill_value, prefilled)
-
-        def open_part(k: int) -> tuple[geo_io.RasterHandle | None, bool | None, BaseException | None, bool]:
-            """``(handle, covered or None if not read yet, error, whether the error is the opening's)``."""
-            url = parts[k][0]
-            try:
-                if self.cache:
-                    h = geo_io.cached_handle(self._opener, url, self.name)
-                else:
-                    h = opened[k] = geo_io.open_handle(self._opener, url, self.name)
-            except Exception as exc:
-                return None, None, exc, True
-            if native_offsets(h, grid, resampling) is None:
-                return h, None, None, False  # warped: maybe with the other bands, once all are open
-            try:
-                return h, read_part(k, h), None, False
-            except Exception as exc:
-                return h, None, exc, False
-
-        def close_part(k: int) -> None:
-            h = opened[k]
-            if h is not None:
-                h.close()
-
-        try:
-            found = geo_io.run_parts(open_part, len(parts), failed)
-            # the error a serial read raises: the first file that did not open, else the first read that failed
-            for opening in (True, False):
-                for k, (_, _, error, at_open) in enumerate(found):
-                    if error is not None and at_open is opening:
-                        failed(k)
-                        raise error
-            rest = [k for k, (_, covered, _, _) in enumerate(found) if covered is None]
-            if len(rest) == len(parts):  # all warped: read_stack_into decides, part k's reads on thread k
-                handles = [(h, indexes) for (h, _, _, _), (_, indexes) in zip(found, parts)]
-                read_stack_into(handles, [nodata(h) for h, _ in handles], grid, out, valid, resampling,
-                                self._fill_value, prefilled,
-                                run=lambda fn, count: geo_io.run_parts(fn, count, failed))
-            elif rest:  # some bands in another grid: each warped on its own, as read_stack_into would
-                geo_io.run_parts(lambda j: read_part(rest[j], found[rest[j]][0]), len(rest),
-                                 lambda j: failed(rest[j]), lanes=rest)
-        finally:
-            if not self.cache:
-                geo_io.run_parts(close_part, len(parts))
-
-    def _read_error_context(self, error: StageError) -> StageError:
-        """Hook: the error a failed read reports (subclasses add what the file is, e.g. a STAC item's id)."""
-        return error
+    def _read_entry(self, i: int, grid: Grid, out: np.ndarray, valid: np.ndarray | None, prefilled: bool,
+                    settings: ReadSettings | None = None) -> None:
+        """Read file-table row ``i`` (a file, a scene of band files, an item's assets) into ``out``."""
+        parts, label = self._catalog.parts(i, self.bands, self._indexes)
+        self._reader.read(parts, grid, out, valid, prefilled, settings or self._read_settings(), label)
 
     def _postprocess(self, array: np.ndarray) -> np.ndarray:
         """Hook for products (e.g. CDL's ordinal class mapping); identity by default."""

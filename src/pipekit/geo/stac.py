@@ -5,178 +5,35 @@ or ``pystac.Item`` objects (see :mod:`pipekit.geo.stac_items`).  Each item is
 an index entry; its chosen assets are the bands of a scene, read as COG
 windows by :class:`~pipekit.geo.raster.RasterDataset`'s machinery (GDAL
 ``/vsis3/``/``/vsicurl/`` or fsspec, warped into the dataset CRS, mosaicked
-across items and UTM zones).  The dataset keeps only arrays, item ids and
-asset hrefs: it pickles to DataLoader workers without the items' JSON.
+across items and UTM zones).  The dataset is a ``RasterDataset`` over a
+:class:`~pipekit.geo.catalog.STACCatalog`, which keeps only arrays, item ids
+and asset hrefs: it pickles to DataLoader workers without the items' JSON.
 """
 
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import torch
-from affine import Affine
-from rasterio.crs import CRS
 from rasterio.enums import Resampling
 
-from pipekit.errors import ReadError, StageError
-from pipekit.geo import io as geo_io
-from pipekit.geo.base import Sample, _fill_dtype
-from pipekit.geo.discovery import DatasetNotFoundError, RasterHeader, _FileTable, read_header
-from pipekit.geo.index import GeoIndex
+from pipekit.geo.base import Sample
+from pipekit.geo.catalog._stac import STACCatalog, describe_source
+
+# aliased, so re-exported: the names code imported from here before the catalog held them
+from pipekit.geo.catalog._stac import _is_api as _is_api
+from pipekit.geo.catalog._stac_assets import _band_names as _band_names
+from pipekit.geo.catalog._stac_assets import _bands_of as _bands_of
+from pipekit.geo.catalog._stac_assets import _proj_crs as _proj_crs
+from pipekit.geo.catalog._stac_assets import _still_selects as _still_selects
+from pipekit.geo.catalog._stac_assets import header_from_proj as header_from_proj
+from pipekit.geo.catalog._stac_assets import select_assets as select_assets
 from pipekit.geo.raster import RasterDataset
-from pipekit.geo.read import Grid, transform_bounds_fast
-from pipekit.geo.stac_items import (
-    ItemRecord,
-    is_geoparquet,
-    read_geoparquet,
-    records_from_items,
-    search_api,
-    walk_catalog,
-)
-from pipekit.geo.stac_search import SEARCH_KEYS, ItemFilter
+from pipekit.geo.stac_search import SEARCH_KEYS
 
 __all__ = ["STACDataset"]
-
-
-#: the item whose assets the current thread reads (for error messages)
-_CURRENT = threading.local()
-
-
-def _bands_of(asset: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """An asset's band list: STAC 1.1 ``bands``, else ``eo:bands``, else ``raster:bands``."""
-    for key in ("bands", "eo:bands", "raster:bands"):
-        value = asset.get(key)
-        if value:
-            return list(value)
-    return []
-
-
-def _band_names(band: Mapping[str, Any]) -> set[str]:
-    return {str(v) for v in (band.get("name"), band.get("common_name"), band.get("eo:common_name")) if v}
-
-
-def _still_selects(record: ItemRecord, wanted: Sequence[str], parts: Sequence[tuple[str, tuple[int, ...]]]) -> bool:
-    """Whether ``parts`` (another item's selection) selects ``wanted`` in ``record`` too (as in one collection)."""
-    for name, (key, indexes) in zip(wanted, parts):
-        asset = record.assets.get(key)
-        if asset is None:
-            return False
-        if key == name:
-            if len(indexes) != max(1, len(_bands_of(asset))):
-                return False
-            continue
-        bands = _bands_of(asset)
-        if len(bands) > 1:  # a band of a multi-band asset: this item may hold it alone too (preferred)
-            return False
-        if len(indexes) != 1 or len(bands) < indexes[0] or name not in _band_names(bands[indexes[0] - 1]):
-            return False
-    return True
-
-
-def select_assets(record: ItemRecord, wanted: Sequence[str]) -> list[tuple[str, tuple[int, ...]]]:
-    """``(asset key, 1-based band indexes)`` of each wanted asset key or band name of an item.
-
-    A name is an asset key (all its bands), else a band ``name`` or
-    ``common_name`` (``"red"``, ``"nir"``) in an asset's ``eo:bands``/``bands``
-    (single-band assets preferred over multi-band ones such as ``visual``).
-
-    Raises:
-        ReadError: the item has no such asset or band (names the item and its asset keys).
-
-    Example:
-        >>> from pipekit.geo.stac_items import ItemRecord
-        >>> rec = ItemRecord("S2B_T31UFU", None, 0, 0, {}, {
-        ...     "B04": {"href": "b04.tif", "eo:bands": [{"name": "B04", "common_name": "red"}]},
-        ...     "visual": {"href": "tci.tif", "eo:bands": [{"name": "B04", "common_name": "red"},
-        ...                                                {"name": "B03", "common_name": "green"}]}})
-        >>> select_assets(rec, ["red", "visual"])
-        [('B04', (1,)), ('visual', (1, 2))]
-    """
-    out = []
-    for name in wanted:
-        asset = record.assets.get(name)
-        if asset is not None:
-            out.append((name, tuple(range(1, max(1, len(_bands_of(asset))) + 1))))
-            continue
-        matches = []
-        for key, fields in record.assets.items():
-            bands = _bands_of(fields)
-            for j, band in enumerate(bands):
-                if name in _band_names(band):
-                    matches.append((len(bands) > 1, key, j + 1))
-        if not matches:
-            where = f" (read from {record.href})" if record.href else ""
-            raise ReadError(
-                "select STAC asset",
-                record.href or record.id,
-                "STACDataset",
-                f"item {record.id!r} has no asset or band {name!r}{where}; its assets are {sorted(record.assets)}",
-            )
-        _, key, index = min(matches)
-        out.append((key, (index,)))
-    return out
-
-
-_CRS_CACHE: dict[Any, CRS] = {}
-
-
-def _proj_crs(fields: Mapping[str, Any]) -> CRS | None:
-    for key in ("proj:code", "proj:epsg", "proj:wkt2", "proj:projjson"):
-        value = fields.get(key)
-        if value is None:
-            continue
-        cache_key = value if isinstance(value, (str, int)) else repr(value)
-        crs = _CRS_CACHE.get(cache_key)
-        if crs is None:
-            if key == "proj:epsg":
-                crs = CRS.from_epsg(int(value))
-            elif key == "proj:projjson":
-                crs = CRS.from_dict(value)
-            else:
-                crs = CRS.from_user_input(value)
-            _CRS_CACHE[cache_key] = crs
-        return crs
-    return None
-
-
-def header_from_proj(record: ItemRecord, key: str, href: str) -> RasterHeader | None:
-    """The raster header the projection extension gives an item's asset (``None`` if it lacks any part).
-
-    Asset-level ``proj:*`` fields override the item's; ``raster:bands``
-    (or 1.1 ``bands``) give the data type and nodata.
-    """
-    asset = record.assets[key]
-    fields = {**record.proj, **{k: v for k, v in asset.items() if k.startswith("proj:")}}
-    try:
-        crs = _proj_crs(fields)
-    except Exception:
-        return None
-    transform = fields.get("proj:transform")
-    shape = fields.get("proj:shape")
-    if crs is None or not transform or len(transform) < 6 or not shape or len(shape) != 2:
-        return None
-    affine = Affine(*[float(v) for v in list(transform)[:6]])
-    height, width = int(shape[0]), int(shape[1])
-    bands = _bands_of(asset)
-    dtype = ""
-    nodata = None
-    for band in asset.get("raster:bands") or bands:
-        dtype = str(band.get("data_type") or "")
-        nodata = band.get("nodata")
-        break
-    if nodata is not None:
-        try:
-            nodata = float(nodata)
-        except (TypeError, ValueError):  # "nan", "inf" strings
-            nodata = float(str(nodata))
-    left, top = affine.c, affine.f
-    right, bottom = affine.c + affine.a * width + affine.b * height, affine.f + affine.d * width + affine.e * height
-    bounds = (min(left, right), min(top, bottom), max(left, right), max(top, bottom))
-    return RasterHeader(href, crs, affine, width, height, max(1, len(bands)), dtype or "float32", nodata, bounds)
 
 
 class STACDataset(RasterDataset):
@@ -301,14 +158,12 @@ class STACDataset(RasterDataset):
         if not isinstance(is_image, bool):
             raise TypeError(f"is_image must be a bool, got {is_image!r}")
         self.is_image = is_image
-        self.href_modifier = href_modifier
         local = locals()
-        self._search = {k: local[k] for k in SEARCH_KEYS if local[k] is not None}
-        self._client_options = dict(client_options or {})
-        self._source = source
-        self.requests = 0
+        # what _make_catalog takes (the catalog is built inside RasterDataset.__init__)
+        self.__dict__["_stac_args"] = (source, {k: local[k] for k in SEARCH_KEYS if local[k] is not None},
+                                       dict(client_options or {}), href_modifier)
         super().__init__(
-            _describe(source),
+            describe_source(source),
             crs,
             res,
             list(assets),
@@ -324,9 +179,22 @@ class STACDataset(RasterDataset):
             cache_dir=cache_dir,
             time_series=time_series,
         )
-        del self._source  # the items are indexed: nothing of their JSON is kept
 
-    # -- configuration ------------------------------------------------------------------------
+    def _make_catalog(self) -> STACCatalog:
+        """The items of ``source``, their chosen assets the bands read."""
+        source, search, client_options, href_modifier = self.__dict__.pop("_stac_args")
+        return STACCatalog(
+            source,
+            self.bands,
+            search=search,
+            client_options=client_options,
+            href_modifier=href_modifier,
+            opener=self._opener,
+            name=self.name,
+            on_error=self.on_error,
+            skip_log=self.skip_log,
+        )
+
     def _check_bands(self, bands: Sequence[str] | None) -> list[Any]:
         chosen = list(bands or [])
         bad = [b for b in chosen if not isinstance(b, str) or not b]
@@ -336,177 +204,26 @@ class STACDataset(RasterDataset):
             raise ValueError(f"assets must not repeat, got {chosen}")
         return chosen
 
+    # -- what the entries are ---------------------------------------------------------------
     @property
     def assets(self) -> list[str]:
         """The asset keys or band names read, in channel order."""
         return list(self.bands)
 
-    # -- indexing -----------------------------------------------------------------------------
-    def _item_filter(self, source: str) -> ItemFilter | None:
-        """The search parameters, evaluated client-side on a source that is not an API (``None``: none given)."""
-        keep = ItemFilter(self._search, source) if self._search else None
-        return keep if keep else None
+    @property
+    def href_modifier(self) -> Callable[[str], str] | None:
+        """``href -> href`` applied when an asset is opened (``None``: the hrefs as they are)."""
+        return self._catalog.href_modifier
 
-    def _records(self) -> list[ItemRecord]:
-        source = self._source
-        if isinstance(source, (str, os.PathLike)):
-            href = os.fspath(source)
-            if is_geoparquet(href):
-                self.requests += 1
-                return read_geoparquet(href, self.storage_options, self.bands, self._item_filter(href))
-            is_url = href.startswith(("http://", "https://"))
-            self.requests += is_url  # the landing page or root document, read to tell an API from a static catalog
-            if is_url and _is_api(href, self._client_options):
-                counter = [0]
-                try:
-                    return search_api(href, self._search, self._client_options, counter)
-                finally:
-                    self.requests += counter[0]
-            from pipekit.geo.stac_items import FsspecStacIO
+    @href_modifier.setter
+    def href_modifier(self, value: Callable[[str], str] | None) -> None:
+        self._catalog.href_modifier = value
 
-            stac_io = FsspecStacIO(self.storage_options)
-            try:
-                return walk_catalog(href, self.storage_options, stac_io=stac_io, keep=self._item_filter(href))
-            finally:
-                self.requests += stac_io.requests
-        what = _describe(source)
-        try:
-            import pystac
+    @property
+    def requests(self) -> int:
+        """The documents read to find the items (catalogs, API pages, the parquet file)."""
+        return self._catalog.requests
 
-            if isinstance(source, pystac.Catalog):
-                return records_from_items(source.get_items(recursive=True), self._item_filter(what))
-        except ImportError:  # pragma: no cover
-            pass
-        if isinstance(source, Iterable) and not isinstance(source, (bytes, Mapping)):
-            return records_from_items(source, self._item_filter(what))
-        raise TypeError(
-            "source must be a catalog/collection path or URL, a STAC API URL, a stac-geoparquet file, "
-            f"a pystac.Catalog or an iterable of pystac.Items, got {type(source).__name__}"
-        )
-
-    def _build_file_table(self) -> _FileTable:
-        records = self._records()
-        ids: list[str] = []
-        headers: list[RasterHeader] = []
-        times: list[tuple[float, float]] = []
-        hrefs: list[tuple[str, ...]] = []
-        layouts: dict[tuple[tuple[str, tuple[int, ...]], ...], int] = {}
-        layout_ids: list[int] = []
-        seen: dict[str, str | None] = {}
-        previous = None
-        for record in records:
-            if record.id in seen:
-                raise ValueError(
-                    f"{self.name}: item id {record.id!r} appears twice (collections {seen[record.id]!r} and "
-                    f"{record.collection!r}); pass the items of one collection, or dedupe them"
-                )
-            seen[record.id] = record.collection
-            if previous is not None and _still_selects(record, self.bands, previous):
-                parts = previous
-            else:
-                try:
-                    parts = previous = select_assets(record, self.bands)
-                except ReadError as exc:
-                    self._skip_or_raise(exc)
-                    continue
-            item_hrefs = tuple(str(record.assets[key]["href"]) for key, _ in parts)
-            header = header_from_proj(record, parts[0][0], item_hrefs[0])
-            if header is None:
-                header = self._header_of(record, parts[0][0], item_hrefs[0])
-                if header is None:
-                    continue
-            layout = tuple(parts)
-            ids.append(record.id)
-            headers.append(header)
-            times.append((record.start, record.end))
-            hrefs.append(item_hrefs)
-            layout_ids.append(layouts.setdefault(layout, len(layouts)))
-        if not ids:
-            searched = f" matching the search {self._search}" if self._search else ""
-            raise DatasetNotFoundError(
-                f"{self.name}: none of the {len(records)} item(s) of {self.root!r}{searched} could be indexed "
-                f"({self.skip_log.count} skipped, see skip_log)"
-            )
-        found = list(layouts)
-        counts = [sum(len(idx) for _, idx in layout) for layout in found]
-        if len(set(counts)) > 1:  # name the first item of two layouts that differ
-            first = layout_ids.index(0)
-            other = next(row for row, k in enumerate(layout_ids) if counts[k] != counts[0])
-            raise ValueError(
-                f"{self.name}: the items' assets {self.bands} give different channel counts: {counts[0]} in item "
-                f"{ids[first]!r} (asset bands {dict(found[0])}), {counts[layout_ids[other]]} in item "
-                f"{ids[other]!r} ({dict(found[layout_ids[other]])}); a multi-band asset differs between items: "
-                "choose single bands by name"
-            )
-        flat = [h for item in hrefs for h in item]
-        prefix = os.path.commonprefix(flat) if len(flat) > 1 else ""  # noqa: RUF071
-        self._href_prefix = prefix
-        # hrefs shared by items (a tile's COGs, a mosaic) are stored once: a table of strings and an index array
-        unique: dict[str, int] = {}
-        width = max(len(item) for item in hrefs)
-        self._href_ids = np.full((len(hrefs), width), -1, dtype=np.int32)
-        for row, item in enumerate(hrefs):
-            for col, h in enumerate(item):
-                self._href_ids[row, col] = unique.setdefault(h[len(prefix) :], len(unique))
-        self._href_table = list(unique)
-        self._layouts = list(layouts)
-        self._layout_ids = np.asarray(layout_ids, dtype=np.int32)
-        table = _FileTable(ids, headers, np.asarray(times, dtype=np.float64).reshape(-1, 2), None, {})
-        self._check_table(table)
-        return table
-
-    def _build_index(self, crs: CRS) -> GeoIndex:
-        """RasterDataset's index, reprojecting each distinct grid once (the items of a tile share theirs)."""
-        table = self._files
-        keys = np.column_stack([table.crs_ids, table.transforms, table.shapes]).astype(np.float64)
-        unique, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
-        footprints = np.empty((len(unique), 4), dtype=np.float64)
-        for k, row in enumerate(first.tolist()):
-            left, bottom, right, top = table.native_bounds(row)
-            if table.crs(row) != crs:
-                left, bottom, right, top = transform_bounds_fast(table.crs(row), crs, left, bottom, right, top)
-            footprints[k] = (left, right, bottom, top)
-        boxes = np.empty((len(table), 6), dtype=np.float64)
-        boxes[:, :4] = footprints[inverse.reshape(-1)]
-        boxes[:, 4:] = table.times
-        if self._rows is not None:
-            boxes = boxes[self._rows]
-        return GeoIndex(boxes)
-
-    def _header_of(self, record: ItemRecord, key: str, href: str) -> RasterHeader | None:
-        """The header of an asset without the projection extension, read once with rasterio."""
-        url = self._modified(href)
-        try:
-            header = read_header(self._opener, url, self.name)
-            error = header.index_error(self.name)
-        except ReadError as exc:
-            error = exc
-        if error is not None:
-            self._skip_or_raise(
-                ReadError(
-                    error.action,
-                    error.url,
-                    error.stage,
-                    f"item {record.id!r} asset {key!r} (no projection extension): {error.reason}",
-                )
-            )
-            return None
-        return header
-
-    def _check_table(self, table: _FileTable, band_dtypes: Sequence[str] = ()) -> None:
-        natives = [np.dtype(d) for d in table.dtypes]
-        native = np.result_type(*natives) if natives else np.dtype(np.float32)
-        if self.nodata is not None:
-            fill = float(self.nodata)
-        else:
-            first = table.file_nodata(0)
-            fill = first if first is not None else 0.0
-        self._fill_value = fill
-        self._np_dtype = _fill_dtype(native, fill)
-        self._indexes = []
-        self._channels = sum(len(idx) for _, idx in self._layouts[0])
-
-    # -- what the entries are ---------------------------------------------------------------
     @property
     def item_ids(self) -> list[str]:
         """The indexed items' ids (``dataset.index["filepath"]``)."""
@@ -514,78 +231,4 @@ class STACDataset(RasterDataset):
 
     def asset_hrefs(self, i: int) -> dict[str, str]:
         """``{asset key: href}`` of index entry ``i`` (before ``href_modifier``)."""
-        row = int(self._entry_rows()[i])
-        layout = self._layouts[int(self._layout_ids[row])]
-        return {key: self._href(row, col) for col, (key, _) in enumerate(layout)}
-
-    def _href(self, row: int, col: int) -> str:
-        return self._href_prefix + self._href_table[int(self._href_ids[row, col])]
-
-    def _modified(self, href: str) -> str:
-        return href if self.href_modifier is None else str(self.href_modifier(href))
-
-    def _frame(self) -> Any:
-        from pipekit.geo.frame import frame_from_index
-
-        rows = self._entry_rows()
-        first = [self._href(int(r), 0) for r in rows]
-        return frame_from_index(self.geo_index, self._crs, {"filepath": self.files, "href": first})
-
-    # -- reading ------------------------------------------------------------------------------
-    def _read_entry(self, i: int, grid: Grid, out: np.ndarray, valid: np.ndarray | None, prefilled: bool) -> None:
-        layout = self._layouts[int(self._layout_ids[i])]
-        parts = [(self._modified(self._href(i, col)), list(idx)) for col, (_, idx) in enumerate(layout)]
-        if any(geo_io.uses_gdal_network(self._opener, url) for url, _ in parts):
-            geo_io.run_remote(self._read_item, i, parts, grid, out, valid, prefilled)
-        else:
-            self._read_item(i, parts, grid, out, valid, prefilled)
-
-    def _read_item(
-        self,
-        i: int,
-        parts: list[tuple[str, list[int]]],
-        grid: Grid,
-        out: np.ndarray,
-        valid: np.ndarray | None,
-        prefilled: bool,
-    ) -> None:
-        _CURRENT.entry = (self, i, [url for url, _ in parts])
-        try:
-            self._read_parts(parts, grid, out, valid, prefilled)
-        finally:
-            _CURRENT.entry = None
-
-    def _read_error_context(self, error: StageError) -> StageError:
-        entry = getattr(_CURRENT, "entry", None)
-        if entry is None or entry[0] is not self:
-            return error
-        _, i, urls = entry
-        layout = self._layouts[int(self._layout_ids[i])]
-        key = next((k for (k, _), url in zip(layout, urls, strict=True) if url == error.url), None)
-        what = f"item {self._files.path(i)!r}" + (f" asset {key!r}" if key else "")
-        return ReadError(error.action, error.url, error.stage, f"{what}: {error.reason}")
-
-
-def _is_api(url: str, client_options: Mapping[str, Any]) -> bool:
-    """Whether ``url`` is a STAC API landing page (it conforms to item search or links a ``search``)."""
-    import json
-    import urllib.request
-
-    headers = dict(client_options.get("headers") or {})
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60) as response:
-            doc = json.loads(response.read())
-    except Exception as exc:
-        raise ReadError("open STAC source", url, "STACDataset", f"{type(exc).__name__}: {exc}") from exc
-    conforms = " ".join(str(c) for c in doc.get("conformsTo") or [])
-    return "item-search" in conforms or any(link.get("rel") == "search" for link in doc.get("links") or [])
-
-
-def _describe(source: Any) -> str:
-    """A short text for ``source`` (what the dataset keeps of it: never the items)."""
-    if isinstance(source, (str, os.PathLike)):
-        return os.fspath(source)
-    try:
-        return f"<{len(source)} STAC items>"
-    except TypeError:
-        return f"<{type(source).__name__} of STAC items>"
+        return self._catalog.asset_hrefs(int(self._entry_rows()[i]))

@@ -1,0 +1,154 @@
+"""A STAC item's assets as the bands of a scene: which assets are read, and their grid from the projection extension.
+
+:func:`select_assets` picks the asset (and band) of each wanted asset key or
+band name (``eo:bands``/``bands`` ``name`` or ``common_name``);
+:func:`header_from_proj` gives an asset's raster header from its ``proj:*``
+fields, without opening it.  Used by :class:`~pipekit.geo.catalog.STACCatalog`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from affine import Affine
+from rasterio.crs import CRS
+
+from pipekit.errors import ReadError
+from pipekit.geo.discovery import RasterHeader
+from pipekit.geo.stac_items import ItemRecord
+
+__all__ = ["header_from_proj", "select_assets"]
+
+
+def _bands_of(asset: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """An asset's band list: STAC 1.1 ``bands``, else ``eo:bands``, else ``raster:bands``."""
+    for key in ("bands", "eo:bands", "raster:bands"):
+        value = asset.get(key)
+        if value:
+            return list(value)
+    return []
+
+
+def _band_names(band: Mapping[str, Any]) -> set[str]:
+    return {str(v) for v in (band.get("name"), band.get("common_name"), band.get("eo:common_name")) if v}
+
+
+def _still_selects(record: ItemRecord, wanted: Sequence[str], parts: Sequence[tuple[str, tuple[int, ...]]]) -> bool:
+    """Whether ``parts`` (another item's selection) selects ``wanted`` in ``record`` too (as in one collection)."""
+    for name, (key, indexes) in zip(wanted, parts):
+        asset = record.assets.get(key)
+        if asset is None:
+            return False
+        if key == name:
+            if len(indexes) != max(1, len(_bands_of(asset))):
+                return False
+            continue
+        bands = _bands_of(asset)
+        if len(bands) > 1:  # a band of a multi-band asset: this item may hold it alone too (preferred)
+            return False
+        if len(indexes) != 1 or len(bands) < indexes[0] or name not in _band_names(bands[indexes[0] - 1]):
+            return False
+    return True
+
+
+def select_assets(record: ItemRecord, wanted: Sequence[str]) -> list[tuple[str, tuple[int, ...]]]:
+    """``(asset key, 1-based band indexes)`` of each wanted asset key or band name of an item.
+
+    A name is an asset key (all its bands), else a band ``name`` or
+    ``common_name`` (``"red"``, ``"nir"``) in an asset's ``eo:bands``/``bands``
+    (single-band assets preferred over multi-band ones such as ``visual``).
+
+    Raises:
+        ReadError: the item has no such asset or band (names the item and its asset keys).
+
+    Example:
+        >>> from pipekit.geo.stac_items import ItemRecord
+        >>> rec = ItemRecord("S2B_T31UFU", None, 0, 0, {}, {
+        ...     "B04": {"href": "b04.tif", "eo:bands": [{"name": "B04", "common_name": "red"}]},
+        ...     "visual": {"href": "tci.tif", "eo:bands": [{"name": "B04", "common_name": "red"},
+        ...                                                {"name": "B03", "common_name": "green"}]}})
+        >>> select_assets(rec, ["red", "visual"])
+        [('B04', (1,)), ('visual', (1, 2))]
+    """
+    out = []
+    for name in wanted:
+        asset = record.assets.get(name)
+        if asset is not None:
+            out.append((name, tuple(range(1, max(1, len(_bands_of(asset))) + 1))))
+            continue
+        matches = []
+        for key, fields in record.assets.items():
+            bands = _bands_of(fields)
+            for j, band in enumerate(bands):
+                if name in _band_names(band):
+                    matches.append((len(bands) > 1, key, j + 1))
+        if not matches:
+            where = f" (read from {record.href})" if record.href else ""
+            raise ReadError(
+                "select STAC asset",
+                record.href or record.id,
+                "STACDataset",
+                f"item {record.id!r} has no asset or band {name!r}{where}; its assets are {sorted(record.assets)}",
+            )
+        _, key, index = min(matches)
+        out.append((key, (index,)))
+    return out
+
+
+_CRS_CACHE: dict[Any, CRS] = {}
+
+
+def _proj_crs(fields: Mapping[str, Any]) -> CRS | None:
+    for key in ("proj:code", "proj:epsg", "proj:wkt2", "proj:projjson"):
+        value = fields.get(key)
+        if value is None:
+            continue
+        cache_key = value if isinstance(value, (str, int)) else repr(value)
+        crs = _CRS_CACHE.get(cache_key)
+        if crs is None:
+            if key == "proj:epsg":
+                crs = CRS.from_epsg(int(value))
+            elif key == "proj:projjson":
+                crs = CRS.from_dict(value)
+            else:
+                crs = CRS.from_user_input(value)
+            _CRS_CACHE[cache_key] = crs
+        return crs
+    return None
+
+
+def header_from_proj(record: ItemRecord, key: str, href: str) -> RasterHeader | None:
+    """The raster header the projection extension gives an item's asset (``None`` if it lacks any part).
+
+    Asset-level ``proj:*`` fields override the item's; ``raster:bands``
+    (or 1.1 ``bands``) give the data type and nodata.
+    """
+    asset = record.assets[key]
+    fields = {**record.proj, **{k: v for k, v in asset.items() if k.startswith("proj:")}}
+    try:
+        crs = _proj_crs(fields)
+    except Exception:
+        return None
+    transform = fields.get("proj:transform")
+    shape = fields.get("proj:shape")
+    if crs is None or not transform or len(transform) < 6 or not shape or len(shape) != 2:
+        return None
+    affine = Affine(*[float(v) for v in list(transform)[:6]])
+    height, width = int(shape[0]), int(shape[1])
+    bands = _bands_of(asset)
+    dtype = ""
+    nodata = None
+    for band in asset.get("raster:bands") or bands:
+        dtype = str(band.get("data_type") or "")
+        nodata = band.get("nodata")
+        break
+    if nodata is not None:
+        try:
+            nodata = float(nodata)
+        except (TypeError, ValueError):  # "nan", "inf" strings
+            nodata = float(str(nodata))
+    left, top = affine.c, affine.f
+    right, bottom = affine.c + affine.a * width + affine.b * height, affine.f + affine.d * width + affine.e * height
+    bounds = (min(left, right), min(top, bottom), max(left, right), max(top, bottom))
+    return RasterHeader(href, crs, affine, width, height, max(1, len(bands)), dtype or "float32", nodata, bounds)
