@@ -989,7 +989,7 @@ class TileCounter:
 
 def child_s3(spec: dict[str, Any]) -> dict[str, Any]:
     """One S3/local-COG variant: build, two passes; bytes through a counting proxy in this process."""
-    import pipekit.geo.io as geo_io
+    from pipekit import _fast
     from pipekit.geo import RandomGeoSampler, stack_samples
     from pipekit.geo.bbox import from_slices
 
@@ -997,9 +997,9 @@ def child_s3(spec: dict[str, Any]) -> dict[str, Any]:
     caches_off = variant.endswith("-nocache")
     configure_gdal(spec["small_cachemax"] if caches_off else spec["cachemax"])
     if variant.endswith("-serial"):  # pipekit before issue 12: a sample's band files read one after another
-        geo_io.CONCURRENT_PARTS = False
+        _fast.set_enabled("concurrent_parts", False)
     if variant.endswith(("-serial", "-envs", "-before")):  # before issue 12's S3 work:
-        geo_io.LANE_ENV = False  # the GDAL environment entered and left around every open and read
+        _fast.set_enabled("lane_env", False)  # the GDAL environment entered and left around every open and read
     cog_root = Path(spec["cog_root"])
     proxy = None
     if variant.startswith("local"):

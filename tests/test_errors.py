@@ -222,7 +222,8 @@ def _base_names(cls: type) -> list[str]:
         if base.__name__.startswith("_"):
             names.extend(_base_names(base))
         else:
-            names.append(base.__name__ if base.__module__ == "builtins" else f"{base.__module__}.{base.__qualname__}")
+            module = base.__module__.lstrip("_").split(".")[0]  # where users import it: _csv -> csv, json.decoder -> json
+            names.append(base.__name__ if module == "builtins" else f"{module}.{base.__qualname__}")
     return names
 
 
@@ -244,7 +245,7 @@ def _tree() -> str:
     def walk(cls: type, depth: int) -> None:
         others = _base_names(cls)
         lines.append("    " * depth + cls.__name__ + (f" ({', '.join(others)})" if others else ""))
-        for sub in sorted((c for c in classes if c is not cls and parent(c) is cls), key=lambda c: c.__name__):
+        for sub in sorted((c for c in classes if c is not errors.PipekitError and parent(c) is cls), key=lambda c: c.__name__):
             walk(sub, depth + 1)
 
     walk(errors.PipekitError, 0)

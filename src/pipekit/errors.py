@@ -14,7 +14,34 @@ Every exception pipekit defines is here, under :class:`PipekitError` (``except P
 and each is also the standard exception code written without pipekit would catch (in brackets), so
 ``except OSError`` around a read or ``except ValueError`` around a parse keeps working. The exception tree::
 
-TREE
+    PipekitError
+        BandMathError (ValueError)
+        CliError
+        ConfigurationError (ValueError, RuntimeError)
+        DatasetNotFoundError (FileNotFoundError)
+        FunctionalNameError
+        OpenerReadError (OSError)
+        RangeCacheError (OSError)
+        SourceReadError
+        StageError
+            ArchiveError (ValueError)
+                CorruptStreamError (OSError, lzma.LZMAError, zlib.error)
+                TruncatedStreamError (EOFError)
+                UnknownFormatError (RuntimeError)
+            CacheError (RuntimeError)
+            DecodeError (ValueError)
+            EncodeError (ValueError)
+            GeoReferenceError (ValueError)
+            HashError (ValueError, RuntimeError)
+            IndexCacheError (ValueError)
+            ParseError (ValueError)
+                CSVParseError (csv.Error)
+                JSONParseError (json.JSONDecodeError)
+            ReadError (OSError)
+                SkippedReadError
+        UnsupportedItemError (TypeError, NotImplementedError)
+        UnsupportedTiffError (ValueError)
+        WorkerDiedError (RuntimeError)
 
 A new exception goes here, under the closest class (:class:`StageError` when it is about an item in a pipeline
 stage: it then names the file or URL and the stage), with the standard base a caller would catch;
@@ -60,6 +87,7 @@ __all__ = [
     "SkipReport",
     "SkippedItem",
     "WorkerDiedError",
+    "IndexCacheError",
     "BandMathError",
     "UnsupportedTiffError",
     "RangeCacheError",
@@ -144,6 +172,10 @@ class SkippedReadError(ReadError):
     query (counting it in its own ``skip_log`` too), whatever ``read_geo``'s
     own ``on_error``.  Also importable from :mod:`pipekit.geo.read`.
     """
+
+
+class IndexCacheError(StageError, ValueError):
+    """A saved index (``index_cache=``) cannot be used: unreadable, corrupt, or not a pipekit index of this version."""
 
 
 class GeoReferenceError(StageError, ValueError):

@@ -18,7 +18,7 @@ from pipekit import datasets
 from pipekit.datasets import CDL, Landsat7, Landsat8, Landsat9
 from pipekit.errors import ReadError
 from pipekit.geo import BoundingBox, RandomGeoSampler, stack_samples
-from pipekit.geo.dataset import IntersectionDataset, UnionDataset
+from pipekit.geo.composition import IntersectionDataset, UnionDataset
 
 X0, Y0 = 399_990.0, 4_650_030.0  # UTM 15N, Iowa
 SIZE = 240

@@ -16,9 +16,9 @@ import pytest
 from affine import Affine
 
 from pipekit.datasets import RasterDataset
-from pipekit.errors import ReadError
+from pipekit.errors import GeoReferenceError, ReadError
 from pipekit.geo.catalog import DEFAULT_NAME, CachedHeaders, IndexCacheError, read_index
-from pipekit.geo.discovery import GeoReferenceError, read_headers
+from pipekit.geo.catalog._headers import read_headers
 
 from .conftest import ALBERS, UTM15, write_tif
 

@@ -284,7 +284,7 @@ class TestWithRasterDataset:
 
     @pytest.fixture(params=[30.0, 0.1])
     def raster(self, request, tmp_path):
-        from pipekit.geo.dataset import RasterDataset
+        from pipekit.geo.raster import RasterDataset
 
         res = request.param
         for k, (west, north, rows, cols) in enumerate(self.TILES):
@@ -338,7 +338,7 @@ class TestSkippedReads:
 
     @pytest.fixture
     def corrupt(self, cc0):
-        from pipekit.geo.dataset import RasterDataset
+        from pipekit.geo.raster import RasterDataset
 
         return RasterDataset(cc0("corrupt.tif"), on_error="skip")
 
@@ -366,7 +366,7 @@ class TestSkippedReads:
     def test_len_over_a_skipping_dataset_raises(self, corrupt, rasters):
         """Issue 13, item 4: the dataset drops failed reads, so the sampler's length would over-count."""
         from pipekit.geo.composition import IntersectionDataset
-        from pipekit.geo.dataset import RasterDataset
+        from pipekit.geo.raster import RasterDataset
 
         boxes = list(GridGeoSampler(corrupt, size=256))
         pipe = IterableWrapper(boxes).read_geo(corrupt)

@@ -22,6 +22,7 @@ import rasterio
 import torch
 from affine import Affine
 
+from pipekit import _fast
 from pipekit.datasets import Landsat8
 from pipekit.errors import ReadError
 from pipekit.geo import BoundingBox, RandomGeoSampler, stack_samples
@@ -269,7 +270,7 @@ def _boxes(ds: Any, n: int, pixels: int = 48, seed: int = 1) -> list[BoundingBox
 @pytest.mark.parametrize("prefetch", [True, False], ids=["prefetch", "on-demand"])
 @pytest.mark.parametrize("kwargs", [{}, {"crs": "EPSG:5070"}], ids=["native", "warped"])
 def test_same_pixels_as_local_disk(s3_server, scene, tmp_path, monkeypatch, prefetch, kwargs):
-    monkeypatch.setattr(geo_io, "PREFETCH_TILES", prefetch)
+    monkeypatch.setitem(_fast.state, "prefetch_tiles", prefetch)
     bucket = _upload(s3_server, scene)
     ds = Landsat8(paths=f"s3://{bucket}/l8", bands=BANDS, storage_options=s3_server.storage_options,
                   cache_dir=tmp_path / "cache", **kwargs)

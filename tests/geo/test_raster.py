@@ -19,12 +19,11 @@ from rasterio.warp import reproject
 from torch.utils.data import DataLoader
 
 from pipekit.datasets import RasterDataset
-from pipekit.errors import ReadError
+from pipekit.errors import GeoReferenceError, ReadError
 from pipekit.geo import BoundingBox
 from pipekit.geo import io as geo_io
 from pipekit.geo.bbox import from_slices
 from pipekit.geo.composition import IntersectionDataset, UnionDataset
-from pipekit.geo.discovery import GeoReferenceError
 from pipekit.geo.read import SkippedReadError
 
 UTM15 = "EPSG:32615"
@@ -740,11 +739,3 @@ class TestDtypes:
                 return torch.float64
 
         assert Float64Product(utm_scene["root"])[box(0, 0, 4, 4)]["image"].dtype == torch.float64
-
-
-def test_the_old_module_still_exports_the_dataset_names():
-    from pipekit.geo import dataset
-
-    assert dataset.RasterDataset is RasterDataset
-    assert (dataset.IntersectionDataset, dataset.UnionDataset) == (IntersectionDataset, UnionDataset)
-    assert dataset.GeoReferenceError is GeoReferenceError

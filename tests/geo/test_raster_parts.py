@@ -4,7 +4,7 @@
 file) of a remote scene on I/O thread ``k`` (:func:`pipekit.geo.io.run_parts`).
 A proxy in front of the S3 server holds every request back a little and
 counts how many it holds at once: the band files of one sample overlap
-there, where the serial path (``geo_io.CONCURRENT_PARTS = False``) never
+there, where the serial path (the fast path ``concurrent_parts`` off) never
 has two requests in flight.
 """
 
@@ -22,6 +22,7 @@ import pytest
 import rasterio
 from affine import Affine
 
+from pipekit import _fast
 from pipekit.datasets import Landsat8
 from pipekit.errors import ReadError, SkippedReadError
 from pipekit.geo import BoundingBox
@@ -138,11 +139,11 @@ def serial(monkeypatch: pytest.MonkeyPatch):
 
     @contextlib.contextmanager
     def off():
-        monkeypatch.setattr(geo_io, "CONCURRENT_PARTS", False)
+        monkeypatch.setitem(_fast.state, "concurrent_parts", False)
         try:
             yield
         finally:
-            monkeypatch.setattr(geo_io, "CONCURRENT_PARTS", True)
+            monkeypatch.setitem(_fast.state, "concurrent_parts", True)
 
     return off
 

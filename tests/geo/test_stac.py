@@ -20,10 +20,9 @@ import torch
 
 import pipekit
 from pipekit.datasets import RasterDataset, STACDataset
-from pipekit.errors import ParseError, ReadError
+from pipekit.errors import DatasetNotFoundError, ParseError, ReadError
 from pipekit.geo import BoundingBox, stack_samples
 from pipekit.geo.bbox import from_slices
-from pipekit.geo.discovery import DatasetNotFoundError
 from pipekit.geo.samplers import GridGeoSampler, PreChippedGeoSampler, RandomBatchGeoSampler, RandomGeoSampler
 from pipekit.synthetic.stac import (
     sentinel2_items,

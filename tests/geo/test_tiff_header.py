@@ -17,7 +17,7 @@ from rasterio.crs import CRS
 
 from pipekit.errors import ReadError
 from pipekit.geo import tiff_header
-from pipekit.geo.discovery import RasterHeader, read_header
+from pipekit.geo.catalog._headers import RasterHeader, read_header
 from pipekit.geo.io import RasterOpener
 from pipekit.geo.tiff_header import FastHeaderReader, parse_tiff_tags
 

@@ -17,7 +17,7 @@ from rasterio.features import rasterize
 
 import pipekit
 from pipekit.datasets import RasterDataset, VectorDataset
-from pipekit.errors import ParseError, ReadError
+from pipekit.errors import DatasetNotFoundError, ParseError, ReadError
 from pipekit.geo import (
     BoundingBox,
     GridGeoSampler,
@@ -28,7 +28,6 @@ from pipekit.geo import (
     UnionDataset,
 )
 from pipekit.geo import vector as vector_module
-from pipekit.geo.discovery import DatasetNotFoundError
 
 from .conftest import UTM15, pattern, write_tif
 
@@ -310,7 +309,7 @@ class TestTime:
             filename_regex = r"fields_(?P<date>\d{8})\.gpkg"
 
         ds = Dated(tmp_path, res=RES, label_name="crop")
-        from pipekit.geo.discovery import date_interval
+        from pipekit.geo.catalog._dates import date_interval
 
         t0, t1 = date_interval("20220701", "%Y%m%d")
         assert classes_in(ds, t0, t1) == {0, 5}
@@ -326,7 +325,7 @@ class TestTime:
             date_format = "%Y-%m-%d"
 
         ds = Seen(path, res=RES, label_name="crop", date_attribute="seen")
-        from pipekit.geo.discovery import date_interval
+        from pipekit.geo.catalog._dates import date_interval
 
         start = date_interval("2021-05-01", "%Y-%m-%d")[0]
         end = date_interval("2021-05-31", "%Y-%m-%d")[1]

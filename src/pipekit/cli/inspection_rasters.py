@@ -1,9 +1,9 @@
 """``pipekit inspect`` on rasters: a table of files and scenes with product, CRS, resolution, footprint...
 
 Each raster's header is read, and the band files of a scene grouped, by
-the code the geo datasets use (:func:`pipekit.geo.discovery.read_headers`,
-:func:`~pipekit.geo.discovery.read_header`,
-:func:`~pipekit.geo.discovery.group_scenes`), so that an entry of the table
+the code the geo datasets use (:func:`pipekit.geo.catalog._headers.read_headers`,
+:func:`~pipekit.geo.catalog._headers.read_header`,
+:func:`~pipekit.geo.catalog._scenes.group_scenes`), so that an entry of the table
 is what a dataset of its product indexes as one scene.
 """
 
@@ -288,7 +288,7 @@ def inspect_rasters(listing: Listing, product_name: str | None, storage_options:
 
     Scenes are grouped as the product's dataset groups them (the files whose
     names differ only in the band and resolution, see
-    :func:`~pipekit.geo.discovery.group_scenes`); a band file that a dataset
+    :func:`~pipekit.geo.catalog._scenes.group_scenes`); a band file that a dataset
     would not read (another file of its folder holds the same band of the
     same scene) is listed among the files ignored.
     """
@@ -325,7 +325,7 @@ def inspect_rasters(listing: Listing, product_name: str | None, storage_options:
         # rasters without a CRS are reported in the table; rasterio's warning would only repeat it
         warnings.simplefilter("ignore", NotGeoreferencedWarning)
         first = candidates[0][0]
-        # fsspec file objects reach GDAL through rasterio's Python-file handler: one thread (see geo.index_cache)
+        # fsspec file objects reach GDAL through rasterio's Python-file handler: one thread (catalog._cached_headers)
         workers = 1 if not geo_io.is_local(first) and not geo_io.uses_gdal_network(opener, first) else None
         metas = read_headers([c[0] for c in candidates], lambda url: _read_meta(opener, url, *named[url]), workers)
     scene_of = _scenes(candidates)

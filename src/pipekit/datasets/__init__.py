@@ -68,10 +68,12 @@ if TYPE_CHECKING:  # loaded on first use, see _LAZY below; named here for type c
         roi_split,
         time_series_split,
     )
+    from pipekit.errors import DatasetNotFoundError
+    from pipekit.geo.base import GeoDataset
     from pipekit.geo.bbox import BoundingBox, GeoSlice
     from pipekit.geo.collate import concat_samples, merge_samples, stack_samples, unbind_samples
-    from pipekit.geo.dataset import GeoDataset, IntersectionDataset, RasterDataset, UnionDataset
-    from pipekit.geo.discovery import DatasetNotFoundError
+    from pipekit.geo.composition import IntersectionDataset, UnionDataset
+    from pipekit.geo.raster import RasterDataset
     from pipekit.geo.stac import STACDataset
     from pipekit.geo.vector import VectorDataset
 
@@ -142,11 +144,11 @@ _LAZY = {
     "merge_samples": "pipekit.geo.collate",
     "stack_samples": "pipekit.geo.collate",
     "unbind_samples": "pipekit.geo.collate",
-    "GeoDataset": "pipekit.geo.dataset",
-    "IntersectionDataset": "pipekit.geo.dataset",
-    "RasterDataset": "pipekit.geo.dataset",
-    "UnionDataset": "pipekit.geo.dataset",
-    "DatasetNotFoundError": "pipekit.geo.discovery",
+    "GeoDataset": "pipekit.geo.base",
+    "IntersectionDataset": "pipekit.geo.composition",
+    "RasterDataset": "pipekit.geo.raster",
+    "UnionDataset": "pipekit.geo.composition",
+    "DatasetNotFoundError": "pipekit.errors",
     "STACDataset": "pipekit.geo.stac",
     "VectorDataset": "pipekit.geo.vector",
 }

@@ -17,9 +17,7 @@ import os
 import posixpath
 from typing import Any
 
-import fsspec
-
-from pipekit._fs import local_path
+from pipekit._fs import local_path, url_to_fs
 from pipekit.errors import ReadError
 from pipekit.pipes.base import IterDataPipe, StreamWrapper
 from pipekit.pipes.disk_cache import _write_atomic
@@ -87,7 +85,7 @@ class CachedShardOpener(FSSpecFileOpener):
     def local_copy(self, url: str) -> str:
         """The path of an up-to-date local copy of ``url``, made now if there is none."""
         try:
-            fs, path = fsspec.core.url_to_fs(url, **self.kwargs_for_connection)
+            fs, path = url_to_fs(url, self.kwargs_for_connection)
             info = self.retry.call(lambda: fs.info(path), action="stat", url=url, stage=STAGE)
         except ReadError:
             raise

@@ -2,20 +2,20 @@
 
 The datasets live in :mod:`pipekit.geo.base` (:class:`GeoDataset`),
 :mod:`pipekit.geo.raster` (:class:`RasterDataset`) and
-:mod:`pipekit.geo.composition` (``a & b``, ``a | b``); how their files are
-found, grouped into scenes and their headers read in
-:mod:`pipekit.geo.discovery`; the samplers in :mod:`pipekit.geo.samplers`.
+:mod:`pipekit.geo.composition` (``a & b``, ``a | b``); what their files are (listing, dates, scenes,
+headers, the saved index) in :mod:`pipekit.geo.catalog`; how their pixels are read in
+:mod:`pipekit.geo.reader` and :mod:`pipekit.geo.io`; the samplers in :mod:`pipekit.geo.samplers`.
 
 >>> from pipekit.geo import BoundingBox, RandomGeoSampler, GridGeoSampler, stack_samples
 """
 
 # first: without the geo extra, say how to install it (not a bare "No module named 'rasterio'")
 from pipekit.geo import _requirements  # noqa: F401  isort: skip
+from pipekit.errors import GeoReferenceError
 from pipekit.geo.base import GeoDataset
 from pipekit.geo.bbox import BoundingBox
 from pipekit.geo.collate import concat_samples, merge_samples, stack_samples, unbind_samples
 from pipekit.geo.composition import IntersectionDataset, UnionDataset
-from pipekit.geo.discovery import GeoReferenceError
 from pipekit.geo.index import GeoIndex
 from pipekit.geo.io import RasterOpener, close_cached_handles, set_handle_budget
 from pipekit.geo.pipes import GeoReader

@@ -44,7 +44,8 @@ from pipekit.geo.base import (
 )
 from pipekit.geo.bbox import BoundingBox
 from pipekit.geo.catalog import CachedHeaders, Catalog, FileCatalog, check_bands, file_time_interval
-from pipekit.geo.discovery import _FileTable, any_band_glob
+from pipekit.geo.catalog._listing import any_band_glob
+from pipekit.geo.catalog._table import _FileTable
 from pipekit.geo.index import GeoIndex
 from pipekit.geo.read import Grid, resampling_from
 from pipekit.geo.reader import RasterReader, ReadSettings
@@ -139,7 +140,7 @@ class RasterDataset(GeoDataset):
             path or fsspec URL, or ``None`` (see :mod:`pipekit.geo.catalog`
             and :meth:`save_index`).
         index_workers: threads that read the files' headers (``None``: see
-            :func:`pipekit.geo.discovery.default_workers`); the index is the
+            :func:`pipekit.geo.catalog._headers.default_workers`); the index is the
             same whatever their number.
         progress: a tqdm progress bar while headers are read (``None``: only
             for 5,000 files or more).

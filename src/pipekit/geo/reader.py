@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from rasterio.enums import Resampling
 
+from pipekit import _fast
 from pipekit.errors import ReadError, SkipLog, StageError
 from pipekit.geo import io as geo_io
 from pipekit.geo.read import (
@@ -125,7 +126,7 @@ class RasterReader:
             SkippedReadError: the same under ``on_error="skip"`` (counted in the skip log).
         """
         if any(geo_io.uses_gdal_network(self.opener, url) for url, _ in parts):
-            if self.concurrent and len(parts) > 1 and geo_io.CONCURRENT_PARTS and not geo_io.on_io_thread():
+            if self.concurrent and len(parts) > 1 and _fast.enabled("concurrent_parts") and not geo_io.on_io_thread():
                 # the band files at once, each on its own I/O thread (geo_io.run_parts)
                 self._read_parts(parts, grid, out, valid, prefilled, settings, label, concurrent=True)
             else:

@@ -10,7 +10,7 @@ no faster than rasterio on these tiny files, since it parses every tag of
 every page.)
 
 Exactness is the rule, speed the bonus: :class:`FastHeaderReader` returns
-exactly what :func:`pipekit.geo.discovery.read_header` (rasterio) would, or
+exactly what :func:`pipekit.geo.catalog._headers.read_header` (rasterio) would, or
 ``None`` and the caller asks rasterio.  How:
 
 * what a file's header says that is the same across a dataset's files --
@@ -320,7 +320,7 @@ class FastHeaderReader:
     """Reads local GeoTIFF headers with :func:`parse_tiff_tags`, checked against rasterio once per signature.
 
     Args:
-        fallback: ``fallback(path)`` -> the :class:`~pipekit.geo.discovery.RasterHeader`
+        fallback: ``fallback(path)`` -> the :class:`~pipekit.geo.catalog._headers.RasterHeader`
             rasterio gives (its errors propagate).
 
     One reader is meant for one index build: it remembers each signature's
@@ -331,7 +331,7 @@ class FastHeaderReader:
     Example:
         >>> import tempfile, numpy as np, rasterio
         >>> from affine import Affine
-        >>> from pipekit.geo.discovery import read_header
+        >>> from pipekit.geo.catalog._headers import read_header
         >>> from pipekit.geo.io import RasterOpener
         >>> root = tempfile.mkdtemp()
         >>> for i in range(3):
@@ -357,7 +357,7 @@ class FastHeaderReader:
         self._lock = threading.Lock()
 
     def __call__(self, path: str) -> Any:
-        """The header of ``path`` (see :func:`pipekit.geo.discovery.read_header`)."""
+        """The header of ``path`` (see :func:`pipekit.geo.catalog._headers.read_header`)."""
         local = self._local(path)
         if local is None:
             return self._slow(path)

@@ -31,6 +31,7 @@ import shapely
 import torch
 from rasterio.crs import CRS
 
+from pipekit._fs import url_to_fs
 from pipekit.errors import DatasetNotFoundError, ParseError, ReadError, SkipLog, StageError, check_on_error
 from pipekit.geo import io as geo_io
 from pipekit.geo.base import Arrays, GeoDataset, Sample, _crs_name, _to_crs, _to_res
@@ -65,9 +66,8 @@ def _local_file(url: str, storage_options: Mapping[str, Any]) -> Iterator[str]:
     if geo_io.is_local(url):
         yield geo_io.local_path(url)
         return
-    import fsspec
 
-    fs, path = fsspec.core.url_to_fs(url, **storage_options)
+    fs, path = url_to_fs(url, storage_options)
     tmp = tempfile.mkdtemp(prefix="pipekit-vector-")
     try:
         name = path.rsplit("/", 1)[-1]

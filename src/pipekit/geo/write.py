@@ -20,8 +20,8 @@ import torch
 from affine import Affine
 from rasterio.crs import CRS
 
+from pipekit._fs import is_local, local_path, url_to_fs
 from pipekit.errors import ReadError
-from pipekit.geo.io import is_local, local_path
 
 __all__ = ["write_geotiff"]
 
@@ -166,9 +166,8 @@ def write_geotiff(
         except rasterio.errors.RasterioError as exc:
             raise ReadError("write GeoTIFF", local, "write_geotiff", f"{type(exc).__name__}: {exc}") from exc
         return local
-    import fsspec
 
-    fs, fs_path = fsspec.core.url_to_fs(target, **dict(storage_options or {}))
+    fs, fs_path = url_to_fs(target, storage_options)
     if not overwrite and fs.exists(fs_path):
         raise FileExistsError(f"write_geotiff: {target!r} exists (overwrite=False)")
     with rasterio.MemoryFile() as memfile:

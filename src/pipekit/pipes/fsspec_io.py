@@ -28,10 +28,9 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-import fsspec
 from fsspec.implementations.local import LocalFileSystem as _LocalFileSystem
 
-from pipekit._fs import fs_is_local, local_path
+from pipekit._fs import fs_is_local, local_path, url_to_fs
 from pipekit.errors import ReadError, SkipLog, check_on_error
 from pipekit.pipes._stream_items import note_opened
 from pipekit.pipes.base import IterDataPipe, StreamWrapper, functional_datapipe
@@ -274,7 +273,7 @@ class FSSpecFileLister(ResumablePipe):
                 if urls is not None:
                     return urls
         try:
-            fs, path = fsspec.core.url_to_fs(root, **self.kwargs_for_connection)
+            fs, path = url_to_fs(root, self.kwargs_for_connection)
             try:
                 info = fs.info(path)
             except FileNotFoundError:
@@ -559,7 +558,7 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
                 # resolving a filesystem per URL, and just as seekable.
                 file = open(local, self.mode, **self.kwargs_for_open)  # noqa: SIM115 - closed downstream
             else:
-                fs, path = fsspec.core.url_to_fs(url, **self.kwargs_for_connection)
+                fs, path = url_to_fs(url, self.kwargs_for_connection)
                 if (fs_is_local(fs) or "memory" in _protocols(fs) or self.retry.attempts == 1
                         or "compression" in self.kwargs_for_open):
                     file = fs.open(path, self.mode, **self.kwargs_for_open)
@@ -733,7 +732,7 @@ class FSSpecSaver(IterDataPipe[str]):
             )
 
     def _write(self, filepath: str, data: Any) -> None:
-        fs, path = fsspec.core.url_to_fs(filepath, **self.kwargs_for_connection)
+        fs, path = url_to_fs(filepath, self.kwargs_for_connection)
         if "a" in self.mode or set(_protocols(fs)) & _OBJECT_STORES:
             if fs_is_local(fs) or not set(_protocols(fs)) & _OBJECT_STORES:
                 fs.makedirs(fs._parent(path), exist_ok=True)

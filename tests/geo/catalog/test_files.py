@@ -16,7 +16,7 @@ from affine import Affine
 from pipekit.datasets import RasterDataset
 from pipekit.errors import ParseError, ReadError
 from pipekit.geo import BoundingBox
-from pipekit.geo.discovery import date_interval
+from pipekit.geo.catalog._dates import date_interval
 
 UTM15 = "EPSG:32615"
 ALBERS = "EPSG:5070"
@@ -299,7 +299,7 @@ class TestVectorisedFileTable:
 
     def test_band_spans_and_overrides_equal_the_per_file_loop(self, tmp_path):
         from pipekit.geo.catalog._band_files import band_columns
-        from pipekit.geo.discovery import _split_name
+        from pipekit.geo.catalog._listing import _split_name
 
         regex = re.compile(r"^s(?P<scene>\d)_(?P<band>B\d)(?:_(?P<resolution>\d+m))?\.tif$", re.VERBOSE)
         paths = [str(tmp_path / "a" / "s1_B1.tif"), str(tmp_path / "b" / "s2_B1_20m.tif"), "s3://bucket/x/s3_B1.tif"]

@@ -4,7 +4,7 @@
 call on the idlest thread.  Entering ``rasterio.Env`` costs ~85 µs and a sample of a scene entered it
 for every open and every band read; on an I/O thread it now stays entered
 until a file with another environment (other options or credentials) is
-read there (``LANE_ENV``).  The environment tests check that the environment in effect is always the
+read there (the fast path ``lane_env``).  The environment tests check that the environment in effect is always the
 file's own: switching between datasets switches options and credentials.
 """
 
@@ -21,6 +21,7 @@ import pytest
 import rasterio
 import rasterio.env
 
+from pipekit import _fast
 from pipekit.datasets import RasterDataset
 from pipekit.errors import ReadError
 from pipekit.geo import BoundingBox
@@ -82,7 +83,7 @@ class TestLaneEnv:
         assert lanes.run_remote(enter_then_leave) is False
 
     def test_switched_off_enters_per_block(self, monkeypatch):
-        monkeypatch.setattr(lanes, "LANE_ENV", False)
+        monkeypatch.setitem(_fast.state, "lane_env", False)
         opener = RasterOpener(
             {"endpoint_url": "http://127.0.0.1:1", "key": "k", "secret": "s"}, gdal_options={"GDAL_HTTP_TIMEOUT": "17"}
         )
@@ -130,7 +131,7 @@ class TestLaneEnvOnS3:
         ds = RasterDataset(f"s3://{bucket}/cogs", storage_options=s3_server.storage_options)
         kept = ds[q]["image"].numpy()
         lanes.run_parts(lambda k: (handles.close_cached_handles(), lanes.leave_lane_env()), lanes.REMOTE_IO_THREADS)
-        monkeypatch.setattr(lanes, "LANE_ENV", False)
+        monkeypatch.setitem(_fast.state, "lane_env", False)
         np.testing.assert_array_equal(ds[q]["image"].numpy(), kept)
         np.testing.assert_array_equal(kept, local[q]["image"].numpy())
 

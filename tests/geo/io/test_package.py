@@ -14,7 +14,6 @@ PACKAGE = Path(geo_io.__file__).parent
 
 # a module may import only modules of a lower layer: the opener knows nothing of threads or handles
 LAYERS = {
-    "_urls": 0,
     "_errors": 0,
     "_gdal_config": 0,
     "_s3_options": 0,
@@ -26,11 +25,7 @@ LAYERS = {
     "handles": 4,
 }
 
-SWITCHES = [
-    ("FAST_FETCH", opener),
-    ("PREFETCH_TILES", handles),
-    ("LANE_ENV", lanes),
-    ("CONCURRENT_PARTS", lanes),
+SETTINGS = [
     ("REMOTE_IO_THREADS", lanes),
     ("GDAL_OPTIONS", _gdal_config),
     ("REMOTE_GDAL_OPTIONS", _gdal_config),
@@ -62,27 +57,25 @@ def test_a_module_imports_only_lower_layers(module):
 
 def test_the_opener_never_asks_which_thread_it_runs_on():
     source = (PACKAGE / "opener.py").read_text()
-    assert "on_io_thread" not in source and "current_thread" not in source and "LANE_ENV" not in source
+    assert "on_io_thread" not in source and "current_thread" not in source and "lane_env" not in source
 
 
-@pytest.mark.parametrize(("name", "home"), SWITCHES)
-def test_a_switch_assigned_on_the_package_is_the_one_its_module_reads(monkeypatch, name, home):
-    original = getattr(home, name)
-    assert getattr(geo_io, name) is original and name in dir(geo_io)
-    value = object()
-    monkeypatch.setattr(geo_io, name, value)
-    assert getattr(home, name) is value and getattr(geo_io, name) is value
-    monkeypatch.undo()
-    assert getattr(home, name) is original
-    monkeypatch.setattr(home, name, value)  # and the other way round
-    assert getattr(geo_io, name) is value
+@pytest.mark.parametrize(("name", "home"), SETTINGS)
+def test_a_setting_read_on_the_package_is_its_modules(name, home):
+    assert getattr(geo_io, name) is getattr(home, name)
+
+
+def test_the_fast_paths_are_switched_in_the_registry_only():
+    """The package's fast paths have no module switch of their own left: pipekit._fast decides."""
+    for name in ("FAST_FETCH", "PREFETCH_TILES", "LANE_ENV", "CONCURRENT_PARTS"):
+        assert not hasattr(geo_io, name)
+        assert all(name not in (PACKAGE / f"{m}.py").read_text() for m in LAYERS)
 
 
 def test_names_used_as_geo_io_x_are_the_modules_own():
-    from pipekit.geo.io import _errors, _prefetch, _retry, _s3_options, _urls
+    from pipekit.geo.io import _errors, _prefetch, _retry, _s3_options
 
     homes = {
-        _urls: ["split_protocol", "is_local", "local_path"],
         _errors: ["error_reason", "OpenerReadError", "surfacing_opener_errors"],
         _gdal_config: ["_gdal_retry_options"],
         _s3_options: ["_s3_gdal_options"],

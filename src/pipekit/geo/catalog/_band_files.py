@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from pipekit.errors import ReadError, StageError
-from pipekit.geo.discovery import _split_name, group_scenes
+from pipekit.geo.catalog._listing import _split_name
+from pipekit.geo.catalog._scenes import group_scenes
 
 __all__ = ["Scene", "SceneRules", "band_columns"]
 
@@ -65,7 +66,7 @@ class SceneRules:
     def group(self, matched: list[tuple[str, re.Match[str]]]) -> list[Scene]:
         """Band files grouped into scenes: ``(index file, its match, {band: file})`` for complete scenes.
 
-        The scenes are :func:`~pipekit.geo.discovery.group_scenes`': the files
+        The scenes are :func:`~pipekit.geo.catalog._scenes.group_scenes`': the files
         whose names agree in every regex group except ``band`` and the
         variant groups (e.g. Sentinel-2's ``resolution``), wherever
         they lie (Sentinel-2 Level-2A keeps its 10, 20 and 60 m bands in

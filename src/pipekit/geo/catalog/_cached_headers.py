@@ -24,16 +24,10 @@ from rasterio.crs import CRS
 from pipekit.errors import ReadError, StageError
 from pipekit.geo import io as geo_io
 from pipekit.geo.catalog._fingerprints import MtimeStamps, _fingerprint_columns
+from pipekit.geo.catalog._headers import RasterHeader, check_workers, read_header, read_headers
+from pipekit.geo.catalog._listing import gc_paused
 from pipekit.geo.catalog._saved_index import DEFAULT_NAME, IndexCacheError, SavedIndex, read_index, write_index
-from pipekit.geo.discovery import (
-    HeaderColumns,
-    RasterHeader,
-    _FileTable,
-    check_workers,
-    gc_paused,
-    read_header,
-    read_headers,
-)
+from pipekit.geo.catalog._table import HeaderColumns, _FileTable
 from pipekit.geo.tiff_header import FastHeaderReader
 
 __all__ = ["CachedHeaders"]
@@ -49,7 +43,7 @@ class CachedHeaders:
         opener: how files are opened (:class:`pipekit.geo.io.RasterOpener`).
         name: the dataset's name (errors, logs).
         index_cache: ``True`` (``<root>/.pipekit-index.parquet``), a path or fsspec URL, or ``None``.
-        index_workers: threads that read headers (``None``: :func:`pipekit.geo.discovery.default_workers`).
+        index_workers: threads that read headers (``None``: :func:`pipekit.geo.catalog._headers.default_workers`).
         progress: a tqdm bar while headers are read (``None``: for 5,000 files or more).
 
     Raises:

@@ -1,11 +1,11 @@
 """What the files of a raster dataset are: :class:`FileCatalog`, from a root, a glob, a regex and a date format.
 
-The catalog lists the files (:func:`~pipekit.geo.discovery.find_paths`),
+The catalog lists the files (:func:`~pipekit.geo.catalog._listing.find_paths`),
 groups the band files of ``separate_files`` products into scenes
 (:mod:`pipekit.geo.catalog._band_files`), reads their headers or reuses a
 saved index (:class:`~pipekit.geo.catalog._cached_headers.CachedHeaders`),
 dates them from their names and builds the file table
-(:class:`~pipekit.geo.discovery._FileTable`) a
+(:class:`~pipekit.geo.catalog._table._FileTable`) a
 :class:`~pipekit.geo.raster.RasterDataset` indexes.  Then it says what an
 index entry's parts are (the files and band indexes read) and how many
 channels a sample has.
@@ -21,21 +21,14 @@ from typing import Any
 import numpy as np
 from rasterio.crs import CRS
 
-from pipekit.errors import ParseError, ReadError, SkipLog, StageError
+from pipekit.errors import DatasetNotFoundError, ParseError, ReadError, SkipLog, StageError
 from pipekit.geo.bbox import MAX_TIME, MIN_TIME
 from pipekit.geo.catalog._band_files import SceneRules, band_columns
 from pipekit.geo.catalog._cached_headers import CachedHeaders
-from pipekit.geo.discovery import (
-    DatasetNotFoundError,
-    RasterHeader,
-    _FileTable,
-    any_band_glob,
-    date_interval,
-    date_intervals,
-    find_paths,
-    gc_paused,
-    read_header,
-)
+from pipekit.geo.catalog._dates import date_interval, date_intervals
+from pipekit.geo.catalog._headers import RasterHeader, read_header
+from pipekit.geo.catalog._listing import any_band_glob, find_paths, gc_paused
+from pipekit.geo.catalog._table import _FileTable
 
 __all__ = ["FileCatalog", "check_bands", "file_time_interval"]
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from pipekit._fs import is_local, url_to_fs
 from pipekit.geo import io as geo_io
-from pipekit.geo.discovery import _is_local
 
 __all__ = ["MtimeStamps", "fingerprint_columns", "fingerprints"]
 
@@ -97,7 +97,7 @@ def _fingerprint_columns(
                 st = stat(path)
             except OSError:
                 continue
-        elif _is_local(path):
+        elif is_local(path):
             try:
                 st = stat(geo_io.local_path(path))
             except OSError:
@@ -108,13 +108,12 @@ def _fingerprint_columns(
         sizes[i] = st.st_size
         stamps[i] = f"mtime_ns={st.st_mtime_ns}"
     if folders:
-        import fsspec
 
         from pipekit.retry import resolve_retry
 
         policy = resolve_retry(retry)
         for folder, rows in folders.items():
-            fs, p = fsspec.core.url_to_fs(folder, **dict(storage_options or {}))
+            fs, p = url_to_fs(folder, storage_options)
             fs.invalidate_cache(p)  # sizes and ETags as they are now, not from an earlier listing fsspec kept
             entries = policy.call(lambda fs=fs, p=p: fs.ls(p, detail=True), action="list", url=folder, stage=stage)
             by_name = {str(e.get("name", "")).rstrip("/").rsplit("/", 1)[-1]: e for e in entries}

@@ -33,6 +33,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
+from pipekit._fs import is_local, url_to_fs
 from pipekit.errors import DatasetNotFoundError, ReadError
 from pipekit.geo import io as geo_io
 
@@ -74,9 +75,8 @@ class _Lister:
         return self.policy.call(fn, action="list", url=url, stage=self.stage)
 
     def _fs(self, url: str) -> tuple[Any, str]:
-        import fsspec
 
-        return fsspec.core.url_to_fs(url, **self.storage_options)
+        return url_to_fs(url, self.storage_options)
 
     def expand(self, root: str, pattern: str) -> tuple[list[tuple[str, str]], bool]:
         """``(path, file name)`` of the files ``root`` stands for, and whether they were named (not found by a scan)."""
@@ -254,18 +254,13 @@ def gc_paused() -> Any:
             gc.enable()
 
 
-def _is_local(path: str) -> bool:
-    """:func:`pipekit.geo.io.is_local`, with a fast answer for plain paths (called per file)."""
-    return ("://" not in path and "::" not in path) or geo_io.is_local(path)
-
-
 def _split_name(path: str) -> tuple[str, str]:
     """``(directory with separator, file name)`` of a local path or URL."""
     if "://" not in path and "::" not in path:
         head, _, tail = path.rpartition(os.sep)
         if head and not head.endswith(os.sep):  # the common case, without os.path.split's cost
             return head + os.sep, tail
-    if _is_local(path):
+    if is_local(path):
         head, tail = os.path.split(path)
         return (head + os.sep if head else ""), tail
     head, _, tail = path.rpartition("/")

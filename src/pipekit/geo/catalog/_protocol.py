@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 from rasterio.crs import CRS
 
-from pipekit.geo.discovery import _FileTable
+from pipekit.geo.catalog._table import _FileTable
 from pipekit.geo.reader import EntryLabel
 
 __all__ = ["Catalog"]

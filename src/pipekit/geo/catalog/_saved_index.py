@@ -48,10 +48,11 @@ from typing import Any
 import numpy as np
 from rasterio.crs import CRS
 
-from pipekit.errors import ReadError, StageError
+from pipekit._fs import url_to_fs
+from pipekit.errors import IndexCacheError, ReadError
 from pipekit.geo import io as geo_io
 from pipekit.geo.catalog._fingerprints import MtimeStamps
-from pipekit.geo.discovery import HeaderColumns, _FileTable
+from pipekit.geo.catalog._table import HeaderColumns, _FileTable
 
 __all__ = ["DEFAULT_NAME", "IndexCacheError", "SavedIndex", "read_index", "write_index"]
 
@@ -78,10 +79,6 @@ _HEADER_COLUMNS = (
     "nodata",
     "has_nodata",
 )
-
-
-class IndexCacheError(StageError, ValueError):
-    """A saved index cannot be used: unreadable, corrupt, or not a pipekit index of this version."""
 
 
 class SavedIndex:
@@ -178,9 +175,8 @@ class SavedIndex:
 
 
 def _open_fs(url: str, storage_options: Mapping[str, Any] | None) -> tuple[Any, str]:
-    import fsspec
 
-    return fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+    return url_to_fs(url, storage_options)
 
 
 def write_index(

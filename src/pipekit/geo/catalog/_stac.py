@@ -18,10 +18,11 @@ from typing import Any
 import numpy as np
 from rasterio.crs import CRS
 
-from pipekit.errors import ReadError, SkipLog, StageError
+from pipekit.errors import DatasetNotFoundError, ReadError, SkipLog, StageError
 from pipekit.geo import io as geo_io
+from pipekit.geo.catalog._headers import RasterHeader, read_header
 from pipekit.geo.catalog._stac_assets import _still_selects, header_from_proj, select_assets
-from pipekit.geo.discovery import DatasetNotFoundError, RasterHeader, _FileTable, read_header
+from pipekit.geo.catalog._table import _FileTable
 from pipekit.geo.read import transform_bounds_fast
 from pipekit.geo.reader import EntryLabel
 from pipekit.geo.stac_items import (

@@ -15,7 +15,7 @@ from affine import Affine
 from rasterio.crs import CRS
 
 from pipekit.errors import ReadError
-from pipekit.geo.discovery import RasterHeader
+from pipekit.geo.catalog._headers import RasterHeader
 from pipekit.geo.stac_items import ItemRecord
 
 __all__ = ["header_from_proj", "select_assets"]

@@ -5,7 +5,7 @@
 codes); ``_FileTable`` adds the paths (their common prefix stored once),
 times and band spans, and answers per-file questions (path, band path,
 bounds, footprints in a CRS).  Saved and reloaded by
-:mod:`pipekit.geo.index_cache`.
+:mod:`pipekit.geo.catalog._saved_index`.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class _FileTable:
         band_spans: np.ndarray | None,
         band_overrides: dict[tuple[int, str], str],
     ) -> _FileTable:
-        """A table from headers already in columns (a saved index, :mod:`pipekit.geo.index_cache`)."""
+        """A table from headers already in columns (a saved index, :mod:`pipekit.geo.catalog._saved_index`)."""
         table = cls.__new__(cls)
         table._set(paths, columns, times, band_spans, band_overrides)
         return table

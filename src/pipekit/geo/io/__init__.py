@@ -37,17 +37,16 @@ all importable from ``pipekit.geo.io`` too):
 ``opener``                        how a URL is opened (:class:`RasterOpener`, ``resolve``,
                                   ``open``) and its GDAL environment (``new_env``); how long
                                   that stays entered is the calling thread's policy
-                                  (``set_env_policy``); ``FAST_FETCH``
+                                  (``set_env_policy``)
 ``handles``                       :class:`RasterHandle`, the per-thread handle LRU and its
-                                  budget, closing handles at exit; ``PREFETCH_TILES``
+                                  budget, closing handles at exit
 ``lanes``                         the GDAL network I/O threads (:func:`run_remote`,
                                   :func:`run_parts`, ``uses_gdal_network``) and the GDAL
                                   environment each keeps entered (their env policy);
-                                  ``REMOTE_IO_THREADS``, ``CONCURRENT_PARTS``, ``LANE_ENV``
+                                  ``REMOTE_IO_THREADS``
 ``_gdal_config``                  :data:`GDAL_OPTIONS`, :data:`REMOTE_GDAL_OPTIONS`, GDAL's
                                   HTTP retries, applying the options once per process
 ``_s3_options``                   s3fs ``storage_options`` -> GDAL's ``AWS_*`` options
-``_urls``                         a URL's protocol; local or not (:func:`split_protocol`)
 ``_fsspec``                       the fsspec file objects rasterio's ``opener=`` receives
 ``_errors``                       :func:`error_reason`, and fsspec read failures kept from
                                   GDAL and raised afterwards (``OpenerReadError``)
@@ -55,23 +54,20 @@ all importable from ``pipekit.geo.io`` too):
 ``_prefetch``                     fetching a window's tiles into the range cache at once
 ================================  ==============================================================
 
-Dependencies run one way: ``_urls``, ``_errors``, ``_gdal_config``, ``_s3_options``
+Dependencies run one way (whether a URL is local is :mod:`pipekit._fs`'s answer):
+``_errors``, ``_gdal_config``, ``_s3_options``
 <- ``_fsspec``, ``_retry`` <- ``opener`` <- ``lanes``, ``_prefetch`` <- ``handles``.
 
-The module-level switches (``FAST_FETCH``, ``PREFETCH_TILES``, ``LANE_ENV``,
-``CONCURRENT_PARTS``, ``REMOTE_IO_THREADS``, ``GDAL_OPTIONS``,
-``REMOTE_GDAL_OPTIONS``) live in the module that reads them; reading or
-assigning them here (``pipekit.geo.io.LANE_ENV = False``) reads or assigns
-that module's.
+The fast paths this package takes (``fetch``, ``prefetch_tiles``, ``lane_env``, ``concurrent_parts``) are
+switched in :mod:`pipekit._fast`, with the others. ``REMOTE_IO_THREADS`` (``lanes``) and the GDAL options
+(``_gdal_config``) are set in their own modules.
 """
 
 from __future__ import annotations
 
-import sys
-import types
-from typing import Any
-
-from pipekit.geo.io import _gdal_config, handles, lanes, opener
+from pipekit._fs import is_local as is_local
+from pipekit._fs import local_path as local_path
+from pipekit._fs import split_protocol
 from pipekit.geo.io._errors import OpenerReadError as OpenerReadError
 from pipekit.geo.io._errors import error_reason
 from pipekit.geo.io._errors import surfacing_opener_errors as surfacing_opener_errors
@@ -82,9 +78,6 @@ from pipekit.geo.io._retry import is_transient_gdal as is_transient_gdal
 from pipekit.geo.io._retry import retry_read as retry_read
 from pipekit.geo.io._retry import store_unreachable as store_unreachable
 from pipekit.geo.io._s3_options import _s3_gdal_options as _s3_gdal_options
-from pipekit.geo.io._urls import is_local as is_local
-from pipekit.geo.io._urls import local_path as local_path
-from pipekit.geo.io._urls import split_protocol
 from pipekit.geo.io.handles import (
     RasterHandle,
     cached_handle,
@@ -95,6 +88,7 @@ from pipekit.geo.io.handles import (
     set_handle_budget,
 )
 from pipekit.geo.io.handles import evict_handle as evict_handle
+from pipekit.geo.io.lanes import REMOTE_IO_THREADS as REMOTE_IO_THREADS
 from pipekit.geo.io.lanes import leave_lane_env as leave_lane_env
 from pipekit.geo.io.lanes import on_io_thread as on_io_thread
 from pipekit.geo.io.lanes import run_parts, run_remote
@@ -117,38 +111,3 @@ __all__ = [
     "run_parts",
     "run_remote",
 ]
-
-# switch -> the module that reads it (and holds its one value)
-_SWITCHES: dict[str, types.ModuleType] = {
-    "FAST_FETCH": opener,
-    "PREFETCH_TILES": handles,
-    "LANE_ENV": lanes,
-    "CONCURRENT_PARTS": lanes,
-    "REMOTE_IO_THREADS": lanes,
-    "GDAL_OPTIONS": _gdal_config,
-    "REMOTE_GDAL_OPTIONS": _gdal_config,
-}
-
-
-class _Package(types.ModuleType):
-    """This package's module type: reading or assigning a switch here reads or assigns it in its own module."""
-
-    def __dir__(self) -> list[str]:
-        return sorted({*super().__dir__(), *_SWITCHES})
-
-
-def _switch(name: str, home: types.ModuleType) -> property:
-    def get(_: types.ModuleType) -> Any:
-        return getattr(home, name)
-
-    def set_(_: types.ModuleType, value: Any) -> None:
-        setattr(home, name, value)
-
-    return property(get, set_, doc=f"``{home.__name__}.{name}``")
-
-
-for _name, _home in _SWITCHES.items():
-    setattr(_Package, _name, _switch(_name, _home))
-    globals().pop(_name, None)  # the property answers: a copy here would go stale
-del _name, _home
-sys.modules[__name__].__class__ = _Package

@@ -2,7 +2,7 @@
 
 A :class:`~pipekit.geo.io.handles.RasterHandle` of a GeoTIFF read through the range cache
 (``cache_dir=``) holds a :class:`_TilePrefetcher` (switched by
-:data:`pipekit.geo.io.handles.PREFETCH_TILES`); a window read calls it first.
+the fast path ``prefetch_tiles``, :mod:`pipekit._fast`); a window read calls it first.
 """
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, TypeVar
 
 import rasterio
 
+from pipekit._fs import split_protocol, url_to_fs
 from pipekit.errors import ReadError
 from pipekit.geo.io._errors import error_reason
-from pipekit.geo.io._urls import split_protocol
 from pipekit.retry import default_policy, is_transient
 
 if TYPE_CHECKING:
@@ -70,7 +70,6 @@ def store_unreachable(opener: RasterOpener, url: str) -> bool:
     (``got 0 bytes, expected N``), as it would a truncated file: this probe
     tells the two apart.
     """
-    import fsspec
 
     options = dict(opener.storage_options)
     if split_protocol(url)[0] in ("s3", "s3a"):  # one request: botocore's own retries would outlast short outages
@@ -78,7 +77,7 @@ def store_unreachable(opener: RasterOpener, url: str) -> bool:
         config["retries"] = {"max_attempts": 1, "mode": "standard"}
         options["config_kwargs"] = config
     try:
-        fs, path = fsspec.core.url_to_fs(url, **options)
+        fs, path = url_to_fs(url, options)
         with contextlib.suppress(Exception):
             fs.invalidate_cache(path)
         fs.info(path)

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from pipekit import _fast
 from pipekit.geo.io._errors import surfacing_opener_errors
 from pipekit.geo.io._fsspec import _FSSPEC_BLOCK_SIZE
 from pipekit.geo.io._prefetch import _TilePrefetcher
@@ -36,7 +37,6 @@ from pipekit.geo.io.lanes import current_lane, lane_alive, run_on_lane
 from pipekit.geo.io.opener import RasterOpener, _Resolved
 
 __all__ = [
-    "PREFETCH_TILES",
     "RasterHandle",
     "cached_handle",
     "cached_handle_count",
@@ -46,9 +46,6 @@ __all__ = [
     "open_handle",
     "set_handle_budget",
 ]
-
-#: the range cache fetches the tiles of a window read before GDAL decodes them (False: as GDAL reads them)
-PREFETCH_TILES = True
 
 _LOCAL_HANDLE_COST = 64 * 2**10
 
@@ -107,7 +104,8 @@ class RasterHandle:
         else:
             self.cost = _LOCAL_HANDLE_COST + 4 * _FSSPEC_BLOCK_SIZE
         self.prefetch: _TilePrefetcher | None = None
-        if resolved.kind == "fsspec" and opener.cache is not None and PREFETCH_TILES and ds.driver == "GTiff":
+        cached = resolved.kind == "fsspec" and opener.cache is not None
+        if cached and _fast.enabled("prefetch_tiles") and ds.driver == "GTiff":
             self.prefetch = _TilePrefetcher(self, *opener.fsspec_opener(url))
 
     def env(self) -> contextlib.AbstractContextManager[Any]:

@@ -10,7 +10,7 @@ not survive a fork, so every process starts with fresh connections.
   read (the band files of a scene) at once, part ``k`` on lane ``k``; :func:`uses_gdal_network`
   says which files need them.
 - Each lane keeps the GDAL environment of the last remote file it read entered
-  (:data:`LANE_ENV`): it sets itself as the environment policy of
+  (the fast path ``lane_env``, :mod:`pipekit._fast`): it sets itself as the environment policy of
   :meth:`~pipekit.geo.io.opener.RasterOpener.env` (:func:`~pipekit.geo.io.opener.set_env_policy`).
 - :func:`current_lane`, :func:`lane_alive` and :func:`run_on_lane` let the handle cache
   (:mod:`pipekit.geo.io.handles`) close a lane's handles on that lane.
@@ -28,15 +28,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import rasterio
 import rasterio.env
 
-from pipekit.geo.io._urls import is_local
+from pipekit import _fast
+from pipekit._fs import is_local
 from pipekit.geo.io.opener import set_env_policy
 
 if TYPE_CHECKING:
     from pipekit.geo.io.opener import RasterOpener, _Resolved
 
 __all__ = [
-    "CONCURRENT_PARTS",
-    "LANE_ENV",
     "REMOTE_IO_THREADS",
     "current_lane",
     "lane_alive",
@@ -52,16 +51,6 @@ T = TypeVar("T")
 
 #: How many lanes (I/O threads) each process has.
 REMOTE_IO_THREADS = 4
-
-#: Read the files of one sample (the band files of a scene) at once, each on
-#: its own I/O thread (:func:`run_parts`), instead of one after another: a
-#: sample from an object store then waits for its slowest file, not for the
-#: sum of them.  ``False`` restores the serial reads (benchmarks compare them).
-CONCURRENT_PARTS = True
-
-#: Keep the GDAL environment of the last remote file entered on each I/O thread (see
-#: :meth:`RasterOpener.env`); ``False`` enters and leaves it around every open and read, as before.
-LANE_ENV = True
 
 # -- the GDAL environment a lane keeps entered -------------------------------------------------
 
@@ -90,7 +79,7 @@ def _lane_env_policy(
     resolved: _Resolved, make: Callable[[_Resolved], rasterio.Env]
 ) -> contextlib.AbstractContextManager[Any]:
     """A lane's environment policy (:func:`~pipekit.geo.io.opener.set_env_policy`): keep it entered."""
-    if LANE_ENV:
+    if _fast.enabled("lane_env"):  # keep it entered (pipekit._fast); off: entered and left around each use
         _enter_lane_env(resolved, make)
         return contextlib.nullcontext()
     return make(resolved)

@@ -22,22 +22,20 @@ from typing import Any
 
 import rasterio
 
+from pipekit import _fast
+from pipekit._fs import is_local, local_path, split_protocol, url_to_fs
 from pipekit.errors import ReadError
 from pipekit.geo.io._errors import error_reason, surfacing_opener_errors
 from pipekit.geo.io._fsspec import _FsspecOpener, _shared_opener
 from pipekit.geo.io._gdal_config import REMOTE_GDAL_OPTIONS, _configure_process, _gdal_retry_options
 from pipekit.geo.io._retry import _retrying
 from pipekit.geo.io._s3_options import _Credentials, _s3_gdal_options
-from pipekit.geo.io._urls import is_local, local_path, split_protocol
 from pipekit.geo.rangecache import RangeCache
 from pipekit.geo.rangefetch import RangeFetcher, s3_fetcher
 from pipekit.retry import default_policy
 
-__all__ = ["FAST_FETCH", "EnvPolicy", "RasterOpener", "set_env_policy"]
+__all__ = ["EnvPolicy", "RasterOpener", "set_env_policy"]
 
-#: the range cache (``cache_dir=``) fetches S3 and HTTP misses with botocore's signer over urllib3
-#: (:mod:`pipekit.geo.rangefetch`) instead of through fsspec, where the options allow; False: fsspec
-FAST_FETCH = True
 
 
 class _Resolved:
@@ -212,14 +210,13 @@ class RasterOpener:
         return rasterio.Env(session=session, **resolved.config)
 
     def fsspec_opener(self, url: str) -> tuple[_FsspecOpener, str]:
-        import fsspec
 
-        fs, path = fsspec.core.url_to_fs(url, **self.storage_options)
+        fs, path = url_to_fs(url, self.storage_options)
         return _shared_opener(fs, self.cache, lambda: self._fetcher(url)), path
 
     def _fetcher(self, url: str) -> RangeFetcher | None:
         """The lean fetcher of the range cache's misses for ``url``'s store, where one applies."""
-        if self.cache is None or "::" in url or not FAST_FETCH:
+        if self.cache is None or "::" in url or not _fast.enabled("fetch"):
             return None
         protocol = split_protocol(url)[0]
         if protocol in ("s3", "s3a"):
