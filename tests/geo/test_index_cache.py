@@ -425,10 +425,3 @@ class TestReloadWithoutPerFileObjects:
         for name in ("crs_ids", "dtype_ids", "transforms", "shapes", "counts", "nodata", "has_nodata"):
             np.testing.assert_array_equal(getattr(whole, name), getattr(split, name), err_msg=name)
         assert whole.crs_ids[0] == 0 and whole.dtype_ids[0] == 0  # renumbered by first use
-
-
-def test_the_old_module_still_exports_the_saved_index_names():
-    from pipekit.geo import catalog, index_cache
-
-    for name in index_cache.__all__:
-        assert getattr(index_cache, name) is getattr(catalog, name), name
