@@ -222,7 +222,8 @@ def _base_names(cls: type) -> list[str]:
         if base.__name__.startswith("_"):
             names.extend(_base_names(base))
         else:
-            module = base.__module__.lstrip("_").split(".")[0]  # where users import it: _csv -> csv, json.decoder -> json
+            # where users import it from: _csv -> csv, json.decoder -> json
+            module = base.__module__.lstrip("_").split(".")[0]
             names.append(base.__name__ if module == "builtins" else f"{module}.{base.__qualname__}")
     return names
 
@@ -245,7 +246,8 @@ def _tree() -> str:
     def walk(cls: type, depth: int) -> None:
         others = _base_names(cls)
         lines.append("    " * depth + cls.__name__ + (f" ({', '.join(others)})" if others else ""))
-        for sub in sorted((c for c in classes if c is not errors.PipekitError and parent(c) is cls), key=lambda c: c.__name__):
+        children = [c for c in classes if c is not errors.PipekitError and parent(c) is cls]
+        for sub in sorted(children, key=lambda c: c.__name__):
             walk(sub, depth + 1)
 
     walk(errors.PipekitError, 0)
