@@ -22,8 +22,8 @@ import time
 
 import numpy as np
 
-from pipekit.geo.bbox import BoundingBox
-from pipekit.geo.index import GeoIndex
+from pipekit.geo._bbox import BoundingBox
+from pipekit.geo._index import GeoIndex
 
 DAY = 86400.0
 EXTENT = 2_000_000.0

@@ -22,7 +22,7 @@ What is measured (issue 3, "Speed" and "From S3"):
      (an identically seeded ``RandomGeoSampler``).
    * with ``--pool-off-row``, with workers: **pipekit, shm pool off**, pipekit
      with ``PIPEKIT_SHM_POOL=0`` (every batch in fresh shared memory instead of
-     a buffer the main process has released, :mod:`pipekit.shm`).
+     a buffer the main process has released, :mod:`pipekit._shm`).
 
    Each (contender, workers, GDAL cache) runs in a fresh Python process: a
    first pass (warm-up: opens files, fills GDAL's block cache, starts workers)
@@ -270,7 +270,7 @@ class FloorDataset(Dataset):
         return handles
 
     def __getitem__(self, bbox: Any) -> dict[str, Any]:
-        from pipekit.geo.bbox import from_slices
+        from pipekit.geo._bbox import from_slices
 
         bbox = from_slices(bbox)  # sampler items are TorchGeo 0.8 slices (x, y, t)
         h = self._handles()
@@ -314,7 +314,7 @@ class FloorDataset(Dataset):
 
 def boxes_digest(boxes: list[Any]) -> str:
     h = hashlib.sha1()
-    from pipekit.geo.bbox import from_slices
+    from pipekit.geo._bbox import from_slices
 
     for b in boxes:  # BoundingBoxes or TorchGeo 0.8 slices: the same digest for the same box
         h.update(repr(tuple(round(float(v), 6) for v in from_slices(b))).encode())
@@ -374,8 +374,8 @@ def child_sampling(spec: dict[str, Any]) -> dict[str, Any]:
     root = Path(spec["root"])
     n, batch_size, workers, seed = spec["length"], spec["batch_size"], spec["workers"], spec["seed"]
     kind = spec["kind"]
-    if kind == "pipekit-nopool":  # pipekit with fresh shared memory for every batch in workers (pipekit.shm off)
-        from pipekit import shm
+    if kind == "pipekit-nopool":  # pipekit with fresh shared memory for every batch in workers (pipekit._shm off)
+        from pipekit import _shm as shm
 
         os.environ[shm.ENV_VAR] = "0"  # the workers inherit it
         kind = "pipekit"
@@ -991,7 +991,7 @@ def child_s3(spec: dict[str, Any]) -> dict[str, Any]:
     """One S3/local-COG variant: build, two passes; bytes through a counting proxy in this process."""
     from pipekit import _fast
     from pipekit.geo import RandomGeoSampler, stack_samples
-    from pipekit.geo.bbox import from_slices
+    from pipekit.geo._bbox import from_slices
 
     variant = spec["variant"]
     caches_off = variant.endswith("-nocache")
@@ -1334,7 +1334,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--pool-off-row",
         action="store_true",
         help="with workers, also run pipekit with its reuse of shared-memory batch buffers off "
-        "(PIPEKIT_SHM_POOL=0: fresh shared memory per batch, as before pipekit.shm)",
+        "(PIPEKIT_SHM_POOL=0: fresh shared memory per batch, as before pipekit._shm)",
     )
     p.add_argument("--skip-torchgeo", action="store_true")
     p.add_argument("--skip-s3", action="store_true")

@@ -12,7 +12,7 @@ the workers' total CPU per sample is close to the 0-worker process's, nothing
 is lost by going through workers (no extra copy of the batch); a 2-worker run
 is then faster than a 0-worker run wherever two cores are free.
 
-``--pool on off`` runs each worker count with :mod:`pipekit.shm`'s reuse of
+``--pool on off`` runs each worker count with :mod:`pipekit._shm`'s reuse of
 shared-memory batch buffers on (the default) and off (fresh shared memory
 for every batch, as before), side by side.
 
@@ -107,7 +107,7 @@ def run(
     synthetic: bool = False,
     main_threads: int = 0,
 ) -> None:
-    from pipekit import shm
+    from pipekit import _shm as shm
 
     torch.set_num_threads(main_threads or DEFAULT_THREADS)  # the main process's intra-op threads
 
@@ -171,7 +171,7 @@ def main() -> None:
         nargs="+",
         default=["on"],
         choices=["on", "off"],
-        help="reuse of shared-memory batch buffers in workers (pipekit.shm): on, off or both",
+        help="reuse of shared-memory batch buffers in workers (pipekit._shm): on, off or both",
     )
     p.add_argument(
         "--sharing",

@@ -6,7 +6,7 @@ process's CPU time (the development machine is shared: CPU time is the
 steadier figure):
 
 * ``pk build``: ``pipekit.datasets.RasterDataset(root)`` (default
-  ``index_workers``; headers parsed by :mod:`pipekit.geo.tiff_header`);
+  ``index_workers``; headers parsed by :mod:`pipekit.geo._tiff_header`);
 * ``pk rasterio-only``: the same with ``PIPEKIT_FAST_HEADERS=0`` (every
   header read by ``rasterio.open``), up to ``--rasterio-max`` files;
 * ``save``: ``dataset.save_index(<file>)`` (GeoParquet);
@@ -160,9 +160,9 @@ def compare_headers(root: Path, count: int) -> None:
     """CPU per header over ``count`` files: pipekit's parser, ``tifffile`` (if installed), ``rasterio.open``."""
     import rasterio
 
+    from pipekit.geo._tiff_header import FastHeaderReader
     from pipekit.geo.catalog._headers import read_header
     from pipekit.geo.io import RasterOpener
-    from pipekit.geo.tiff_header import FastHeaderReader
 
     paths = sorted(str(p) for p in root.glob("*.tif"))[:count]
     opener = RasterOpener()

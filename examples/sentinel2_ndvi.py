@@ -34,7 +34,7 @@ from rasterio.transform import from_origin
 
 from pipekit import datasets
 from pipekit.geo import GridGeoSampler
-from pipekit.geo.plot import stretch
+from pipekit.geo._plot import stretch
 from pipekit.synthetic.geo import CDL_CLASSES, LandCover
 from pipekit.transforms import ndvi
 

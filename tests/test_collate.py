@@ -444,7 +444,7 @@ def _same(a, b) -> None:
 
 def test_default_collate_in_pipekit_workers_gives_torch_batches_in_pooled_memory():
     import pipekit
-    from pipekit import shm
+    from pipekit import _shm as shm
 
     theirs = list(torch.utils.data.DataLoader(_Mixed(), batch_size=6, num_workers=2))
     # pin_memory off (its default with CUDA is on): a pinned batch is the pin thread's copy, not the worker's buffer

@@ -180,7 +180,7 @@ class TestUnshardedWarning:
         assert sorted(pipekit.DataLoader(SelfSharding(6), num_workers=2)) == list(range(6))
 
     def test_sharding_points(self):
-        from pipekit.loader import sharding_points
+        from pipekit._loader import sharding_points
 
         assert [type(p).__name__ for p in sharding_points(shuffled().batch(2))] == ["ShardingFilterIterDataPipe"]
         assert sharding_points(IterableWrapper(range(3)).map(str)) == []

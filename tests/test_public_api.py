@@ -373,12 +373,12 @@ DATASET_SPLIT_NAMES = [
 
 def test_dataset_split_names():
     import pipekit.datasets
-    import pipekit.datasets.splits
+    import pipekit.datasets._splits
 
-    assert pipekit.datasets.splits.__all__ == DATASET_SPLIT_NAMES
+    assert pipekit.datasets._splits.__all__ == DATASET_SPLIT_NAMES
     for name in DATASET_SPLIT_NAMES:
         assert name in pipekit.datasets.__all__
-        assert getattr(pipekit.datasets, name) is getattr(pipekit.datasets.splits, name)
+        assert getattr(pipekit.datasets, name) is getattr(pipekit.datasets._splits, name)
 
 
 CHIP_DATASET_NAMES = ["NonGeoDataset", "NonGeoClassificationDataset", "ChipRecipe", "EuroSAT", "COCODetection"]
@@ -387,11 +387,244 @@ DOWNLOAD_NAMES = ["calculate_md5", "check_integrity", "download_url", "extract_a
 
 def test_chip_datasets_and_download_names():
     import pipekit.datasets
-    import pipekit.datasets.download
+    import pipekit.datasets._download
     import pipekit.datasets.utils
 
     assert [n for n in CHIP_DATASET_NAMES if n not in pipekit.datasets.__all__] == []
-    assert pipekit.datasets.download.__all__ == DOWNLOAD_NAMES
+    assert pipekit.datasets._download.__all__ == DOWNLOAD_NAMES
     for name in ("check_integrity", "download_and_extract_archive", "download_url", "extract_archive"):
         assert name in pipekit.datasets.utils.__all__  # TorchGeo 0.8's torchgeo.datasets.utils.__all__
-        assert getattr(pipekit.datasets.utils, name) is getattr(pipekit.datasets.download, name)
+        assert getattr(pipekit.datasets.utils, name) is getattr(pipekit.datasets._download, name)
+
+
+# The public modules (names without a leading underscore) and what the user-facing packages export.
+PUBLIC_MODULES = [
+    "pipekit",
+    "pipekit.adapters",
+    "pipekit.cli",
+    "pipekit.collate",
+    "pipekit.dataloader2",
+    "pipekit.datasets",
+    "pipekit.datasets.utils",
+    "pipekit.decoders",
+    "pipekit.device",
+    "pipekit.encoders",
+    "pipekit.errors",
+    "pipekit.geo",
+    "pipekit.geo.catalog",
+    "pipekit.geo.io",
+    "pipekit.geo.io.handles",
+    "pipekit.geo.io.lanes",
+    "pipekit.geo.io.opener",
+    "pipekit.geo.rangecache",
+    "pipekit.geo.rangefetch",
+    "pipekit.geo.samplers",
+    "pipekit.geo.warpcache",
+    "pipekit.malloc",
+    "pipekit.pipes",
+    "pipekit.pipes.base",
+    "pipekit.pipes.iter",
+    "pipekit.pipes.map",
+    "pipekit.pipes.state",
+    "pipekit.profiling",
+    "pipekit.retry",
+    "pipekit.samplers",
+    "pipekit.synthetic",
+    "pipekit.synthetic.geo",
+    "pipekit.synthetic.images",
+    "pipekit.synthetic.stac",
+    "pipekit.testing",
+    "pipekit.transforms",
+    "pipekit.transforms.batch_augment",
+    "pipekit.transforms.functional",
+    "pipekit.transforms.index_kernels",
+    "pipekit.transforms.indices",
+    "pipekit.transforms.seeding",
+]
+
+GEO_ALL = [
+    "BatchGeoSampler",
+    "BoundingBox",
+    "GeoDataset",
+    "GeoIndex",
+    "GeoReader",
+    "GeoReferenceError",
+    "GeoSampler",
+    "GeoSamplerPipe",
+    "Grid",
+    "GridGeoSampler",
+    "IntersectionDataset",
+    "PreChippedGeoSampler",
+    "RandomBatchGeoSampler",
+    "RandomGeoSampler",
+    "RasterDataset",
+    "RasterOpener",
+    "UnionDataset",
+    "Units",
+    "VectorDataset",
+    "close_cached_handles",
+    "concat_samples",
+    "merge_samples",
+    "patch_shape",
+    "plot_sample",
+    "set_handle_budget",
+    "stack_samples",
+    "tile_to_chips",
+    "unbind_samples",
+    "write_geotiff",
+]
+
+DATASETS_ALL = [
+    "BoundingBox",
+    "CDL",
+    "CDL_CLASSES",
+    "COCODetection",
+    "ChipRecipe",
+    "DatasetNotFoundError",
+    "EuroSAT",
+    "GeoDataset",
+    "GeoSegmentation",
+    "GeoSlice",
+    "ImageFolder",
+    "IntersectionDataset",
+    "Landsat",
+    "Landsat7",
+    "Landsat8",
+    "Landsat9",
+    "NAIP",
+    "NonGeoClassificationDataset",
+    "NonGeoDataset",
+    "RasterDataset",
+    "STACDataset",
+    "Sentinel2",
+    "TarShards",
+    "UnionDataset",
+    "VectorDataset",
+    "WebDataset",
+    "concat_samples",
+    "merge_samples",
+    "random_bbox_assignment",
+    "random_bbox_splitting",
+    "random_grid_cell_assignment",
+    "roi_split",
+    "stack_samples",
+    "time_series_split",
+    "unbind_samples",
+    "utils",
+]
+
+TRANSFORMS_ALL = [
+    "AppendBNDVI",
+    "AppendBandMath",
+    "AppendEVI",
+    "AppendGBNDVI",
+    "AppendGNDVI",
+    "AppendGRNDVI",
+    "AppendIndex",
+    "AppendMNDWI",
+    "AppendNBR",
+    "AppendNDBI",
+    "AppendNDRE",
+    "AppendNDSI",
+    "AppendNDVI",
+    "AppendNDWI",
+    "AppendNormalizedDifferenceIndex",
+    "AppendRBNDVI",
+    "AppendSAVI",
+    "AppendSWI",
+    "AppendTriBandNormalizedDifferenceIndex",
+    "Augment",
+    "BandStats",
+    "BatchCompose",
+    "BatchRandomBrightness",
+    "BatchRandomChoice",
+    "BatchRandomContrast",
+    "BatchRandomCrop",
+    "BatchRandomGaussianNoise",
+    "BatchRandomHorizontalFlip",
+    "BatchRandomResizedCrop",
+    "BatchRandomRot90",
+    "BatchRandomVerticalFlip",
+    "BatchTransform",
+    "ColorJitter",
+    "CutMix",
+    "DEFAULT_BOX_KEYS",
+    "MixUp",
+    "Normalize",
+    "RGBOnly",
+    "RandomBrightness",
+    "RandomChannelDropout",
+    "RandomContrast",
+    "RandomGamma",
+    "RandomGaussianNoise",
+    "RandomHue",
+    "RandomRot90",
+    "RandomSaturation",
+    "RandomStream",
+    "TrivialAugment",
+    "augment",
+    "band_math",
+    "batch_augment",
+    "bndvi",
+    "compute_stats",
+    "evi",
+    "functional",
+    "gbndvi",
+    "gndvi",
+    "grndvi",
+    "index_kernels",
+    "indices",
+    "mndwi",
+    "nbr",
+    "ndbi",
+    "ndre",
+    "ndsi",
+    "ndvi",
+    "ndwi",
+    "normalize",
+    "normalized_difference",
+    "rbndvi",
+    "savi",
+    "seeding",
+    "spectral",
+    "stats",
+    "swi",
+    "tri_band_normalized_difference",
+]
+
+
+def _public_modules() -> list[str]:
+    import pathlib
+
+    src = pathlib.Path(pipekit.__file__).parent
+    found = []
+    for path in sorted(src.rglob("*.py")):
+        rel = path.relative_to(src.parent).with_suffix("")
+        parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+        if not any(part.startswith("_") for part in parts):
+            found.append(".".join(parts))
+    return sorted(found)
+
+
+def test_the_public_modules_are_locked():
+    """A new module is internal (``_name``) unless it is meant to be public: then it is added here and documented."""
+    assert _public_modules() == PUBLIC_MODULES
+
+
+def test_every_public_module_has_a_reference_page():
+    import pathlib
+    import re
+
+    docs = pathlib.Path(__file__).parents[1] / "docs" / "reference"
+    documented = {m for page in docs.glob("*.md") for m in re.findall(r"^::: (pipekit[\w.]*)", page.read_text(), re.M)}
+    # the command line is documented as a command (docs/guides/cli.md), not as an API
+    assert [m for m in PUBLIC_MODULES if m not in documented and m != "pipekit.cli"] == []
+
+
+def test_the_geo_datasets_and_transforms_names_are_locked():
+    import pipekit.datasets
+    import pipekit.transforms
+
+    assert sorted(pipekit.geo.__all__) == GEO_ALL
+    assert sorted(pipekit.datasets.__all__) == DATASETS_ALL
+    assert sorted(pipekit.transforms.__all__) == TRANSFORMS_ALL

@@ -27,7 +27,7 @@ from pipekit import datasets
 from pipekit.datasets._recipe import Recipe
 from pipekit.errors import ArchiveError
 from pipekit.pipes import IterableWrapper
-from pipekit.pipes.resume import pipeline_pipes, prepare_for_resume
+from pipekit.pipes._resume import pipeline_pipes, prepare_for_resume
 from pipekit.synthetic import write_image_folder, write_image_shards
 
 SHARDS, PER_SHARD = 4, 5
@@ -319,7 +319,7 @@ def resumable_classes() -> set[type]:
 
     found: set[type] = set()
     for info in pkgutil.walk_packages(pipekit.__path__, "pipekit."):
-        skipped = ("pipekit.cli", "pipekit.__main__", "pipekit.geo", "pipekit.loader", "pipekit.profiling")
+        skipped = ("pipekit.cli", "pipekit.__main__", "pipekit.geo", "pipekit._loader", "pipekit.profiling")
         if info.name.startswith(skipped):
             continue
         module = importlib.import_module(info.name)

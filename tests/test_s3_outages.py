@@ -284,7 +284,7 @@ def test_forked_child_leaves_the_parents_s3_session_alone(s3_server, capfd):
     import fsspec
     import s3fs
 
-    import pipekit.pipes.fsspec_io  # noqa: F401 - registers the fork handler
+    import pipekit.pipes._fsspec_io  # noqa: F401 - registers the fork handler
 
     name = s3_server.create_bucket()
     fs, _ = fsspec.core.url_to_fs(f"s3://{name}", **s3_server.storage_options)

@@ -1,4 +1,4 @@
-"""pipekit.shm: shared-memory batch buffers reused in DataLoader workers, never while the main process holds them."""
+"""pipekit._shm: shared-memory batch buffers reused in DataLoader workers, never while the main process holds them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from pipekit import shm
+from pipekit import _shm as shm
 from pipekit.geo import stack_samples
 
 SIDE = 32  # small samples: a batch of 4 is ~100 KiB

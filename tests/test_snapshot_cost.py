@@ -11,10 +11,10 @@ from torch.utils.data.dataloader import _InfiniteConstantSampler
 from torchdata.stateful_dataloader import worker as td_worker
 
 import pipekit
-from pipekit.loader import _fast_try_to_serialize, _install_fast_serialize, _ResumablePipe
-from pipekit.pipes import IterableWrapper, resume
-from pipekit.pipes.base import IterDataPipe
-from pipekit.pipes.resume import (
+from pipekit._loader import _fast_try_to_serialize, _install_fast_serialize, _CheckpointedPipe
+from pipekit.pipes import IterableWrapper
+from pipekit.pipes import _resume as resume
+from pipekit.pipes._resume import (
     SnapshotPlan,
     epoch_marks,
     pending_seeds,
@@ -22,6 +22,7 @@ from pipekit.pipes.resume import (
     prepare_for_resume,
     snapshot_pipeline,
 )
+from pipekit.pipes.base import IterDataPipe
 from pipekit.pipes.state import ResumablePipe
 
 TD_LOADER = sys.modules["torchdata.stateful_dataloader.stateful_dataloader"]
@@ -40,7 +41,7 @@ class _Plain:
 
 
 def _samples():
-    pipe = _ResumablePipe(IterableWrapper(range(10)).shuffle(buffer_size=4).sharding_filter())
+    pipe = _CheckpointedPipe(IterableWrapper(range(10)).shuffle(buffer_size=4).sharding_filter())
     hooked = iter(pipe)  # torch's iterator wrapper around the pipe, as the fetcher holds it
     next(hooked)
     sampler = _InfiniteConstantSampler()
@@ -80,7 +81,7 @@ class TestFastTryToSerialize:
         with_attr = _samples()[4]
         assert fast(with_attr) == "orig"
 
-        class Sub(_ResumablePipe):
+        class Sub(_CheckpointedPipe):
             pass
 
         assert fast(Sub(IterableWrapper([]))) == "orig"
@@ -216,7 +217,7 @@ def test_plan_of_a_pipeline_that_cannot_snapshot():
 
 
 def test_loader_snapshots_with_the_epoch_plan():
-    loader_pipe = _ResumablePipe(IterableWrapper(range(8)).shuffle(buffer_size=3).sharding_filter())
+    loader_pipe = _CheckpointedPipe(IterableWrapper(range(8)).shuffle(buffer_size=3).sharding_filter())
     torch.manual_seed(0)
     it = iter(loader_pipe)
     next(it)

@@ -13,6 +13,7 @@ so ``import pipekit`` stays lean for pipelines that read no rasters.
 from typing import TYPE_CHECKING, Any
 
 from pipekit import adapters, datasets, errors, pipes, transforms
+from pipekit._loader import DataLoader
 from pipekit._optional import lazy_attributes
 from pipekit.dataloader2 import (
     DataLoader2,
@@ -21,7 +22,6 @@ from pipekit.dataloader2 import (
     MultiProcessingReadingService,
     SequentialReadingService,
 )
-from pipekit.loader import DataLoader
 
 # torchdata's namespaces, ``import pipekit.pipes as dp; dp.iter.FileLister(...)``: importing the
 # submodules sets them as pipekit.pipes.iter and pipekit.pipes.map.

@@ -24,11 +24,11 @@ This is the whole list; keep it true when adding one.
    ``torchdata.stateful_dataloader.stateful_dataloader``) is replaced by a
    shortcut that answers at once for the objects a pipekit loader hands
    torchdata and calls torchdata's own function for everything else.  Made by
-   :func:`patch_try_to_serialize` (here), which ``pipekit.loader`` calls in the
+   :func:`patch_try_to_serialize` (here), which ``pipekit._loader`` calls in the
    main process when a loader with workers starts its iterator, and in every
    worker it starts.  Why: torchdata's ``isinstance(obj, Stateful)`` protocol
    check was ~30% of a worker's per-batch snapshot (see
-   ``pipekit.loader._pipe.fast_try_to_serialize``).  Idempotent; the original
+   ``pipekit._loader._pipe.fast_try_to_serialize``).  Idempotent; the original
    stays reachable as ``__wrapped__``.
 2. **torch's** ``default_collate_fn_map`` (``torch.utils.data._utils.collate``):
    its own entries for ``torch.Tensor``, ``int`` and ``float`` are replaced
@@ -37,25 +37,25 @@ This is the whole list; keep it true when adding one.
    calls: in every ``pipekit.DataLoader`` worker unless ``PIPEKIT_SHM_POOL=0``,
    and wherever a user calls it (e.g. as torch's ``worker_init_fn``).  Why:
    batches made by ``default_collate`` in a worker go to the main process in
-   the worker's reused shared-memory buffers (:mod:`pipekit.shm`).
+   the worker's reused shared-memory buffers (:mod:`pipekit._shm`).
 3. **torch's** reduction of ``torch.UntypedStorage`` for
    ``multiprocessing.reduction.ForkingPickler`` (registered by
    ``torch.multiprocessing.reductions``) is replaced by pipekit's, which hands
    every storage that is not a pool buffer to torch's.  Made by
-   :func:`register_storage_reducer` (here), called by :mod:`pipekit.shm`: in a
+   :func:`register_storage_reducer` (here), called by :mod:`pipekit._shm`: in a
    worker the first time its buffer pool is used, and in the main process the
    first time it rebuilds a pool buffer (so a buffer it sends on is a copy).
    Why: pool buffers are counted when sent and sent by reference once mapped.
 4. **Warnings filter**: torch's ``'set_vital' is deprecated`` ``UserWarning``
    (raised by torchdata's ``StatefulDataLoader``) is ignored, that message
    only, by :func:`ignore_set_vital_warning` (here): process-wide in every
-   ``pipekit.DataLoader`` worker (``pipekit.loader``'s worker init), and inside
+   ``pipekit.DataLoader`` worker (``pipekit._loader``'s worker init), and inside
    ``warnings.catch_warnings()`` (not global) while ``pipekit.DataLoader``
    creates torchdata's loader.  ``pipekit.cli.main`` adds the same filter
    process-wide for the command-line tool.  Why: it is torchdata's call of a
    deprecated torch function, printed for every loader.
 5. **torch's thread count**: ``torch.set_num_threads(worker_threads)`` in each
-   ``pipekit.DataLoader`` worker (``pipekit.loader``'s worker init; public
+   ``pipekit.DataLoader`` worker (``pipekit._loader``'s worker init; public
    API).  Why: workers do not oversubscribe the CPU.
 6. Made by the DataPipe seam, :mod:`pipekit.pipes._torch` (listed here so the
    list is whole): ``IterDataPipe._is_child_datapipe = False`` (a class
@@ -327,7 +327,7 @@ def replace_default_collate_fns(replacements: Mapping[type, Callable[..., Any]])
 
 @functools.cache
 def have_storage_internals() -> bool:
-    """Whether torch has the private storage functions :mod:`pipekit.shm`'s buffer pool needs."""
+    """Whether torch has the private storage functions :mod:`pipekit._shm`'s buffer pool needs."""
     try:
         storage = torch.UntypedStorage._new_shared(8)
         torch._C._storage_Use_Count(storage._cdata)

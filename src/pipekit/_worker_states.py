@@ -141,7 +141,7 @@ class WorkerStates:
         channel: the :class:`StateChannel` of the iterator the worker belongs to.
         worker: this worker's id.
         materialize: turns a kept state into the plain data to send (kept states may be
-            lazy: see :meth:`pipekit.pipes.resume.SnapshotPlan.snapshot`); called in the
+            lazy: see :meth:`pipekit.pipes._resume.SnapshotPlan.snapshot`); called in the
             answering thread, so it must not read what the worker's main thread changes.
     """
 

@@ -20,7 +20,7 @@ import warnings
 from abc import abstractmethod
 from typing import Any
 
-from pipekit.pipes.resume import pipeline_pipes
+from pipekit.pipes._resume import pipeline_pipes
 
 __all__ = ["Adapter", "Shuffle"]
 

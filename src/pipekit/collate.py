@@ -1,6 +1,6 @@
 """Collate kernels: turn a list of samples into one batch.
 
-These are plain functions (no DataPipe machinery); :mod:`pipekit.pipes.collate`
+These are plain functions (no DataPipe machinery); :mod:`pipekit.pipes._collate`
 wraps them as pipes.
 
 :func:`pad_stack` pads a list of tensors of the same number of dimensions to
@@ -67,7 +67,7 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-from pipekit import shm
+from pipekit import _shm as shm
 from pipekit._loader_seam import (
     replace_default_collate_fns,
     torch_collate_floats,
@@ -134,7 +134,7 @@ def empty_host(shape: Sequence[int], dtype: torch.dtype, pin_memory: bool = Fals
       :func:`torch.utils.data.default_collate` does, so the batch reaches the
       main process without being copied into shared memory on the way; the
       memory is a buffer of an earlier batch once the main process has
-      released it (:func:`pipekit.shm.empty_shared`), instead of fresh pages;
+      released it (:func:`pipekit._shm.empty_shared`), instead of fresh pages;
     * otherwise ordinary memory.
     """
     shape = tuple(shape)
@@ -195,7 +195,7 @@ def use_shared_buffers_in_default_collate(worker_id: int | None = None) -> None:
     worker (so the batch is not copied on its way to the main process), and
     returns numbers as ordinary tensors that torch copies into fresh shared
     memory when it sends them.  pipekit's workers take both from the worker's
-    pool of buffers instead (:func:`pipekit.shm.empty_shared`), which the main
+    pool of buffers instead (:func:`pipekit._shm.empty_shared`), which the main
     process keeps mapped, so a batch costs neither new pages nor a file
     descriptor passed per tensor.  Only torch's own entries of
     ``torch.utils.data._utils.collate.default_collate_fn_map`` are replaced

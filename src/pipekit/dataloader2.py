@@ -82,11 +82,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from pipekit._loader import DataLoader, warn_if_unsharded
 from pipekit.adapters import Adapter
-from pipekit.loader import DataLoader, warn_if_unsharded
+from pipekit.pipes._distributed import FullSync
+from pipekit.pipes._resume import pipeline_pipes
 from pipekit.pipes.base import IterDataPipe, MapDataPipe
-from pipekit.pipes.distributed import FullSync
-from pipekit.pipes.resume import pipeline_pipes
 from pipekit.pipes.state import draw_seed
 
 try:

@@ -1,6 +1,6 @@
 """Pure decoding kernels: bytes in, tensors and Python objects out.
 
-The pipes in :mod:`pipekit.pipes.decode` wrap these functions; they are also
+The pipes in :mod:`pipekit.pipes._decode` wrap these functions; they are also
 usable on their own (in a ``map``, a ``Dataset.__getitem__``...).
 
 Images

@@ -170,7 +170,7 @@ class SkippedReadError(ReadError):
     read into a (zero-filled) sample: ``dataset[query]`` raises this
     :class:`ReadError` after counting the failure, and ``read_geo`` drops the
     query (counting it in its own ``skip_log`` too), whatever ``read_geo``'s
-    own ``on_error``.  Also importable from :mod:`pipekit.geo.read`.
+    own ``on_error``.  Also importable from :mod:`pipekit.geo._read`.
     """
 
 

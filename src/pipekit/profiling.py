@@ -16,7 +16,7 @@ speed up (or to parallelise)::
     (4, 32, [32, 32, 4])
 
 How it works: :func:`instrument_pipeline` walks the graph
-(:func:`pipekit.pipes.resume.pipeline_pipes`) and switches each pipe's class,
+(:func:`pipekit.pipes._resume.pipeline_pipes`) and switches each pipe's class,
 for the duration of the ``with`` block, to a subclass whose ``__iter__``
 wraps the iterator in a timer (map-style pipes: ``__getitem__``).  Calls nest
 the way pipes pull from each other, so a per-thread stack separates a pipe's
@@ -44,8 +44,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from pipekit.pipes._resume import pipeline_pipes
 from pipekit.pipes.base import IterDataPipe, MapDataPipe
-from pipekit.pipes.resume import pipeline_pipes
 
 __all__ = ["StageProfile", "PipelineProfile", "instrument_pipeline", "profile_pipeline", "stage_name"]
 

@@ -18,7 +18,7 @@ are imported on first use.
 
 Example:
     >>> from types import SimpleNamespace
-    >>> from pipekit.geo.index import GeoIndex
+    >>> from pipekit.geo._index import GeoIndex
     >>> ds = SimpleNamespace(index=GeoIndex([[0, 40, 0, 20]]), res=(1.0, 1.0))
     >>> x, y, t = next(iter(GridGeoSampler(ds, size=10)))
     >>> x, y

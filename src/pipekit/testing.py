@@ -6,8 +6,8 @@ import pickle
 from collections.abc import Callable
 from typing import Any
 
+from pipekit.pipes._resume import not_snapshot_capable, prepare_for_resume, restore_pipeline, snapshot_pipeline
 from pipekit.pipes.base import IterDataPipe
-from pipekit.pipes.resume import not_snapshot_capable, prepare_for_resume, restore_pipeline, snapshot_pipeline
 
 __all__ = ["assert_resumes", "resume_after"]
 

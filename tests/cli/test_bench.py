@@ -8,7 +8,7 @@ import re
 import pytest
 
 from pipekit import datasets
-from pipekit.pipes.resume import pipeline_pipes
+from pipekit.pipes._resume import pipeline_pipes
 from pipekit.profiling import stage_name
 
 

@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from pipekit.cli.demo import DEMO_CLASSES, TinyUNet
+from pipekit.cli._demo import DEMO_CLASSES, TinyUNet
 
 
 def losses(out: str) -> tuple[float, float]:

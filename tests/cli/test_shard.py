@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from pipekit import datasets
-from pipekit.cli.shard import brace_pattern, parse_size
+from pipekit.cli._shard import brace_pattern, parse_size
 
 from .conftest import s3_options
 
@@ -276,7 +276,7 @@ class TestHelpers:
         assert brace_pattern("s-%02d.tar", 5, 100) == "s-05.tar ... s-100.tar"
 
     def test_brace_pattern_expands_back_to_the_names(self) -> None:
-        from pipekit.pipes.webdataset import shard_expand
+        from pipekit.pipes._webdataset import shard_expand
 
         for pattern, first, last in (("s-%06d.tar", 0, 12), ("s-%d.tar", 3, 11), ("s-%02d.tar", 98, 100)):
             assert list(shard_expand(brace_pattern(pattern, first, last))) == [

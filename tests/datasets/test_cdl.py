@@ -179,7 +179,7 @@ class TestRelabel:
 
     @pytest.mark.parametrize("shape", [(1, 256, 256), (1, 255, 255), (1, 1, 1), (1, 3, 5), (1, 0, 4), (2, 7, 8)])
     def test_same_as_one_gather_per_code(self, shape):
-        from pipekit.datasets.cdl import _pair_table, _relabel
+        from pipekit.datasets._cdl import _pair_table, _relabel
 
         rng = np.random.default_rng(sum(shape))
         lookup = rng.integers(0, 134, 256).astype(np.uint8)

@@ -15,7 +15,7 @@ from rasterio.transform import from_origin
 
 import pipekit
 from pipekit.datasets import COCODetection, DatasetNotFoundError
-from pipekit.datasets.coco import collate_detection, polygons_to_mask
+from pipekit.datasets._coco import collate_detection, polygons_to_mask
 from pipekit.errors import DecodeError, ParseError
 
 H, W = 20, 30

@@ -24,7 +24,7 @@ import torch
 from rasterio.transform import from_origin
 
 from pipekit.datasets import DatasetNotFoundError, EuroSAT
-from pipekit.datasets.download import check_integrity, download_and_extract_archive, download_url, extract_archive
+from pipekit.datasets._download import check_integrity, download_and_extract_archive, download_url, extract_archive
 from pipekit.errors import ArchiveError, HashError, ReadError
 
 PAYLOAD = bytes(range(256)) * 400  # 102,400 bytes

@@ -11,9 +11,9 @@ import torch
 
 import pipekit
 from pipekit import datasets
-from pipekit.datasets.geosegmentation import MapClasses
+from pipekit.datasets._geosegmentation import MapClasses
 from pipekit.geo import GridGeoSampler, RandomBatchGeoSampler, RandomGeoSampler
-from pipekit.geo.bbox import from_slices
+from pipekit.geo._bbox import from_slices
 from pipekit.synthetic.geo import CDL_CLASSES, write_landsat_cdl_corpus
 from pipekit.transforms import AppendIndex, Normalize
 

@@ -15,7 +15,7 @@ from PIL import Image
 
 import pipekit
 from pipekit import datasets
-from pipekit.datasets.imagefolder import _AspectResize, collate_by_aspect
+from pipekit.datasets._imagefolder import _AspectResize, collate_by_aspect
 from pipekit.errors import DecodeError
 from pipekit.synthetic import CLASSES, write_image_folder
 
@@ -245,7 +245,7 @@ class TestOverrides:
             list(datasets.ImageFolder(root, train=False, size=16))
         ds = datasets.ImageFolder(root, train=False, size=16, batch_size=None, on_error="skip")
         assert len(list(ds)) == 4 * PER_CLASS
-        decoder = next(p for p in pipekit.pipes.resume.pipeline_pipes(ds) if type(p).__name__ == "ImageDecoder")
+        decoder = next(p for p in pipekit.pipes._resume.pipeline_pipes(ds) if type(p).__name__ == "ImageDecoder")
         assert decoder.skip_log.count == 1
 
 

@@ -18,7 +18,7 @@ from pipekit import datasets
 from pipekit.datasets import CDL, Landsat7, Landsat8, Landsat9
 from pipekit.errors import ReadError
 from pipekit.geo import BoundingBox, RandomGeoSampler, stack_samples
-from pipekit.geo.composition import IntersectionDataset, UnionDataset
+from pipekit.geo._composition import IntersectionDataset, UnionDataset
 
 X0, Y0 = 399_990.0, 4_650_030.0  # UTM 15N, Iowa
 SIZE = 240
@@ -138,7 +138,7 @@ class TestLandsat8:
         from rasterio.enums import Resampling
         from rasterio.warp import reproject
 
-        from pipekit.geo import read as geo_read
+        from pipekit.geo import _read as geo_read
 
         ds = Landsat8(landsat["l8"], crs="EPSG:32614", res=30, bands=["SR_B2", "SR_B3", "SR_B4"])
         calls = []

@@ -160,7 +160,7 @@ class TestClassification:
         pipe = ds.pipe(train=False, batch_size=None, on_error="skip")
         samples = list(pipe)
         assert len(samples) == len(CLASSES) * PER_CLASS
-        loader_pipe = next(p for p in pipekit.pipes.resume.pipeline_pipes(pipe) if hasattr(p, "skip_log"))
+        loader_pipe = next(p for p in pipekit.pipes._resume.pipeline_pipes(pipe) if hasattr(p, "skip_log"))
         assert loader_pipe.skip_log.count == 1 and loader_pipe.skip_log.skipped[0].url == str(bad)
         loader = pipekit.DataLoader(ds.pipe(train=False, batch_size=5, on_error="skip"), num_workers=0)
         assert sum(len(b["label"]) for b in loader) == len(CLASSES) * PER_CLASS

@@ -16,7 +16,7 @@ from PIL import Image, ImageOps
 
 import pipekit
 from pipekit import datasets
-from pipekit.datasets.tar_shards import expand_shard_urls
+from pipekit.datasets._tar_shards import expand_shard_urls
 from pipekit.errors import ArchiveError, DecodeError, ReadError
 from pipekit.synthetic import write_image_shards
 
@@ -156,7 +156,7 @@ class TestTrainAugment:
     @pytest.mark.parametrize("trivial_augment", [False, True])
     def test_same_images_as_the_augment_pipe(self, shards, trivial_augment):
         from pipekit.datasets._recipe import standard_image_transforms
-        from pipekit.datasets.tar_shards import _ImageAugmenter
+        from pipekit.datasets._tar_shards import _ImageAugmenter
         from pipekit.pipes import IterableWrapper
 
         torch.manual_seed(0)
@@ -170,7 +170,7 @@ class TestTrainAugment:
             assert torch.equal(a[".jpg"], b[".jpg"]) and a[".cls"] == b[".cls"]
 
     def test_plain_samples_skip_the_dict_path_and_others_take_it(self, shards, monkeypatch):
-        from pipekit.transforms.augment import Augment
+        from pipekit.transforms._augment import Augment
 
         calls = []
         general = Augment.apply
@@ -467,7 +467,7 @@ class TestCacheDir:
             storage_options=s3_server.storage_options, cache_dir=tmp_path,
         )
         first = self.eval_keys(ds)
-        from pipekit.pipes.fsspec_io import FSSpecFileOpener
+        from pipekit.pipes._fsspec_io import FSSpecFileOpener
 
         opened = []
         real = FSSpecFileOpener.reopen

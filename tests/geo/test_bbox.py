@@ -9,7 +9,7 @@ from datetime import date, datetime, timezone
 import numpy as np
 import pytest
 
-from pipekit.geo.bbox import BoundingBox, from_slices, to_timestamp
+from pipekit.geo._bbox import BoundingBox, from_slices, to_timestamp
 
 
 class TestBoundingBox:

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from pipekit.geo.bbox import BoundingBox
-from pipekit.geo.collate import concat_samples, merge_samples, stack_samples, unbind_samples
+from pipekit.geo._bbox import BoundingBox
+from pipekit.geo._collate import concat_samples, merge_samples, stack_samples, unbind_samples
 
 
 def sample(i: int, channels: int = 3) -> dict:

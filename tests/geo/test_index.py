@@ -7,8 +7,8 @@ import pickle
 import numpy as np
 import pytest
 
-from pipekit.geo.bbox import BoundingBox
-from pipekit.geo.index import FANOUT, GeoIndex
+from pipekit.geo._bbox import BoundingBox
+from pipekit.geo._index import FANOUT, GeoIndex
 
 
 def brute_query(bounds: np.ndarray, q, spatial_only: bool = False) -> np.ndarray:

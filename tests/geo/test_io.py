@@ -15,7 +15,7 @@ import json, os, sys
 import fsspec, numpy as np
 from fsspec.implementations.memory import MemoryFileSystem
 from pipekit.geo import io as geo_io
-from pipekit.geo.read import SourceReadError
+from pipekit.geo._read import SourceReadError
 from pipekit.errors import ReadError
 from pipekit.retry import is_transient
 
@@ -62,7 +62,7 @@ failures["left"] = 1  # a window read (of blocks not read yet) fails: a transien
 far = ((290, 298), (290, 298))
 raised = failures["raised"]
 try:
-    from pipekit.geo.read import _read_window
+    from pipekit.geo._read import _read_window
     _read_window(handle, [1], far)
     out["read"] = "no error"
 except SourceReadError as exc:
@@ -87,7 +87,7 @@ import fsspec
 from fsspec.implementations.memory import MemoryFileSystem
 import pipekit
 from pipekit.datasets import RasterDataset
-from pipekit.geo.bbox import BoundingBox
+from pipekit.geo._bbox import BoundingBox
 
 down = sys.argv[2]  # while this file exists, every read of the scene fails (seen by the forked workers too)
 

@@ -14,13 +14,13 @@ import torch
 
 import pipekit
 from pipekit.errors import ReadError
-from pipekit.geo.bbox import BoundingBox, from_slices
-from pipekit.geo.collate import stack_samples
-from pipekit.geo.index import GeoIndex
-from pipekit.geo.pipes import GeoReader
+from pipekit.geo._bbox import BoundingBox, from_slices
+from pipekit.geo._collate import stack_samples
+from pipekit.geo._index import GeoIndex
+from pipekit.geo._pipes import GeoReader
 from pipekit.geo.samplers import GridGeoSampler, RandomBatchGeoSampler, RandomGeoSampler
 from pipekit.pipes import IterableWrapper
-from pipekit.pipes.resume import not_snapshot_capable, prepare_for_resume
+from pipekit.pipes._resume import not_snapshot_capable, prepare_for_resume
 from pipekit.testing import assert_resumes, resume_after
 
 DAY = 86400.0
@@ -284,7 +284,7 @@ class TestWithRasterDataset:
 
     @pytest.fixture(params=[30.0, 0.1])
     def raster(self, request, tmp_path):
-        from pipekit.geo.raster import RasterDataset
+        from pipekit.geo._raster import RasterDataset
 
         res = request.param
         for k, (west, north, rows, cols) in enumerate(self.TILES):
@@ -338,7 +338,7 @@ class TestSkippedReads:
 
     @pytest.fixture
     def corrupt(self, cc0):
-        from pipekit.geo.raster import RasterDataset
+        from pipekit.geo._raster import RasterDataset
 
         return RasterDataset(cc0("corrupt.tif"), on_error="skip")
 
@@ -365,8 +365,8 @@ class TestSkippedReads:
 
     def test_len_over_a_skipping_dataset_raises(self, corrupt, rasters):
         """Issue 13, item 4: the dataset drops failed reads, so the sampler's length would over-count."""
-        from pipekit.geo.composition import IntersectionDataset
-        from pipekit.geo.raster import RasterDataset
+        from pipekit.geo._composition import IntersectionDataset
+        from pipekit.geo._raster import RasterDataset
 
         boxes = list(GridGeoSampler(corrupt, size=256))
         pipe = IterableWrapper(boxes).read_geo(corrupt)
@@ -381,14 +381,14 @@ class TestSkippedReads:
     def test_skipped_read_error_lives_in_pipekit_errors(self):
         """Issue 13, item 5."""
         import pipekit.errors
-        import pipekit.geo.read
+        import pipekit.geo._read
 
-        assert pipekit.errors.SkippedReadError is pipekit.geo.read.SkippedReadError
+        assert pipekit.errors.SkippedReadError is pipekit.geo._read.SkippedReadError
         assert issubclass(pipekit.errors.SkippedReadError, ReadError)
         assert pipekit.errors.SkippedReadError.__module__ == "pipekit.errors"
 
     def test_direct_indexing_raises_after_counting(self, corrupt):
-        from pipekit.geo.read import SkippedReadError
+        from pipekit.geo._read import SkippedReadError
 
         b = corrupt.bounds
         with pytest.raises(SkippedReadError) as info:

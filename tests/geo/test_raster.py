@@ -22,9 +22,9 @@ from pipekit.datasets import RasterDataset
 from pipekit.errors import GeoReferenceError, ReadError
 from pipekit.geo import BoundingBox
 from pipekit.geo import io as geo_io
-from pipekit.geo.bbox import from_slices
-from pipekit.geo.composition import IntersectionDataset, UnionDataset
-from pipekit.geo.read import SkippedReadError
+from pipekit.geo._bbox import from_slices
+from pipekit.geo._composition import IntersectionDataset, UnionDataset
+from pipekit.geo._read import SkippedReadError
 
 UTM15 = "EPSG:32615"
 ALBERS = "EPSG:5070"

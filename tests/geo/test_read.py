@@ -11,9 +11,9 @@ from rasterio.enums import Resampling
 from rasterio.warp import reproject, transform_bounds
 
 from pipekit.geo import BoundingBox
+from pipekit.geo import _read as geo_read
 from pipekit.geo import io as geo_io
-from pipekit.geo import read as geo_read
-from pipekit.geo.read import Grid, patch_shape, read_into, resampling_from, transform_bounds_fast, valid_mask
+from pipekit.geo._read import Grid, patch_shape, read_into, resampling_from, transform_bounds_fast, valid_mask
 
 UTM = CRS.from_epsg(32615)
 ALBERS = CRS.from_epsg(5070)

@@ -13,8 +13,8 @@ from rasterio.enums import Resampling
 from pipekit.errors import ReadError, SkipLog
 from pipekit.geo import BoundingBox
 from pipekit.geo import io as geo_io
-from pipekit.geo.read import Grid, SkippedReadError
-from pipekit.geo.reader import EntryLabel, RasterReader, ReadSettings
+from pipekit.geo._read import Grid, SkippedReadError
+from pipekit.geo._reader import EntryLabel, RasterReader, ReadSettings
 
 from .conftest import UTM15, pattern, write_tif
 

@@ -12,9 +12,9 @@ import torch
 from torch.utils.data import DataLoader as TorchDataLoader
 
 import pipekit
-from pipekit.geo.bbox import BoundingBox, from_slices
-from pipekit.geo.collate import stack_samples
-from pipekit.geo.index import GeoIndex
+from pipekit.geo._bbox import BoundingBox, from_slices
+from pipekit.geo._collate import stack_samples
+from pipekit.geo._index import GeoIndex
 from pipekit.geo.samplers import (
     GeoSamplerPipe,
     GridGeoSampler,
@@ -647,7 +647,7 @@ class TestTorchGeoQueries:
         """A TorchGeo-style dataset (its index a GeoDataFrame) can be sampled by pipekit's samplers."""
         from types import SimpleNamespace
 
-        from pipekit.geo.frame import frame_from_index
+        from pipekit.geo._frame import frame_from_index
 
         frame = frame_from_index(two_tiles.index, "EPSG:32631", {"filepath": ["a.tif", "b.tif"]})
         sampler = GridGeoSampler(SimpleNamespace(index=frame, res=(1.0, 1.0)), size=50)

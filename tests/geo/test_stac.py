@@ -22,7 +22,7 @@ import pipekit
 from pipekit.datasets import RasterDataset, STACDataset
 from pipekit.errors import DatasetNotFoundError, ParseError, ReadError
 from pipekit.geo import BoundingBox, stack_samples
-from pipekit.geo.bbox import from_slices
+from pipekit.geo._bbox import from_slices
 from pipekit.geo.samplers import GridGeoSampler, PreChippedGeoSampler, RandomBatchGeoSampler, RandomGeoSampler
 from pipekit.synthetic.stac import (
     sentinel2_items,

@@ -13,7 +13,7 @@ import shapely.geometry
 
 from pipekit.datasets import STACDataset
 from pipekit.errors import DatasetNotFoundError, ParseError, ReadError
-from pipekit.geo.stac_search import ItemFilter, query_to_cql2
+from pipekit.geo._stac_search import ItemFilter, query_to_cql2
 from pipekit.synthetic.stac import sentinel2_items, write_geoparquet, write_sentinel2_cogs, write_static_catalog
 from stacserver import RustacNotFoundError, start_stac_server
 

@@ -16,10 +16,10 @@ from rasterio.control import GroundControlPoint
 from rasterio.crs import CRS
 
 from pipekit.errors import ReadError
-from pipekit.geo import tiff_header
+from pipekit.geo import _tiff_header as tiff_header
+from pipekit.geo._tiff_header import FastHeaderReader, parse_tiff_tags
 from pipekit.geo.catalog._headers import RasterHeader, read_header
 from pipekit.geo.io import RasterOpener
-from pipekit.geo.tiff_header import FastHeaderReader, parse_tiff_tags
 
 OPENER = RasterOpener()
 

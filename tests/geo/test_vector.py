@@ -27,7 +27,7 @@ from pipekit.geo import (
     RandomGeoSampler,
     UnionDataset,
 )
-from pipekit.geo import vector as vector_module
+from pipekit.geo import _vector as vector_module
 
 from .conftest import UTM15, pattern, write_tif
 

@@ -1,4 +1,4 @@
-"""The numpy window warp (pipekit.geo.warp) against GDAL's own reprojection."""
+"""The numpy window warp (pipekit.geo._warp) against GDAL's own reprojection."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from rasterio.enums import Resampling
 from rasterio.warp import reproject
 
 from pipekit import _fast
-from pipekit.geo import BoundingBox, RasterDataset, warp
+from pipekit.geo import BoundingBox, RasterDataset
+from pipekit.geo import _warp as warp
 
 from .conftest import ALBERS, UTM15, X0, Y0, write_tif
 

@@ -11,7 +11,7 @@ from affine import Affine
 
 from pipekit.datasets import RasterDataset
 from pipekit.geo import BoundingBox
-from pipekit.geo.write import write_geotiff
+from pipekit.geo._write import write_geotiff
 
 X0, Y0 = 399_990.0, 4_650_030.0
 

@@ -26,9 +26,9 @@ from pipekit.pipes import (
     IterableWrapper,
     TarArchiveLoader,
 )
-from pipekit.pipes.archives import ArchiveLoader
+from pipekit.pipes._archives import ArchiveLoader
+from pipekit.pipes._resume import restore_pipeline, snapshot_pipeline
 from pipekit.pipes.base import StreamWrapper as PipekitStream
-from pipekit.pipes.resume import restore_pipeline, snapshot_pipeline
 from pipekit.testing import assert_resumes, resume_after
 
 from .conftest import archive_bytes
@@ -153,7 +153,7 @@ class TestTarArchiveLoader:
     def test_member_urls_agree_with_normpath(self) -> None:
         import posixpath
 
-        from pipekit.pipes.archives import TarArchiveLoader
+        from pipekit.pipes._archives import TarArchiveLoader
 
         loader = TarArchiveLoader(IterableWrapper([]))
         names = ["x.jpg", "a.b.c", "d/x.jpg", "./x", "d//y", "d/./y", "d/", "x\\y.jpg", "...", ".hidden", "a..b"]
@@ -162,7 +162,7 @@ class TestTarArchiveLoader:
             assert loader._member_url("s.tar", name) == expected, name
 
     def test_unsafe_name_rules(self) -> None:
-        from pipekit.pipes.archives import _unsafe_name
+        from pipekit.pipes._archives import _unsafe_name
 
         assert _unsafe_name("d\\..\\..\\evil.txt") == "has a '..' path component"
         assert _unsafe_name("c:\\evil.txt") == _unsafe_name("/evil") == "has an absolute path"
@@ -603,7 +603,7 @@ class TestPlainHeaders:
         }
 
     def test_same_members_urls_and_bytes_as_tarfile(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        import pipekit.pipes.archives as archives
+        import pipekit.pipes._archives as archives
 
         monkeypatch.setattr(archives, "PLAIN_MEMBER_MAX_BYTES", 64 * 1024)
         for name, data in self.cases().items():
@@ -615,7 +615,7 @@ class TestPlainHeaders:
 
     def test_small_read_ahead_pieces_give_the_same_results(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """Pieces smaller than a member, across headers, and skipped members past the piece read: same as tarfile."""
-        import pipekit.pipes.archives as archives
+        import pipekit.pipes._archives as archives
 
         monkeypatch.setattr(archives, "PLAIN_MEMBER_MAX_BYTES", 64 * 1024)
         for piece in (512, 700, 3000):
@@ -627,7 +627,7 @@ class TestPlainHeaders:
                     assert plain == outcome(variant, False, monkeypatch, on_error="skip"), (piece, name, len(variant))
 
     def test_a_shard_is_read_in_few_large_reads(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        import pipekit.pipes.archives as archives
+        import pipekit.pipes._archives as archives
 
         class Counting(io.BytesIO):
             reads = 0
@@ -646,7 +646,7 @@ class TestPlainHeaders:
     def test_header_checksum_matches_the_byte_sum(self) -> None:
         import random
 
-        from pipekit.pipes.archives import _header_sum
+        from pipekit.pipes._archives import _header_sum
 
         def reference(block: bytes) -> int:
             return 256 + sum(block[:148]) + sum(block[156:])
@@ -704,7 +704,7 @@ class TestPlainHeaders:
                 assert first + rest == whole, (stop, fast_after)
 
     def test_tarfile_reads_only_what_is_not_plain(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        import pipekit.pipes.archives as archives
+        import pipekit.pipes._archives as archives
 
         calls = []
         real = archives._EndCheckedTarInfo.fromtarfile.__func__
@@ -925,7 +925,7 @@ class CountingRemote(io.BytesIO):
 
 def remote_tar(data: bytes, log: list[int], url: str = "s3://b/remote.tar", **kw) -> tuple[str, PipekitStream]:
     """``(url, stream)`` as ``open_files_by_fsspec`` yields it for a remote file: a RetryingFile."""
-    from pipekit.pipes.fsspec_io import RetryingFile
+    from pipekit.pipes._fsspec_io import RetryingFile
     from pipekit.retry import RetryPolicy
 
     state = {"fail_at": kw.get("fail_at")}
@@ -965,7 +965,7 @@ class TestRemoteTar:
         expected = read_samples([("s3://b/remote.tar", PipekitStream(io.BytesIO(data)))])
         assert read_samples([remote_tar(data, log, fail_at=0)]) == expected  # the read fails once, then reopens
 
-        from pipekit.pipes.fsspec_io import RetryingFile
+        from pipekit.pipes._fsspec_io import RetryingFile
         from pipekit.retry import RetryPolicy
 
         class Down(io.BytesIO):

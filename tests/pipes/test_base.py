@@ -126,7 +126,7 @@ class TestReplacingTorchsNames:
 
     def test_pipekits_checked_builtins_own_their_names(self):
         for name in ("batch", "shuffle", "unbatch", "sharding_filter"):
-            assert owner_of(name).startswith("pipekit.pipes.builtin."), name
+            assert owner_of(name).startswith("pipekit.pipes._builtin."), name
 
 
 class TestResumableProtocol:
@@ -157,8 +157,8 @@ class TestResumableCheck:
         from typing import Protocol, runtime_checkable
 
         from pipekit.pipes import IterableWrapper
+        from pipekit.pipes._builtin import ResumableShuffler
         from pipekit.pipes.base import Resumable
-        from pipekit.pipes.builtin import ResumableShuffler
 
         @runtime_checkable
         class Plain(Protocol):

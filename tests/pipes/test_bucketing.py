@@ -1,4 +1,4 @@
-"""Tests of pipekit.pipes.bucketing: bucketbatch, max_token_bucketize, in_batch_shuffle."""
+"""Tests of pipekit.pipes._bucketing: bucketbatch, max_token_bucketize, in_batch_shuffle."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pipekit.pipes import BucketBatcher, InBatchShuffler, IterableWrapper, MaxTokenBucketizer
-from pipekit.pipes.resume import restore_pipeline, snapshot_pipeline
+from pipekit.pipes._resume import restore_pipeline, snapshot_pipeline
 from pipekit.testing import assert_resumes
 
 

@@ -10,7 +10,7 @@ import torch
 
 import pipekit.pipes as pp
 from pipekit.pipes import IterableWrapper
-from pipekit.pipes.builtin import ResumableShardingFilter, ResumableShuffler
+from pipekit.pipes._builtin import ResumableShardingFilter, ResumableShuffler
 from pipekit.testing import assert_resumes
 
 

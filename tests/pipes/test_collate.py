@@ -1,4 +1,4 @@
-"""Tests of pipekit.pipes.collate."""
+"""Tests of pipekit.pipes._collate."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from pipekit.pipes import IterableWrapper, PadCollator
-from pipekit.pipes.resume import not_snapshot_capable
+from pipekit.pipes._resume import not_snapshot_capable
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Tests of drop, slice, flatten, rows2columnar and lines_to_paragraphs (pipekit.pipes.columns)."""
+"""Tests of drop, slice, flatten, rows2columnar and lines_to_paragraphs (pipekit.pipes._columns)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from pipekit.pipes import IterableWrapper
+from pipekit.pipes._columns import Dropper, Flattener, ParagraphAggregator, Rows2Columnar, Slicer
+from pipekit.pipes._resume import not_snapshot_capable
 from pipekit.pipes.base import owner_of
-from pipekit.pipes.columns import Dropper, Flattener, ParagraphAggregator, Rows2Columnar, Slicer
-from pipekit.pipes.resume import not_snapshot_capable
 from pipekit.testing import assert_resumes, resume_after
 
 
@@ -40,7 +40,7 @@ def triples():
     ],
 )
 def test_functional_names(name, cls):
-    assert owner_of(name) == f"pipekit.pipes.columns.{cls.__name__}"
+    assert owner_of(name) == f"pipekit.pipes._columns.{cls.__name__}"
 
 
 class TestDropper:

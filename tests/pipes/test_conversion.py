@@ -1,4 +1,4 @@
-"""Tests of to_map_datapipe and to_iter_datapipe (pipekit.pipes.conversion)."""
+"""Tests of to_map_datapipe and to_iter_datapipe (pipekit.pipes._conversion)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pipekit.pipes import (
     MapToIterConverter,
     SequenceWrapper,
 )
+from pipekit.pipes._resume import not_snapshot_capable
 from pipekit.pipes.base import owner_of
-from pipekit.pipes.resume import not_snapshot_capable
 from pipekit.testing import assert_resumes
 
 # list() asks for len(); a header over an unsized source warns (once) that its length is a guess.
@@ -46,7 +46,7 @@ class NoLengthYet(IterDataPipe):
     ],
 )
 def test_functional_names_are_pipekits(name, kind, cls):
-    assert owner_of(name, kind) == f"pipekit.pipes.{cls}"
+    assert owner_of(name, kind) == f"pipekit.pipes._{cls}"
 
 
 # ----------------------------------------------------------------- map <-> iter

@@ -1,4 +1,4 @@
-"""Tests of load_from_bz2, load_from_xz, extract and decompress's error types (pipekit.pipes.decompress).
+"""Tests of load_from_bz2, load_from_xz, extract and decompress's error types (pipekit.pipes._decompress).
 
 The Decompressor's formats, streaming and archive hand-over are tested with the archive loaders in
 ``test_archives.py``; this file covers the single-format loaders and the exception types.
@@ -36,7 +36,7 @@ LINES = PAYLOAD.decode().splitlines()
     ],
 )
 def test_functional_names_are_pipekits(name, cls):
-    assert owner_of(name) == f"pipekit.pipes.decompress.{cls}"
+    assert owner_of(name) == f"pipekit.pipes._decompress.{cls}"
 
 
 def write(root: Path, name: str, data: bytes) -> str:

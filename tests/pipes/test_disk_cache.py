@@ -1,4 +1,4 @@
-"""Tests of pipekit.pipes.disk_cache: on_disk_cache and end_caching."""
+"""Tests of pipekit.pipes._disk_cache: on_disk_cache and end_caching."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from pipekit.pipes import (
     IterDataPipe,
     OnDiskCacheHolder,
 )
-from pipekit.pipes.disk_cache import _FileLock
+from pipekit.pipes._disk_cache import _FileLock
 from pipekit.testing import assert_resumes
 
 # ------------------------------------------------------------------------------------------------

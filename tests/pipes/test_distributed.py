@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from pipekit.pipes import IterableWrapper
-from pipekit.pipes.distributed import FullSync
+from pipekit.pipes._distributed import FullSync
 from pipekit.testing import assert_resumes
 
 WORKER = r"""
@@ -29,8 +29,8 @@ import torch.distributed as dist
 from torch.utils.data.graph_settings import apply_sharding
 
 from pipekit.pipes import IterableWrapper
-from pipekit.pipes.distributed import FullSync
-from pipekit.pipes.resume import prepare_for_resume, restore_pipeline, snapshot_pipeline
+from pipekit.pipes._distributed import FullSync
+from pipekit.pipes._resume import prepare_for_resume, restore_pipeline, snapshot_pipeline
 
 rank, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 dist.init_process_group(

@@ -1,4 +1,4 @@
-"""header, set_length, cycle, repeat, enumerate and add_index (pipekit.pipes.flow)."""
+"""header, set_length, cycle, repeat, enumerate and add_index (pipekit.pipes._flow)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 import pipekit
 from pipekit.errors import UnsupportedItemError
 from pipekit.pipes import Cycler, Enumerator, Header, IndexAdder, IterableWrapper, LengthSetter, Repeater
+from pipekit.pipes._resume import not_snapshot_capable
 from pipekit.pipes.base import owner_of, registered_names
-from pipekit.pipes.resume import not_snapshot_capable
 from pipekit.testing import assert_resumes, resume_after
 
 # list() asks for len(); a header over an unsized source warns (once) that its length is a guess.
@@ -57,7 +57,7 @@ def rows():
     ],
 )
 def test_functional_names_are_pipekits(name, cls):
-    assert owner_of(name) == f"pipekit.pipes.flow.{cls.__name__}"
+    assert owner_of(name) == f"pipekit.pipes._flow.{cls.__name__}"
     assert name in registered_names()
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from pipekit.errors import ReadError
 from pipekit.pipes import FSSpecFileLister, FSSpecFileOpener, FSSpecSaver, IterableWrapper, Saver, fsspec_io
-from pipekit.pipes.resume import restore_pipeline, snapshot_pipeline
+from pipekit.pipes._resume import restore_pipeline, snapshot_pipeline
 from pipekit.testing import assert_resumes, resume_after
 
 FILES = {

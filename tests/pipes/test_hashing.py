@@ -15,8 +15,8 @@ import pytest
 
 from pipekit.errors import ReadError, StageError
 from pipekit.pipes import IterableWrapper
-from pipekit.pipes.hashing import HashChecker, HashError
-from pipekit.pipes.http import HttpReader  # noqa: F401  (registers read_from_http)
+from pipekit.pipes._hashing import HashChecker, HashError
+from pipekit.pipes._http import HttpReader  # noqa: F401  (registers read_from_http)
 from pipekit.testing import resume_after
 
 BIG = bytes(range(256)) * 10_000  # 2.5 MB: several read chunks

@@ -20,7 +20,7 @@ import pytest
 
 from pipekit.errors import ReadError
 from pipekit.pipes import IterableWrapper
-from pipekit.pipes.http import HTTPReader, HttpReader
+from pipekit.pipes._http import HTTPReader, HttpReader
 from pipekit.testing import assert_resumes, resume_after
 
 LICENSE = b"BSD 3-Clause License\n\nCopyright (c) pipekit tests\nAll rights reserved.\n"

@@ -1,4 +1,4 @@
-"""flatmap, shuffled_flatmap, map_batches and threadpool_map (pipekit.pipes.mapping)."""
+"""flatmap, shuffled_flatmap, map_batches and threadpool_map (pipekit.pipes._mapping)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from pipekit.pipes import (
     ShuffledFlatMapper,
     ThreadPoolMapper,
 )
+from pipekit.pipes._resume import not_snapshot_capable, prepare_for_resume, restore_pipeline, snapshot_pipeline
 from pipekit.pipes.base import owner_of
-from pipekit.pipes.resume import not_snapshot_capable, prepare_for_resume, restore_pipeline, snapshot_pipeline
 from pipekit.testing import assert_resumes, resume_after
 
 # ----------------------------------------------------------------- module-level functions (picklable)
@@ -154,11 +154,11 @@ def words():
 
 
 def test_functional_names_are_pipekits():
-    assert owner_of("flatmap") == "pipekit.pipes.mapping.FlatMapper"
-    assert owner_of("shuffled_flatmap") == "pipekit.pipes.mapping.ShuffledFlatMapper"
-    assert owner_of("map_batches") == "pipekit.pipes.mapping.BatchMapper"
-    assert owner_of("threadpool_map") == "pipekit.pipes.mapping.ThreadPoolMapper"
-    assert owner_of("async_map_batches") == "pipekit.pipes.mapping.BatchAsyncMapper"
+    assert owner_of("flatmap") == "pipekit.pipes._mapping.FlatMapper"
+    assert owner_of("shuffled_flatmap") == "pipekit.pipes._mapping.ShuffledFlatMapper"
+    assert owner_of("map_batches") == "pipekit.pipes._mapping.BatchMapper"
+    assert owner_of("threadpool_map") == "pipekit.pipes._mapping.ThreadPoolMapper"
+    assert owner_of("async_map_batches") == "pipekit.pipes._mapping.BatchAsyncMapper"
 
 
 # ----------------------------------------------------------------- flatmap

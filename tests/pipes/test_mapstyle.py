@@ -1,4 +1,4 @@
-"""Tests of in_memory_cache and unzip on map-style pipes (pipekit.pipes.mapstyle)."""
+"""Tests of in_memory_cache and unzip on map-style pipes (pipekit.pipes._mapstyle)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pipekit.pipes import (
     MapUnZipper,
     SequenceWrapper,
 )
+from pipekit.pipes._resume import not_snapshot_capable
 from pipekit.pipes.base import owner_of
-from pipekit.pipes.resume import not_snapshot_capable
 from pipekit.testing import assert_resumes
 
 
@@ -39,8 +39,8 @@ class CountingMap(MapDataPipe):
 
 class TestMapUnZipper:
     def test_functional_name_on_map_pipes(self):
-        assert owner_of("unzip", "map") == "pipekit.pipes.mapstyle.MapUnZipper"
-        assert owner_of("unzip", "iter") == "pipekit.pipes.splitting.UnZipper"
+        assert owner_of("unzip", "map") == "pipekit.pipes._mapstyle.MapUnZipper"
+        assert owner_of("unzip", "iter") == "pipekit.pipes._splitting.UnZipper"
 
     def test_torchdata_example(self):
         source_dp = SequenceWrapper([(i, i + 10, i + 20) for i in range(3)])
@@ -99,8 +99,8 @@ class TestMapUnZipper:
 
 class TestMapInMemoryCacheHolder:
     def test_functional_name_on_map_pipes(self):
-        assert owner_of("in_memory_cache", "map") == "pipekit.pipes.mapstyle.MapInMemoryCacheHolder"
-        assert owner_of("in_memory_cache", "iter") == "pipekit.pipes.memory_cache.InMemoryCacheHolder"
+        assert owner_of("in_memory_cache", "map") == "pipekit.pipes._mapstyle.MapInMemoryCacheHolder"
+        assert owner_of("in_memory_cache", "iter") == "pipekit.pipes._memory_cache.InMemoryCacheHolder"
         assert isinstance(SequenceWrapper([1]).in_memory_cache(), MapDataPipe)
 
     def test_torchdata_example(self):

@@ -1,4 +1,4 @@
-"""Tests of pipekit.pipes.memory_cache: in_memory_cache."""
+"""Tests of pipekit.pipes._memory_cache: in_memory_cache."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests of mux_longest and SampleMultiplexer (pipekit.pipes.multiplexing)."""
+"""Tests of mux_longest and SampleMultiplexer (pipekit.pipes._multiplexing)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def three_ranges():
     ],
 )
 def test_functional_names_are_pipekits(name, kind, cls):
-    assert owner_of(name, kind) == f"pipekit.pipes.{cls}"
+    assert owner_of(name, kind) == f"pipekit.pipes._{cls}"
 
 
 # ----------------------------------------------------------------- mux_longest

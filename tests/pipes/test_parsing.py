@@ -16,7 +16,7 @@ from torch.utils.data.datapipes.iter import FileOpener
 
 from pipekit.errors import CSVParseError, JSONParseError, ParseError, ReadError
 from pipekit.pipes import CSVDictParser, CSVParser, IterableWrapper, JsonParser, LineReader
-from pipekit.pipes.resume import prepare_for_resume, restore_pipeline, snapshot_pipeline
+from pipekit.pipes._resume import prepare_for_resume, restore_pipeline, snapshot_pipeline
 from pipekit.testing import assert_resumes, resume_after
 
 TEXT_FILES = {

@@ -1,4 +1,4 @@
-"""Tests of pipekit.pipes.prefetch: prefetch and pin_memory."""
+"""Tests of pipekit.pipes._prefetch: prefetch and pin_memory."""
 
 from __future__ import annotations
 
@@ -270,7 +270,7 @@ class TestPinMemory:
 class TestWithDataLoader:
     def test_checkpoint_pauses_threads_and_resumes(self):
         from pipekit import DataLoader
-        from pipekit.pipes.resume import not_snapshot_capable, prepare_for_resume
+        from pipekit.pipes._resume import not_snapshot_capable, prepare_for_resume
 
         def make():
             dp = IterableWrapper(range(60)).shuffle().prefetch(5)

@@ -8,9 +8,8 @@ import pickle
 import pytest
 
 from pipekit.pipes import IterableWrapper
-from pipekit.pipes.base import IterDataPipe
-from pipekit.pipes.builtin import ResumableShardingFilter, ResumableShuffler
-from pipekit.pipes.resume import (
+from pipekit.pipes._builtin import ResumableShardingFilter, ResumableShuffler
+from pipekit.pipes._resume import (
     epoch_marks,
     not_snapshot_capable,
     pending_seeds,
@@ -20,6 +19,7 @@ from pipekit.pipes.resume import (
     restore_pipeline,
     snapshot_pipeline,
 )
+from pipekit.pipes.base import IterDataPipe
 
 
 def double(x):

@@ -1,4 +1,4 @@
-"""append_index, normalize, augment and augment_batch (pipekit.pipes.sample_transforms)."""
+"""append_index, normalize, augment and augment_batch (pipekit.pipes._sample_transforms)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from torchvision.transforms import v2
 
 import pipekit
 from pipekit.pipes import IterableWrapper
+from pipekit.pipes._resume import not_snapshot_capable, restore_pipeline, snapshot_pipeline
+from pipekit.pipes._sample_transforms import Augmenter, BatchAugmenter, IndexAppender, Normalizer
 from pipekit.pipes.base import owner_of
-from pipekit.pipes.resume import not_snapshot_capable, restore_pipeline, snapshot_pipeline
-from pipekit.pipes.sample_transforms import Augmenter, BatchAugmenter, IndexAppender, Normalizer
 from pipekit.testing import assert_resumes
 from pipekit.transforms import (
     AppendNDVI,
@@ -68,10 +68,10 @@ def augment_batch_pipe(n: int = 16):
 
 
 def test_functional_names_are_registered():
-    assert owner_of("append_index") == "pipekit.pipes.sample_transforms.IndexAppender"
-    assert owner_of("normalize") == "pipekit.pipes.sample_transforms.Normalizer"
-    assert owner_of("augment") == "pipekit.pipes.sample_transforms.Augmenter"
-    assert owner_of("augment_batch") == "pipekit.pipes.sample_transforms.BatchAugmenter"
+    assert owner_of("append_index") == "pipekit.pipes._sample_transforms.IndexAppender"
+    assert owner_of("normalize") == "pipekit.pipes._sample_transforms.Normalizer"
+    assert owner_of("augment") == "pipekit.pipes._sample_transforms.Augmenter"
+    assert owner_of("augment_batch") == "pipekit.pipes._sample_transforms.BatchAugmenter"
 
 
 class TestIndexAppender:

@@ -10,12 +10,11 @@ import pytest
 import torch
 
 import pipekit
+from pipekit._loader import _CheckpointedPipe
 from pipekit._worker_states import DEFERRED, StateChannel, resolve_deferred
-from pipekit.loader import _ResumablePipe
 from pipekit.pipes import IterableWrapper
-from pipekit.pipes._torch import ShufflerSnapshot, _journal_cap
-from pipekit.pipes.builtin import ResumableShuffler
-from pipekit.pipes.resume import (
+from pipekit.pipes._builtin import ResumableShuffler
+from pipekit.pipes._resume import (
     SnapshotPlan,
     epoch_marks,
     materialize_snapshot,
@@ -25,6 +24,7 @@ from pipekit.pipes.resume import (
     restore_pipeline,
     snapshot_pipeline,
 )
+from pipekit.pipes._torch import ShufflerSnapshot, _journal_cap
 
 
 def make(n: int, buffer_size: int):
@@ -221,7 +221,7 @@ def test_loader_with_workers_resumes_at_several_points(buffer_size):
 def test_a_worker_keeps_lazy_positions_and_sends_them_plain():
     """What the loader keeps in a worker is lazy; what it sends for a checkpoint is the eager position."""
     channel = StateChannel(multiprocessing.get_context("fork"), 1, depth=4)
-    wrapper = _ResumablePipe(IterableWrapper(list(range(100))).shuffle(buffer_size=10).sharding_filter())
+    wrapper = _CheckpointedPipe(IterableWrapper(list(range(100))).shuffle(buffer_size=10).sharding_filter())
     torch.manual_seed(0)
     it = iter(wrapper)
     wrapper._channel, wrapper._in_worker = channel, True  # as in a DataLoader worker

@@ -1,4 +1,4 @@
-"""Tests of round_robin_demux, unzip and random_split (pipekit.pipes.splitting)."""
+"""Tests of round_robin_demux, unzip and random_split (pipekit.pipes._splitting)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pipekit.pipes import (
     RoundRobinDemultiplexer,
     UnZipper,
 )
+from pipekit.pipes._resume import not_snapshot_capable
 from pipekit.pipes.base import owner_of
-from pipekit.pipes.resume import not_snapshot_capable
 from pipekit.testing import assert_resumes, resume_after
 
 # list() asks for len(); a header over an unsized source warns (once) that its length is a guess.
@@ -38,7 +38,7 @@ def is_even(x):
     ],
 )
 def test_functional_names_are_pipekits(name, kind, cls):
-    assert owner_of(name, kind) == f"pipekit.pipes.{cls}"
+    assert owner_of(name, kind) == f"pipekit.pipes._{cls}"
 
 
 # ----------------------------------------------------------------- round_robin_demux

@@ -15,7 +15,7 @@ from torch.utils.data.datapipes.utils.common import StreamWrapper
 
 from pipekit.errors import ParseError
 from pipekit.pipes import IterableWrapper, ShardExpander, WebDataset
-from pipekit.pipes.resume import prepare_for_resume, restore_pipeline, snapshot_pipeline
+from pipekit.pipes._resume import prepare_for_resume, restore_pipeline, snapshot_pipeline
 from pipekit.testing import assert_resumes
 
 

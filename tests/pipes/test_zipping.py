@@ -1,4 +1,4 @@
-"""Tests of zip_longest, zip_with_iter and zip_with_map (pipekit.pipes.zipping)."""
+"""Tests of zip_longest, zip_with_iter and zip_with_map (pipekit.pipes._zipping)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def three_ranges():
     ],
 )
 def test_functional_names_are_pipekits(name, kind, cls):
-    assert owner_of(name, kind) == f"pipekit.pipes.{cls}"
+    assert owner_of(name, kind) == f"pipekit.pipes._{cls}"
 
 
 # ----------------------------------------------------------------- zip_longest

@@ -1,4 +1,4 @@
-"""Sample-dict augmentation on torchvision v2 for multispectral images (pipekit.transforms.augment)."""
+"""Sample-dict augmentation on torchvision v2 for multispectral images (pipekit.transforms._augment)."""
 
 from __future__ import annotations
 
@@ -506,7 +506,7 @@ def test_importing_transforms_does_not_import_torchvision():
     code = (
         "import sys, pipekit\n"
         "before = 'torchvision' in sys.modules\n"
-        "import pipekit.transforms, pipekit.pipes.sample_transforms\n"
+        "import pipekit.transforms, pipekit.pipes._sample_transforms\n"
         "from pipekit.transforms import AppendNDVI, BatchRandomCrop, Normalize, compute_stats\n"
         "assert ('torchvision' in sys.modules) == before, 'pipekit.transforms imported torchvision eagerly'\n"
         "from pipekit.transforms import Augment\n"

@@ -131,7 +131,7 @@ class TestSideBySideWithTorchGeo:
             torch.testing.assert_close(ours_b[key], theirs_b[key])
         if keepdim:
             # kornia hands its keepdim only to its own augmentations: a single [C, H, W] image needs
-            # pipekit's transform built with keepdim=True there (documented in pipekit.transforms.spectral)
+            # pipekit's transform built with keepdim=True there (documented in pipekit.transforms._spectral)
             assert ours_s["image"].shape == (1, 14, 8, 8) and theirs_s["image"].shape == (14, 8, 8)
             torch.manual_seed(0)
             aug = kornia_aug.AugmentationSequential(

@@ -1,4 +1,4 @@
-"""Normalize (pipekit.transforms.normalize) against numpy."""
+"""Normalize (pipekit.transforms._normalize) against numpy."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""AppendIndex and the TorchGeo-named shortcuts (pipekit.transforms.spectral)."""
+"""AppendIndex and the TorchGeo-named shortcuts (pipekit.transforms._spectral)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""compute_stats (pipekit.transforms.stats) against numpy on the concatenated data."""
+"""compute_stats (pipekit.transforms._stats) against numpy on the concatenated data."""
 
 from __future__ import annotations
 

@@ -29,7 +29,11 @@ import warnings
 from collections.abc import Sequence
 
 from pipekit import __version__
-from pipekit.cli import bench, demo, inspection, preview, shard
+from pipekit.cli import _bench as bench
+from pipekit.cli import _demo as demo
+from pipekit.cli import _inspection as inspection
+from pipekit.cli import _preview as preview
+from pipekit.cli import _shard as shard
 from pipekit.cli._common import CliError, one_line
 
 __all__ = ["main", "build_parser", "CliError"]

@@ -12,7 +12,7 @@ Code written for TorchGeo ports by changing its imports
 * :class:`BoundingBox`, :data:`GeoSlice`, the collate functions
   (:func:`stack_samples`, :func:`concat_samples`, :func:`merge_samples`,
   :func:`unbind_samples`), :class:`DatasetNotFoundError` and :mod:`~pipekit.datasets.utils`;
-* the splits of :mod:`~pipekit.datasets.splits` (:func:`random_bbox_assignment`,
+* the splits of :mod:`~pipekit.datasets._splits` (:func:`random_bbox_assignment`,
   :func:`random_bbox_splitting`, :func:`random_grid_cell_assignment`,
   :func:`roi_split`, :func:`time_series_split`).
 
@@ -42,26 +42,26 @@ Chip datasets (map-style, TorchGeo 0.8's, and pipes through ``.pipe()``):
 :class:`NonGeoDataset`, :class:`NonGeoClassificationDataset` (class folders of
 GeoTIFF/PNG/JPEG chips, local or fsspec), :class:`EuroSAT`
 (``download=True``), :class:`COCODetection` (COCO JSON boxes and masks),
-:class:`ChipRecipe`; downloads in :mod:`pipekit.datasets.download`.
+:class:`ChipRecipe`; downloads in :mod:`pipekit.datasets._download`.
 """
 
 from typing import TYPE_CHECKING, Any
 
 from pipekit._optional import lazy_attributes
-from pipekit.datasets.imagefolder import ImageFolder
-from pipekit.datasets.tar_shards import TarShards, WebDataset
+from pipekit.datasets._imagefolder import ImageFolder
+from pipekit.datasets._tar_shards import TarShards, WebDataset
 
 if TYPE_CHECKING:  # loaded on first use, see _LAZY below; named here for type checkers and the API reference
     from pipekit.datasets import utils
-    from pipekit.datasets.cdl import CDL, CDL_CLASSES
-    from pipekit.datasets.coco import COCODetection
-    from pipekit.datasets.eurosat import EuroSAT
-    from pipekit.datasets.geosegmentation import GeoSegmentation
-    from pipekit.datasets.landsat import Landsat, Landsat7, Landsat8, Landsat9
-    from pipekit.datasets.naip import NAIP
-    from pipekit.datasets.nongeo import ChipRecipe, NonGeoClassificationDataset, NonGeoDataset
-    from pipekit.datasets.sentinel2 import Sentinel2
-    from pipekit.datasets.splits import (
+    from pipekit.datasets._cdl import CDL, CDL_CLASSES
+    from pipekit.datasets._coco import COCODetection
+    from pipekit.datasets._eurosat import EuroSAT
+    from pipekit.datasets._geosegmentation import GeoSegmentation
+    from pipekit.datasets._landsat import Landsat, Landsat7, Landsat8, Landsat9
+    from pipekit.datasets._naip import NAIP
+    from pipekit.datasets._nongeo import ChipRecipe, NonGeoClassificationDataset, NonGeoDataset
+    from pipekit.datasets._sentinel2 import Sentinel2
+    from pipekit.datasets._splits import (
         random_bbox_assignment,
         random_bbox_splitting,
         random_grid_cell_assignment,
@@ -69,13 +69,13 @@ if TYPE_CHECKING:  # loaded on first use, see _LAZY below; named here for type c
         time_series_split,
     )
     from pipekit.errors import DatasetNotFoundError
-    from pipekit.geo.base import GeoDataset
-    from pipekit.geo.bbox import BoundingBox, GeoSlice
-    from pipekit.geo.collate import concat_samples, merge_samples, stack_samples, unbind_samples
-    from pipekit.geo.composition import IntersectionDataset, UnionDataset
-    from pipekit.geo.raster import RasterDataset
-    from pipekit.geo.stac import STACDataset
-    from pipekit.geo.vector import VectorDataset
+    from pipekit.geo._base import GeoDataset
+    from pipekit.geo._bbox import BoundingBox, GeoSlice
+    from pipekit.geo._collate import concat_samples, merge_samples, stack_samples, unbind_samples
+    from pipekit.geo._composition import IntersectionDataset, UnionDataset
+    from pipekit.geo._raster import RasterDataset
+    from pipekit.geo._stac import STACDataset
+    from pipekit.geo._vector import VectorDataset
 
 __all__ = [
     "GeoDataset",
@@ -119,38 +119,38 @@ __all__ = [
 # Everything but the image recipes, imported on first use (the geo extra's packages stay unimported until then).
 _LAZY = {
     "utils": "pipekit.datasets.utils",
-    "CDL": "pipekit.datasets.cdl",
-    "CDL_CLASSES": "pipekit.datasets.cdl",
-    "COCODetection": "pipekit.datasets.coco",
-    "EuroSAT": "pipekit.datasets.eurosat",
-    "GeoSegmentation": "pipekit.datasets.geosegmentation",
-    "Landsat": "pipekit.datasets.landsat",
-    "Landsat7": "pipekit.datasets.landsat",
-    "Landsat8": "pipekit.datasets.landsat",
-    "Landsat9": "pipekit.datasets.landsat",
-    "NAIP": "pipekit.datasets.naip",
-    "ChipRecipe": "pipekit.datasets.nongeo",
-    "NonGeoClassificationDataset": "pipekit.datasets.nongeo",
-    "NonGeoDataset": "pipekit.datasets.nongeo",
-    "Sentinel2": "pipekit.datasets.sentinel2",
-    "random_bbox_assignment": "pipekit.datasets.splits",
-    "random_bbox_splitting": "pipekit.datasets.splits",
-    "random_grid_cell_assignment": "pipekit.datasets.splits",
-    "roi_split": "pipekit.datasets.splits",
-    "time_series_split": "pipekit.datasets.splits",
-    "BoundingBox": "pipekit.geo.bbox",
-    "GeoSlice": "pipekit.geo.bbox",
-    "concat_samples": "pipekit.geo.collate",
-    "merge_samples": "pipekit.geo.collate",
-    "stack_samples": "pipekit.geo.collate",
-    "unbind_samples": "pipekit.geo.collate",
-    "GeoDataset": "pipekit.geo.base",
-    "IntersectionDataset": "pipekit.geo.composition",
-    "RasterDataset": "pipekit.geo.raster",
-    "UnionDataset": "pipekit.geo.composition",
+    "CDL": "pipekit.datasets._cdl",
+    "CDL_CLASSES": "pipekit.datasets._cdl",
+    "COCODetection": "pipekit.datasets._coco",
+    "EuroSAT": "pipekit.datasets._eurosat",
+    "GeoSegmentation": "pipekit.datasets._geosegmentation",
+    "Landsat": "pipekit.datasets._landsat",
+    "Landsat7": "pipekit.datasets._landsat",
+    "Landsat8": "pipekit.datasets._landsat",
+    "Landsat9": "pipekit.datasets._landsat",
+    "NAIP": "pipekit.datasets._naip",
+    "ChipRecipe": "pipekit.datasets._nongeo",
+    "NonGeoClassificationDataset": "pipekit.datasets._nongeo",
+    "NonGeoDataset": "pipekit.datasets._nongeo",
+    "Sentinel2": "pipekit.datasets._sentinel2",
+    "random_bbox_assignment": "pipekit.datasets._splits",
+    "random_bbox_splitting": "pipekit.datasets._splits",
+    "random_grid_cell_assignment": "pipekit.datasets._splits",
+    "roi_split": "pipekit.datasets._splits",
+    "time_series_split": "pipekit.datasets._splits",
+    "BoundingBox": "pipekit.geo._bbox",
+    "GeoSlice": "pipekit.geo._bbox",
+    "concat_samples": "pipekit.geo._collate",
+    "merge_samples": "pipekit.geo._collate",
+    "stack_samples": "pipekit.geo._collate",
+    "unbind_samples": "pipekit.geo._collate",
+    "GeoDataset": "pipekit.geo._base",
+    "IntersectionDataset": "pipekit.geo._composition",
+    "RasterDataset": "pipekit.geo._raster",
+    "UnionDataset": "pipekit.geo._composition",
     "DatasetNotFoundError": "pipekit.errors",
-    "STACDataset": "pipekit.geo.stac",
-    "VectorDataset": "pipekit.geo.vector",
+    "STACDataset": "pipekit.geo._stac",
+    "VectorDataset": "pipekit.geo._vector",
 }
 
 _getattr, _dir = lazy_attributes(__name__, _LAZY, globals())

@@ -19,9 +19,9 @@ from typing import Any
 
 from pipekit._fs import local_path, url_to_fs
 from pipekit.errors import ReadError
+from pipekit.pipes._disk_cache import _write_atomic
+from pipekit.pipes._fsspec_io import FSSpecFileOpener
 from pipekit.pipes.base import IterDataPipe, StreamWrapper
-from pipekit.pipes.disk_cache import _write_atomic
-from pipekit.pipes.fsspec_io import FSSpecFileOpener
 
 logger = logging.getLogger("pipekit")
 

@@ -5,12 +5,12 @@
 * :data:`GeoSlice` (the query type), :class:`~pipekit.geo.BoundingBox`
   (pipekit's, still accepted as a query: TorchGeo 0.8 deprecates its own);
 * the collate functions :func:`stack_samples`, :func:`concat_samples`,
-  :func:`merge_samples`, :func:`unbind_samples` (:mod:`pipekit.geo.collate`);
+  :func:`merge_samples`, :func:`unbind_samples` (:mod:`pipekit.geo._collate`);
 * :func:`disambiguate_timestamp` (the time interval a date in a file name
   stands for) and :func:`array_to_tensor`;
 * the download helpers TorchGeo re-exports from here (torchvision's there):
   ``download_url``, ``download_and_extract_archive``, ``extract_archive``,
-  ``check_integrity``; pipekit's own (:mod:`pipekit.datasets.download`:
+  ``check_integrity``; pipekit's own (:mod:`pipekit.datasets._download`:
   resumable, ``sha256=``, fsspec URLs, safe extraction), same signatures.
 """
 
@@ -20,16 +20,16 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pipekit.datasets.download import (
+from pipekit.datasets._download import (
     check_integrity,
     download_and_extract_archive,
     download_url,
     extract_archive,
 )
 from pipekit.errors import DatasetNotFoundError
-from pipekit.geo.bbox import BoundingBox, GeoSlice, to_time
+from pipekit.geo._bbox import BoundingBox, GeoSlice, to_time
+from pipekit.geo._collate import concat_samples, merge_samples, stack_samples, unbind_samples
 from pipekit.geo.catalog._dates import date_interval
-from pipekit.geo.collate import concat_samples, merge_samples, stack_samples, unbind_samples
 
 __all__ = [
     "BoundingBox",

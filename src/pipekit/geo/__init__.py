@@ -1,10 +1,10 @@
 """Geospatial datasets: bounding-box queries, composition across CRSs, samplers.
 
-The datasets live in :mod:`pipekit.geo.base` (:class:`GeoDataset`),
-:mod:`pipekit.geo.raster` (:class:`RasterDataset`) and
-:mod:`pipekit.geo.composition` (``a & b``, ``a | b``); what their files are (listing, dates, scenes,
+The datasets live in :mod:`pipekit.geo._base` (:class:`GeoDataset`),
+:mod:`pipekit.geo._raster` (:class:`RasterDataset`) and
+:mod:`pipekit.geo._composition` (``a & b``, ``a | b``); what their files are (listing, dates, scenes,
 headers, the saved index) in :mod:`pipekit.geo.catalog`; how their pixels are read in
-:mod:`pipekit.geo.reader` and :mod:`pipekit.geo.io`; the samplers in :mod:`pipekit.geo.samplers`.
+:mod:`pipekit.geo._reader` and :mod:`pipekit.geo.io`; the samplers in :mod:`pipekit.geo.samplers`.
 
 >>> from pipekit.geo import BoundingBox, RandomGeoSampler, GridGeoSampler, stack_samples
 """
@@ -12,16 +12,18 @@ headers, the saved index) in :mod:`pipekit.geo.catalog`; how their pixels are re
 # first: without the geo extra, say how to install it (not a bare "No module named 'rasterio'")
 from pipekit.geo import _requirements  # noqa: F401  isort: skip
 from pipekit.errors import GeoReferenceError
-from pipekit.geo.base import GeoDataset
-from pipekit.geo.bbox import BoundingBox
-from pipekit.geo.collate import concat_samples, merge_samples, stack_samples, unbind_samples
-from pipekit.geo.composition import IntersectionDataset, UnionDataset
-from pipekit.geo.index import GeoIndex
+from pipekit.geo._base import GeoDataset
+from pipekit.geo._bbox import BoundingBox
+from pipekit.geo._collate import concat_samples, merge_samples, stack_samples, unbind_samples
+from pipekit.geo._composition import IntersectionDataset, UnionDataset
+from pipekit.geo._index import GeoIndex
+from pipekit.geo._pipes import GeoReader
+from pipekit.geo._plot import plot_sample
+from pipekit.geo._raster import RasterDataset
+from pipekit.geo._read import Grid, patch_shape
+from pipekit.geo._vector import VectorDataset
+from pipekit.geo._write import write_geotiff
 from pipekit.geo.io import RasterOpener, close_cached_handles, set_handle_budget
-from pipekit.geo.pipes import GeoReader
-from pipekit.geo.plot import plot_sample
-from pipekit.geo.raster import RasterDataset
-from pipekit.geo.read import Grid, patch_shape
 from pipekit.geo.samplers import (
     BatchGeoSampler,
     GeoSampler,
@@ -33,8 +35,6 @@ from pipekit.geo.samplers import (
     Units,
     tile_to_chips,
 )
-from pipekit.geo.vector import VectorDataset
-from pipekit.geo.write import write_geotiff
 
 __all__ = [
     "BatchGeoSampler",

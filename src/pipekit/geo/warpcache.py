@@ -22,7 +22,7 @@ query grid's pixel lattice, and assembles a patch from them:
 Only nearest-neighbour reads go through it: a nearest pixel depends on its
 own centre only, so a patch assembled from blocks is the patch warped whole
 -- provided every pixel is computed by the same arithmetic whichever grid it
-is warped with.  :mod:`pipekit.geo.read` ensures that: the query's origin is
+is warped with.  :mod:`pipekit.geo._read` ensures that: the query's origin is
 put on its lattice (:func:`lattice`, to a millionth of a pixel) and each
 pixel's source pixel comes from the affine map fitted over its lattice block
 (one map per block and source, never per patch), so a read gives the same

@@ -119,7 +119,7 @@ class ChunkedReader(io.RawIOBase):
 
     ``tarfile`` reads an archive in pieces of 512 bytes (headers) and one
     member's size, seeking before each; on a remote file (an fsspec or
-    :class:`~pipekit.pipes.fsspec_io.RetryingFile` stream) each of those
+    :class:`~pipekit.pipes._fsspec_io.RetryingFile` stream) each of those
     goes through the file's Python layers, and a reader that looks ahead
     (``webdataset`` reads the next sample's first header before the current
     sample's data) seeks back behind the file's read-ahead cache, which

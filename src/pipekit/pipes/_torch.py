@@ -67,7 +67,7 @@ __all__ = [
     "torch_functional_datapipe",
     "registry",
     "register_as_function",
-    # torch's own pipes (re-exported by pipekit.pipes.builtin)
+    # torch's own pipes (re-exported by pipekit.pipes._builtin)
     "Batcher",
     "Collator",
     "Concater",
@@ -429,7 +429,7 @@ def shuffle_buffered(self: Any) -> Iterator[Any]:
     """``__iter__`` of pipekit's ``shuffle``: torch's ``Shuffler`` loop, the same order for the same seed.
 
     While the pipe has a journal (``self._journal``: a lazy snapshot of a
-    :class:`~pipekit.pipes.builtin.ResumableShuffler` starts one), each consumed
+    :class:`~pipekit.pipes._builtin.ResumableShuffler` starts one), each consumed
     item is appended to it, for :func:`shuffler_snapshot`; past the cap the
     journal is dropped, so nothing grows when nobody takes snapshots.
     """

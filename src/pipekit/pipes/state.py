@@ -12,7 +12,7 @@ Every pipe in a checkpointed pipeline is one of:
 
 **Stateless**: holds nothing between two yields (one-to-one maps, filters,
 decoders, ``batch``).  Declare it with the class attribute ``stateless = True``
-(or :func:`pipekit.pipes.resume.register_stateless` for a class you do not own).
+(or :func:`pipekit.pipes._resume.register_stateless` for a class you do not own).
 
 **Resumable**: has ``state_dict()`` and ``load_state_dict(state)``:
 
@@ -76,7 +76,7 @@ whole epoch follows from the epoch seed, so its checkpoint is two numbers.
 
 A worked example
 ----------------
-``header`` (:class:`pipekit.pipes.flow.Header`) needs a counter; its whole
+``header`` (:class:`pipekit.pipes._flow.Header`) needs a counter; its whole
 resume support is ``state_dict`` and ``restore``::
 
     class Header(ResumablePipe):

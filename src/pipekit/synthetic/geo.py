@@ -195,7 +195,7 @@ def _write_scene(
 
 
 def _write_cdl(root: Path, bounds_utm: tuple[float, float, float, float], cover: LandCover, bar: tqdm) -> None:
-    from pipekit.datasets.cdl import CDL
+    from pipekit.datasets._cdl import CDL
 
     left, bottom, right, top = transform_bounds(_UTM, _ALBERS, *bounds_utm, densify_pts=21)
     left, bottom = np.floor(left / 30.0) * 30.0 - 300.0, np.floor(bottom / 30.0) * 30.0 - 300.0
@@ -367,7 +367,7 @@ def write_cdl(
     out = _utm_classes(cover, _ALBERS, left + 30.0 * (np.arange(width) + 0.5), top - 30.0 * (np.arange(height) + 0.5))
     path = Path(root) / f"{year}_30m_cdls.tif"
     path.parent.mkdir(parents=True, exist_ok=True)
-    from pipekit.datasets.cdl import CDL
+    from pipekit.datasets._cdl import CDL
 
     cmap = getattr(CDL, "cmap", None)
     profile = _profile(width, height, "uint8", _ALBERS, from_origin(left, top, 30, 30), 0)

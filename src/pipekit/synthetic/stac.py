@@ -228,7 +228,7 @@ def write_static_catalog(
     """
     import pystac
 
-    from pipekit.geo.stac_items import FsspecStacIO
+    from pipekit.geo._stac_items import FsspecStacIO
 
     collection = _collection(items, collection_id)
     for item in items:

@@ -10,27 +10,27 @@ batch ``{"image": [B, C, H, W], ...}`` on the GPU, with the same numbers.
   arguments and call semantics, and the kernels below;
 * :mod:`~pipekit.transforms.index_kernels`: pure index kernels (NDVI, NDWI,
   EVI, ``band_math``...), band axis -3, any device and float dtype;
-* :mod:`~pipekit.transforms.spectral`: where :class:`AppendIndex` and the
+* :mod:`~pipekit.transforms._spectral`: where :class:`AppendIndex` and the
   ``Append*`` classes are defined, bands by position or by name;
 * :mod:`~pipekit.transforms.functional`: pure augmentation kernels
   (brightness, contrast, gamma, noise, flips, 90-degree rotations, crops...)
   on ``[C, H, W]`` images and ``[B, C, H, W]`` batches, shared by the two
   augmentation paths below;
-* :mod:`~pipekit.transforms.augment`: :class:`Augment` on torchvision v2 with
-  multispectral-aware ops (from :mod:`~pipekit.transforms.radiometric`,
-  :mod:`~pipekit.transforms.color`, :mod:`~pipekit.transforms.geometric` and
-  :mod:`~pipekit.transforms.autoaugment`);
+* :mod:`~pipekit.transforms._augment`: :class:`Augment` on torchvision v2 with
+  multispectral-aware ops (from :mod:`~pipekit.transforms._radiometric`,
+  :mod:`~pipekit.transforms._color`, :mod:`~pipekit.transforms._geometric` and
+  :mod:`~pipekit.transforms._autoaugment`);
 * :mod:`~pipekit.transforms.batch_augment`: per-sample random ops on batches,
   MixUp, CutMix;
-* :mod:`~pipekit.transforms.normalize`: :class:`Normalize`;
-* :mod:`~pipekit.transforms.stats`: :func:`compute_stats`;
+* :mod:`~pipekit.transforms._normalize`: :class:`Normalize`;
+* :mod:`~pipekit.transforms._stats`: :func:`compute_stats`;
 * :mod:`~pipekit.transforms.seeding`: per-worker, per-rank random streams.
 
 >>> from pipekit.transforms import AppendNDVI, Augment, Normalize, compute_stats
 >>> from pipekit.transforms import indices   # as ``from torchgeo.transforms import indices``
 
 torchvision (slow to import) is imported only when a name from
-:mod:`~pipekit.transforms.augment` (or one of the sample-op modules it
+:mod:`~pipekit.transforms._augment` (or one of the sample-op modules it
 re-exports) is first used, so importing this package (and ``import pipekit``)
 stays fast.
 """
@@ -38,7 +38,50 @@ stays fast.
 import importlib
 from typing import Any
 
-from pipekit.transforms import batch_augment, functional, index_kernels, indices, normalize, seeding, spectral, stats
+from pipekit.transforms import (
+    _normalize as normalize,
+)
+from pipekit.transforms import (
+    _spectral as spectral,
+)
+from pipekit.transforms import (
+    _stats as stats,
+)
+from pipekit.transforms import (
+    batch_augment,
+    functional,
+    index_kernels,
+    indices,
+    seeding,
+)
+from pipekit.transforms._normalize import (
+    Normalize,
+)
+from pipekit.transforms._spectral import (
+    AppendBandMath,
+    AppendBNDVI,
+    AppendEVI,
+    AppendGBNDVI,
+    AppendGNDVI,
+    AppendGRNDVI,
+    AppendIndex,
+    AppendMNDWI,
+    AppendNBR,
+    AppendNDBI,
+    AppendNDRE,
+    AppendNDSI,
+    AppendNDVI,
+    AppendNDWI,
+    AppendNormalizedDifferenceIndex,
+    AppendRBNDVI,
+    AppendSAVI,
+    AppendSWI,
+    AppendTriBandNormalizedDifferenceIndex,
+)
+from pipekit.transforms._stats import (
+    BandStats,
+    compute_stats,
+)
 from pipekit.transforms.batch_augment import (
     BatchCompose,
     BatchRandomBrightness,
@@ -74,35 +117,7 @@ from pipekit.transforms.index_kernels import (
     swi,
     tri_band_normalized_difference,
 )
-from pipekit.transforms.normalize import (
-    Normalize,
-)
 from pipekit.transforms.seeding import RandomStream
-from pipekit.transforms.spectral import (
-    AppendBandMath,
-    AppendBNDVI,
-    AppendEVI,
-    AppendGBNDVI,
-    AppendGNDVI,
-    AppendGRNDVI,
-    AppendIndex,
-    AppendMNDWI,
-    AppendNBR,
-    AppendNDBI,
-    AppendNDRE,
-    AppendNDSI,
-    AppendNDVI,
-    AppendNDWI,
-    AppendNormalizedDifferenceIndex,
-    AppendRBNDVI,
-    AppendSAVI,
-    AppendSWI,
-    AppendTriBandNormalizedDifferenceIndex,
-)
-from pipekit.transforms.stats import (
-    BandStats,
-    compute_stats,
-)
 
 __all__ = [
     "AppendBNDVI",
@@ -183,7 +198,7 @@ __all__ = [
     "tri_band_normalized_difference",
 ]
 
-_AUGMENT = "pipekit.transforms.augment"
+_AUGMENT = "pipekit.transforms._augment"
 
 _LAZY = {
     "DEFAULT_BOX_KEYS": _AUGMENT,
@@ -201,15 +216,15 @@ _LAZY = {
     "TrivialAugment": _AUGMENT,
     # submodules that import torchvision
     "augment": _AUGMENT,
-    "autoaugment": "pipekit.transforms.autoaugment",
-    "color": "pipekit.transforms.color",
-    "geometric": "pipekit.transforms.geometric",
-    "radiometric": "pipekit.transforms.radiometric",
+    "autoaugment": "pipekit.transforms._autoaugment",
+    "color": "pipekit.transforms._color",
+    "geometric": "pipekit.transforms._geometric",
+    "radiometric": "pipekit.transforms._radiometric",
 }
 
 
 def __getattr__(name: str) -> Any:
-    """Import :mod:`pipekit.transforms.augment` (and torchvision) on first use of one of its names."""
+    """Import :mod:`pipekit.transforms._augment` (and torchvision) on first use of one of its names."""
     if name not in _LAZY:
         raise AttributeError(f"module 'pipekit.transforms' has no attribute {name!r}")
     module = importlib.import_module(_LAZY[name])

@@ -20,7 +20,7 @@ after it) and the transforms' input flattening and dispatch: 60-150 µs of a
 Ops of any other type (or subclasses) make :func:`direct_image_ops` return
 ``None``: the caller runs them as transforms.
 
-Imports torchvision (from :mod:`pipekit.datasets.tar_shards`' training pipe only).
+Imports torchvision (from :mod:`pipekit.datasets._tar_shards`' training pipe only).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """torchvision glue shared by the sample-dict ops: plain tensors vs ``tv_tensors``, and the photometric base class.
 
-Imports torchvision: only the sample-path modules (:mod:`~pipekit.transforms.augment`
+Imports torchvision: only the sample-path modules (:mod:`~pipekit.transforms._augment`
 and the op modules it re-exports) import this one.
 """
 

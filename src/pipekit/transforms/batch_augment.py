@@ -24,7 +24,7 @@ and moved to the batch's device, so a seed gives the same augmentation on CPU
 and GPU, and runs are reproducible.  Any number of bands and any dtype work
 (crops with interpolation compute in float32 and round integer data back).
 The arithmetic is done by the kernels of :mod:`pipekit.transforms.functional`,
-the same ones the sample-dict ops of :mod:`pipekit.transforms.augment` use.
+the same ones the sample-dict ops of :mod:`pipekit.transforms._augment` use.
 
 Boxes (``boxes``, ``bbox_xyxy``...) vary in number per sample and are not
 transformed by these ops: a batch holding them is refused instead of being

@@ -1,7 +1,7 @@
 """Pure augmentation kernels on tensors, shared by the sample and the batch transforms.
 
 This is the ``torchvision.transforms.v2.functional`` pattern: the transform
-classes (:mod:`~pipekit.transforms.augment` for sample dicts,
+classes (:mod:`~pipekit.transforms._augment` for sample dicts,
 :mod:`~pipekit.transforms.batch_augment` for collated batches) validate their
 arguments and draw the random parameters; the kernels here take those
 parameters explicitly and do the arithmetic.  No kernel draws a random number

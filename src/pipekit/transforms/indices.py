@@ -23,7 +23,7 @@ samples that carry ``"bands"``, or with ``bands=dataset.bands``), the options
 ``fill``, ``nodata``, ``nodata_out``, ``scale``, ``offset``, and more indices
 (:class:`AppendMNDWI`, :class:`AppendEVI`, :class:`AppendSAVI`,
 :class:`AppendBandMath`, and :class:`AppendIndex` for any of them by name).  The
-classes are defined in :mod:`pipekit.transforms.spectral`, which lists where
+classes are defined in :mod:`pipekit.transforms._spectral`, which lists where
 pipekit deliberately differs from TorchGeo (zero denominators give 0, never
 NaN or Inf; no ``1e-10`` bias; integer images accepted).
 
@@ -47,6 +47,27 @@ Example:
 
 from __future__ import annotations
 
+from pipekit.transforms._spectral import (
+    AppendBandMath,
+    AppendBNDVI,
+    AppendEVI,
+    AppendGBNDVI,
+    AppendGNDVI,
+    AppendGRNDVI,
+    AppendIndex,
+    AppendMNDWI,
+    AppendNBR,
+    AppendNDBI,
+    AppendNDRE,
+    AppendNDSI,
+    AppendNDVI,
+    AppendNDWI,
+    AppendNormalizedDifferenceIndex,
+    AppendRBNDVI,
+    AppendSAVI,
+    AppendSWI,
+    AppendTriBandNormalizedDifferenceIndex,
+)
 from pipekit.transforms.index_kernels import (
     INDICES,
     BandMathError,
@@ -70,27 +91,6 @@ from pipekit.transforms.index_kernels import (
     savi,
     swi,
     tri_band_normalized_difference,
-)
-from pipekit.transforms.spectral import (
-    AppendBandMath,
-    AppendBNDVI,
-    AppendEVI,
-    AppendGBNDVI,
-    AppendGNDVI,
-    AppendGRNDVI,
-    AppendIndex,
-    AppendMNDWI,
-    AppendNBR,
-    AppendNDBI,
-    AppendNDRE,
-    AppendNDSI,
-    AppendNDVI,
-    AppendNDWI,
-    AppendNormalizedDifferenceIndex,
-    AppendRBNDVI,
-    AppendSAVI,
-    AppendSWI,
-    AppendTriBandNormalizedDifferenceIndex,
 )
 
 __all__ = [

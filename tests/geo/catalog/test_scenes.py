@@ -52,7 +52,7 @@ class TestInspectSharesTheDatasetsScenes:
 
     def test_entries_are_the_scenes_of_the_datasets(self, rasters, tmp_path):
         from pipekit.cli._common import list_files
-        from pipekit.cli.inspection_rasters import inspect_rasters
+        from pipekit.cli._inspection_rasters import inspect_rasters
         from pipekit.datasets import Landsat8, Sentinel2
 
         landsat = "LC08_L2SP_026031_20230715_20230725_02_T1"

@@ -10,8 +10,8 @@ from rasterio.crs import CRS
 
 from pipekit.errors import SkipLog
 from pipekit.geo import io as geo_io
+from pipekit.geo._reader import EntryLabel
 from pipekit.geo.catalog import STACCatalog
-from pipekit.geo.reader import EntryLabel
 
 pystac = pytest.importorskip("pystac")
 

@@ -1,16 +1,16 @@
 """Catalogs: what the entries of a raster dataset are, and where their pixels are read from.
 
-A :class:`~pipekit.geo.raster.RasterDataset` holds a catalog (the
+A :class:`~pipekit.geo._raster.RasterDataset` holds a catalog (the
 :class:`Catalog` protocol), which it builds once: the file table it indexes
 (footprints, times, headers), and for each entry the parts read (URLs and
-band indexes) by its :class:`~pipekit.geo.reader.RasterReader`.
+band indexes) by its :class:`~pipekit.geo._reader.RasterReader`.
 
 * :class:`FileCatalog`: files found under a root by ``filename_glob`` and
   ``filename_regex``, dated by ``date_format``, band files grouped into
   scenes; their headers read, or reused from a saved GeoParquet index
   (:class:`CachedHeaders`, :func:`read_index`, :func:`write_index`);
 * :class:`STACCatalog`: the items of a STAC source, their chosen assets as
-  the bands of a scene (:class:`~pipekit.geo.stac.STACDataset`).
+  the bands of a scene (:class:`~pipekit.geo._stac.STACDataset`).
 """
 
 from __future__ import annotations

@@ -23,12 +23,12 @@ from rasterio.crs import CRS
 
 from pipekit.errors import ReadError, StageError
 from pipekit.geo import io as geo_io
+from pipekit.geo._tiff_header import FastHeaderReader
 from pipekit.geo.catalog._fingerprints import MtimeStamps, _fingerprint_columns
 from pipekit.geo.catalog._headers import RasterHeader, check_workers, read_header, read_headers
 from pipekit.geo.catalog._listing import gc_paused
 from pipekit.geo.catalog._saved_index import DEFAULT_NAME, IndexCacheError, SavedIndex, read_index, write_index
 from pipekit.geo.catalog._table import HeaderColumns, _FileTable
-from pipekit.geo.tiff_header import FastHeaderReader
 
 __all__ = ["CachedHeaders"]
 

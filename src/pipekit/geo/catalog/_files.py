@@ -6,7 +6,7 @@ groups the band files of ``separate_files`` products into scenes
 saved index (:class:`~pipekit.geo.catalog._cached_headers.CachedHeaders`),
 dates them from their names and builds the file table
 (:class:`~pipekit.geo.catalog._table._FileTable`) a
-:class:`~pipekit.geo.raster.RasterDataset` indexes.  Then it says what an
+:class:`~pipekit.geo._raster.RasterDataset` indexes.  Then it says what an
 index entry's parts are (the files and band indexes read) and how many
 channels a sample has.
 """
@@ -22,7 +22,7 @@ import numpy as np
 from rasterio.crs import CRS
 
 from pipekit.errors import DatasetNotFoundError, ParseError, ReadError, SkipLog, StageError
-from pipekit.geo.bbox import MAX_TIME, MIN_TIME
+from pipekit.geo._bbox import MAX_TIME, MIN_TIME
 from pipekit.geo.catalog._band_files import SceneRules, band_columns
 from pipekit.geo.catalog._cached_headers import CachedHeaders
 from pipekit.geo.catalog._dates import date_interval, date_intervals
@@ -118,7 +118,7 @@ def check_bands(
 
 
 class FileCatalog:
-    """The files of a :class:`~pipekit.geo.raster.RasterDataset`: listed, grouped, dated and their headers read.
+    """The files of a :class:`~pipekit.geo._raster.RasterDataset`: listed, grouped, dated and their headers read.
 
     Args:
         root: a directory, a file, a glob, an fsspec URL or a list of them.

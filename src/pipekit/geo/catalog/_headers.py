@@ -8,7 +8,7 @@
   :func:`check_workers`).
 
 Local GeoTIFF headers are parsed without GDAL by
-:mod:`pipekit.geo.tiff_header` when a dataset is indexed (see there).
+:mod:`pipekit.geo._tiff_header` when a dataset is indexed (see there).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What a :class:`~pipekit.geo.raster.RasterDataset` asks of its catalog: the :class:`Catalog` protocol.
+"""What a :class:`~pipekit.geo._raster.RasterDataset` asks of its catalog: the :class:`Catalog` protocol.
 
 :class:`~pipekit.geo.catalog.FileCatalog` and
 :class:`~pipekit.geo.catalog.STACCatalog` implement it.  The dataset builds
@@ -15,8 +15,8 @@ from typing import Any, Protocol
 import numpy as np
 from rasterio.crs import CRS
 
+from pipekit.geo._reader import EntryLabel
 from pipekit.geo.catalog._table import _FileTable
-from pipekit.geo.reader import EntryLabel
 
 __all__ = ["Catalog"]
 

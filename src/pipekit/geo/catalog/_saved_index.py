@@ -1,8 +1,8 @@
 """A raster dataset's index saved to GeoParquet and reloaded, checked against the files' sizes and times.
 
-Building a :class:`~pipekit.geo.raster.RasterDataset` reads every file's header
+Building a :class:`~pipekit.geo._raster.RasterDataset` reads every file's header
 once (CRS, transform, size, bands, data type, nodata): local GeoTIFFs are
-parsed directly (:mod:`pipekit.geo.tiff_header`, ~0.1 ms a small file, checked
+parsed directly (:mod:`pipekit.geo._tiff_header`, ~0.1 ms a small file, checked
 against rasterio once per kind of file), anything else opened with rasterio
 (~0.5 ms a small local file, much more on S3).  The headers can be kept in a GeoParquet
 file and reused the next time the dataset is built:

@@ -1,7 +1,7 @@
-"""What the entries of a :class:`~pipekit.geo.stac.STACDataset` are: :class:`STACCatalog`, the items of a STAC source.
+"""What the entries of a :class:`~pipekit.geo._stac.STACDataset` are: :class:`STACCatalog`, the items of a STAC source.
 
 The catalog reads the items (a static catalog, a STAC API search, a
-stac-geoparquet file or ``pystac`` items: :mod:`pipekit.geo.stac_items`),
+stac-geoparquet file or ``pystac`` items: :mod:`pipekit.geo._stac_items`),
 selects each item's assets (:mod:`pipekit.geo.catalog._stac_assets`), takes
 their grid from the projection extension (or reads the first asset's header)
 and builds the file table: one row per item, its id as the ``filepath``.  It
@@ -20,12 +20,9 @@ from rasterio.crs import CRS
 
 from pipekit.errors import DatasetNotFoundError, ReadError, SkipLog, StageError
 from pipekit.geo import io as geo_io
-from pipekit.geo.catalog._headers import RasterHeader, read_header
-from pipekit.geo.catalog._stac_assets import _still_selects, header_from_proj, select_assets
-from pipekit.geo.catalog._table import _FileTable
-from pipekit.geo.read import transform_bounds_fast
-from pipekit.geo.reader import EntryLabel
-from pipekit.geo.stac_items import (
+from pipekit.geo._read import transform_bounds_fast
+from pipekit.geo._reader import EntryLabel
+from pipekit.geo._stac_items import (
     ItemRecord,
     is_geoparquet,
     read_geoparquet,
@@ -33,7 +30,10 @@ from pipekit.geo.stac_items import (
     search_api,
     walk_catalog,
 )
-from pipekit.geo.stac_search import ItemFilter
+from pipekit.geo._stac_search import ItemFilter
+from pipekit.geo.catalog._headers import RasterHeader, read_header
+from pipekit.geo.catalog._stac_assets import _still_selects, header_from_proj, select_assets
+from pipekit.geo.catalog._table import _FileTable
 
 __all__ = ["STACCatalog", "describe_source"]
 
@@ -114,7 +114,7 @@ class STACCatalog:
                     return search_api(href, self.search, self.client_options, counter)
                 finally:
                     self.requests += counter[0]
-            from pipekit.geo.stac_items import FsspecStacIO
+            from pipekit.geo._stac_items import FsspecStacIO
 
             stac_io = FsspecStacIO(storage_options)
             try:

@@ -15,8 +15,8 @@ from affine import Affine
 from rasterio.crs import CRS
 
 from pipekit.errors import ReadError
+from pipekit.geo._stac_items import ItemRecord
 from pipekit.geo.catalog._headers import RasterHeader
-from pipekit.geo.stac_items import ItemRecord
 
 __all__ = ["header_from_proj", "select_assets"]
 
@@ -63,7 +63,7 @@ def select_assets(record: ItemRecord, wanted: Sequence[str]) -> list[tuple[str, 
         ReadError: the item has no such asset or band (names the item and its asset keys).
 
     Example:
-        >>> from pipekit.geo.stac_items import ItemRecord
+        >>> from pipekit.geo._stac_items import ItemRecord
         >>> rec = ItemRecord("S2B_T31UFU", None, 0, 0, {}, {
         ...     "B04": {"href": "b04.tif", "eo:bands": [{"name": "B04", "common_name": "red"}]},
         ...     "visual": {"href": "tci.tif", "eo:bands": [{"name": "B04", "common_name": "red"},

@@ -20,8 +20,8 @@ import numpy as np
 from affine import Affine
 from rasterio.crs import CRS
 
+from pipekit.geo._read import apply_affine, transform_bounds_fast
 from pipekit.geo.catalog._headers import RasterHeader, _wkt
-from pipekit.geo.read import apply_affine, transform_bounds_fast
 
 __all__ = ["HeaderColumns"]
 

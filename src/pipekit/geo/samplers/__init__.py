@@ -20,7 +20,7 @@ As in TorchGeo 0.8, a box is yielded as ``(slice(xmin, xmax), slice(ymin,
 ymax), slice(tmin, tmax))`` with ``pandas.Timestamp`` times; the same
 samplers are importable from :mod:`pipekit.samplers`, TorchGeo's module name.
 
-Only ``dataset.geo_index`` (the :class:`~pipekit.geo.index.GeoIndex` of the
+Only ``dataset.geo_index`` (the :class:`~pipekit.geo._index.GeoIndex` of the
 footprints; a ``GeoIndex`` or TorchGeo ``GeoDataFrame`` ``.index`` is read
 otherwise) and ``dataset.res`` (``(xres, yres)`` or one number) are read;
 the dataset itself is not kept, so samplers pickle cheaply.
@@ -42,11 +42,11 @@ Randomness
     count of boxes yielded, which is how :class:`pipekit.DataLoader` resumes
     both the sampler form and the pipe form exactly.
 
-The samplers live in modules by concern: :mod:`~pipekit.geo.samplers.base`
+The samplers live in modules by concern: :mod:`~pipekit.geo.samplers._base`
 (units, argument checks, the :class:`GeoSampler` base class and its
-resumable epoch iterator), :mod:`~pipekit.geo.samplers.random_patches`,
-:mod:`~pipekit.geo.samplers.grid`, :mod:`~pipekit.geo.samplers.prechipped`
-and :mod:`~pipekit.geo.samplers.pipe` (:class:`GeoSamplerPipe`); this
+resumable epoch iterator), :mod:`~pipekit.geo.samplers._random_patches`,
+:mod:`~pipekit.geo.samplers._grid`, :mod:`~pipekit.geo.samplers._prechipped`
+and :mod:`~pipekit.geo.samplers._pipe` (:class:`GeoSamplerPipe`); this
 package re-exports them all.
 """
 
@@ -54,24 +54,24 @@ from __future__ import annotations
 
 # the samplers, and (aliased, so re-exported) the private helpers they and GeoSamplerPipe share, importable
 # from here as before the split
-from pipekit.geo.samplers.base import _CHUNK as _CHUNK
-from pipekit.geo.samplers.base import _SEED_MASK as _SEED_MASK
-from pipekit.geo.samplers.base import _TOL as _TOL
-from pipekit.geo.samplers.base import BatchGeoSampler, GeoSampler, Units, get_random_bounding_box, tile_to_chips
-from pipekit.geo.samplers.base import _boxes as _boxes
-from pipekit.geo.samplers.base import _generator as _generator
-from pipekit.geo.samplers.base import _pair as _pair
-from pipekit.geo.samplers.base import _resolution as _resolution
-from pipekit.geo.samplers.base import _roi as _roi
-from pipekit.geo.samplers.base import _rows_cols as _rows_cols
-from pipekit.geo.samplers.base import _SamplerIterator as _SamplerIterator
-from pipekit.geo.samplers.base import _toi as _toi
-from pipekit.geo.samplers.base import _units as _units
-from pipekit.geo.samplers.base import dataset_index as dataset_index
-from pipekit.geo.samplers.grid import GridGeoSampler
-from pipekit.geo.samplers.pipe import GeoSamplerPipe
-from pipekit.geo.samplers.prechipped import PreChippedGeoSampler
-from pipekit.geo.samplers.random_patches import RandomBatchGeoSampler, RandomGeoSampler
+from pipekit.geo.samplers._base import _CHUNK as _CHUNK
+from pipekit.geo.samplers._base import _SEED_MASK as _SEED_MASK
+from pipekit.geo.samplers._base import _TOL as _TOL
+from pipekit.geo.samplers._base import BatchGeoSampler, GeoSampler, Units, get_random_bounding_box, tile_to_chips
+from pipekit.geo.samplers._base import _boxes as _boxes
+from pipekit.geo.samplers._base import _generator as _generator
+from pipekit.geo.samplers._base import _pair as _pair
+from pipekit.geo.samplers._base import _resolution as _resolution
+from pipekit.geo.samplers._base import _roi as _roi
+from pipekit.geo.samplers._base import _rows_cols as _rows_cols
+from pipekit.geo.samplers._base import _SamplerIterator as _SamplerIterator
+from pipekit.geo.samplers._base import _toi as _toi
+from pipekit.geo.samplers._base import _units as _units
+from pipekit.geo.samplers._base import dataset_index as dataset_index
+from pipekit.geo.samplers._grid import GridGeoSampler
+from pipekit.geo.samplers._pipe import GeoSamplerPipe
+from pipekit.geo.samplers._prechipped import PreChippedGeoSampler
+from pipekit.geo.samplers._random_patches import RandomBatchGeoSampler, RandomGeoSampler
 
 __all__ = [
     "Units",

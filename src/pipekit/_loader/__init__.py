@@ -1,0 +1,374 @@
+"""``pipekit.DataLoader``: torchdata's ``StatefulDataLoader`` with pipekit's defaults.
+
+It is a drop-in ``torch.utils.data.DataLoader`` (same arguments, same
+sharding of DataPipes across workers and ``torch.distributed`` ranks, same
+seeding of shuffles) that also resumes mid-epoch:
+
+>>> import torch
+>>> from pipekit import DataLoader
+>>> from pipekit.pipes import IterableWrapper
+>>> pipe = IterableWrapper(range(10)).shuffle().sharding_filter().batch(2)
+>>> _ = torch.manual_seed(0)
+>>> loader = DataLoader(pipe)
+>>> it = iter(loader)
+>>> first = [next(it), next(it)]
+>>> state = loader.state_dict()
+>>> rest = list(it)
+>>> resumed = DataLoader(pipe)
+>>> resumed.load_state_dict(state)
+>>> list(resumed) == rest
+True
+
+Resuming restores each pipe's position (sources, shuffle buffers,
+bucketers...) instead of replaying the items already consumed; see
+:mod:`pipekit.pipes._resume`.  A pipeline containing a pipe that cannot report
+its position is resumed by replaying instead, and the loader logs which pipe
+forced that.
+
+Nothing is lost between the workers and the main process:
+
+* ``loader.skip_report()`` adds up what the pipes skipped under
+  ``on_error="skip"`` in every worker: each worker's state, which torchdata
+  sends with each batch (only what changed since the last one), carries its
+  counts per pipe and its first skipped items;
+* an item holding an open stream (a file, an archive member), which cannot
+  be pickled to the main process, raises a ``TypeError`` in the worker naming
+  the pipe that yielded it, instead of hanging the main process;
+* a worker that dies (killed by a signal, out of memory) raises
+  :class:`~pipekit.errors.WorkerDiedError` naming the worker and the last
+  file it reported opening.
+
+Two more things torch's loader does silently, pipekit's does not:
+
+* a DataPipe with no sharding point (no ``sharding_filter``) run by several
+  workers or ranks gives every worker and rank every item; pipekit warns once,
+  naming the pipe (``warn_unsharded=False`` when that is intended);
+* torchdata's ``StatefulDataLoader`` calls torch's deprecated ``set_vital``,
+  which prints ``'set_vital' is deprecated`` for every loader; pipekit
+  silences exactly that warning where it creates the loader and its workers.
+
+The loader's parts: :mod:`pipekit._loader._pipe` (the pipe the loader holds in
+each worker: checkpoints, reports), :mod:`pipekit._loader._workers` (the main
+process's side of the workers: reports, deaths), and
+:mod:`pipekit._loader_seam`, through which all of them reach torch's and
+torchdata's DataLoader internals.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import inspect
+import logging
+import multiprocessing
+import os
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from pipekit import _shm as shm
+from pipekit._loader._pipe import REPORT_ITEMS, _CheckpointedPipe, install_fast_serialize, skip_logs
+from pipekit._loader._pipe import fast_try_to_serialize as _fast_try_to_serialize  # noqa: F401 -- see below
+from pipekit._loader._workers import _WorkersIter, skip_summaries
+from pipekit._loader_seam import (
+    LoaderBase,
+    has_worker_states,
+    ignore_set_vital_warning,
+    is_workers_iterator,
+    shut_down_workers,
+    switch_iterator_class,
+    worker_processes,
+)
+from pipekit._worker_states import StateChannel, resolve_deferred
+from pipekit.collate import use_shared_buffers_in_default_collate
+from pipekit.errors import SkipLog, SkipReport
+from pipekit.pipes._resume import pipeline_pipes
+from pipekit.pipes.base import IterDataPipe
+
+__all__ = ["DataLoader", "sharding_points", "warn_if_unsharded"]
+
+logger = logging.getLogger("pipekit")
+
+# Moved to pipekit._loader._pipe; kept importable here for the tests that reach them through pipekit._loader.
+_install_fast_serialize = install_fast_serialize
+
+
+def sharding_points(pipe: IterDataPipe) -> list[Any]:
+    """The pipes of ``pipe``'s graph that split it across workers and ranks.
+
+    A sharding point is a pipe with an ``apply_sharding`` method (torch's
+    criterion): ``sharding_filter``, or a source that shards itself.
+    """
+    return [dp for dp in pipeline_pipes(pipe) if inspect.ismethod(getattr(dp, "apply_sharding", None))]
+
+
+def _describe(pipe: IterDataPipe) -> str:
+    """``IterableWrapper -> Mapper -> Batcher``: the pipe's graph, from its sources, for messages."""
+    names = [type(dp).__name__.removesuffix("IterDataPipe") for dp in reversed(pipeline_pipes(pipe))]
+    if len(names) > 8:
+        names = [*names[:3], "...", *names[-4:]]
+    return " -> ".join(names)
+
+
+def warn_if_unsharded(
+    pipe: IterDataPipe,
+    num_workers: int,
+    world_size: int,
+    stacklevel: int = 2,
+    loader: str = "pipekit.DataLoader",
+    opt_out: str = "pass warn_unsharded=False",
+) -> bool:
+    """Warn (``UserWarning``) when ``pipe`` runs in workers or ranks but has no sharding point.
+
+    Without one, each of the ``num_workers`` worker processes (at least one
+    process) of each of the ``world_size`` ranks yields every item of the pipe.
+    Returns whether it warned.  ``stacklevel`` is counted from the caller;
+    ``loader`` and ``opt_out`` (how to silence it) go into the message.
+    """
+    if num_workers == 0 and world_size <= 1:
+        return False
+    if sharding_points(pipe):
+        return False
+    copies = max(num_workers, 1) * world_size
+    if copies > 1:
+        where = (
+            f"runs in {max(num_workers, 1)} process(es) on each of {world_size} rank(s), and each yields every item: "
+            f"every item comes {copies} times per epoch"
+        )
+    else:
+        where = "runs in a worker process, and cannot be split: with more workers or ranks each would yield every item"
+    warnings.warn(
+        f"{loader}: the DataPipe {_describe(pipe)} has no sharding point (no sharding_filter, nor a pipe that applies "
+        f"sharding) but {where}. Add .sharding_filter() after the source (after its shuffle), or {opt_out} if every "
+        "worker and rank is meant to read it all.",
+        UserWarning,
+        stacklevel=stacklevel + 1,
+    )
+    return True
+
+
+def _world_size() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _worker_init(user_fn: Callable[[int], None] | None, threads: int | None, worker_id: int) -> None:
+    # The worker is pipekit's process: drop torch's set_vital deprecation there too (that message only).
+    ignore_set_vital_warning()
+    install_fast_serialize()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    # Batches made by torch's default_collate (the collate pipe, batch_size=...) go to the main
+    # process in the worker's reused shared-memory buffers, sent by reference (pipekit._shm).
+    if shm.pool_enabled():
+        use_shared_buffers_in_default_collate()
+    if user_fn is not None:
+        user_fn(worker_id)
+
+
+class DataLoader(LoaderBase):
+    """A resumable DataLoader for pipekit pipes (and any Dataset).
+
+    Takes every argument of ``torch.utils.data.DataLoader`` and of torchdata's
+    ``StatefulDataLoader``; differs only in these defaults:
+
+    * ``batch_size=None`` when ``dataset`` is a DataPipe (pipes batch
+      themselves with ``batch``/``bucketbatch``), torch's ``1`` otherwise;
+    * ``persistent_workers=True`` when ``num_workers > 0``;
+    * ``pin_memory=True`` when CUDA is available;
+    * each worker runs ``torch.set_num_threads(worker_threads)`` (default 1)
+      before the user's ``worker_init_fn``, so workers do not oversubscribe
+      the CPU;
+    * a DataPipe without a sharding point run by workers (``num_workers > 0``)
+      or by several ``torch.distributed`` ranks gets a ``UserWarning`` naming
+      it, once, when the loader is created: each worker and rank would yield
+      every item (torch says nothing);
+    * torch's ``'set_vital' is deprecated`` warning, which torchdata's
+      ``StatefulDataLoader`` triggers for every loader, is not shown (that
+      message only: other warnings raised while the loader and its workers
+      start get through).
+
+    ``state_dict()`` / ``load_state_dict()`` resume mid-epoch with no sample
+    repeated or lost; for DataPipes the position of every pipe is restored
+    rather than replayed (see :mod:`pipekit.pipes._resume`).  With workers,
+    each worker keeps its last few positions and sends one only when
+    ``state_dict()`` asks for it (see :mod:`pipekit._worker_states`), so
+    exact resume does not copy buffered items (a shuffle buffer) with every
+    batch; ``state_dict()`` then takes as long as pickling those buffers.
+
+    Args:
+        dataset: an ``IterDataPipe``, ``MapDataPipe`` or ``Dataset``.
+        worker_threads: torch threads per worker process (``None`` leaves
+            torch's default).
+        warn_unsharded: warn when a DataPipe without a sharding point runs in
+            workers or ranks (see above); ``False`` when every worker and rank
+            is meant to read the whole pipe.
+        **kwargs: as for ``StatefulDataLoader``.
+
+    :meth:`shutdown` stops the (persistent) workers before the loader is
+    garbage collected.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: int | Any | None = ...,
+        *args: Any,
+        num_workers: int = 0,
+        pin_memory: bool | None = None,
+        persistent_workers: bool | None = None,
+        worker_init_fn: Callable[[int], None] | None = None,
+        worker_threads: int | None = 1,
+        warn_unsharded: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        is_pipe = isinstance(dataset, IterDataPipe)
+        if batch_size is ...:
+            batch_size = None if is_pipe else 1
+        if not isinstance(num_workers, int) or num_workers < 0:
+            raise ValueError(f"num_workers must be a non-negative int, got {num_workers!r}")
+        if pin_memory is None:
+            pin_memory = torch.cuda.is_available()
+        if persistent_workers is None:
+            persistent_workers = num_workers > 0
+        if num_workers > 0:
+            worker_init_fn = functools.partial(_worker_init, worker_init_fn, worker_threads)
+        with warnings.catch_warnings():
+            ignore_set_vital_warning()
+            super().__init__(
+                dataset,
+                batch_size,
+                *args,
+                num_workers=num_workers,
+                pin_memory=pin_memory,
+                persistent_workers=persistent_workers,
+                worker_init_fn=worker_init_fn,
+                **kwargs,
+            )
+        if is_pipe and warn_unsharded:
+            warn_if_unsharded(dataset, num_workers, _world_size(), stacklevel=2)
+        if is_pipe:
+            # StatefulDataLoader wrapped the pipe in torch's serialization wrapper;
+            # use the resumable subclass instead (DataLoader forbids plain assignment).
+            self.replace_dataset(_CheckpointedPipe(dataset))
+
+    def new_iterator(self) -> Any:
+        # Keep what the workers of the iterator being replaced reported (persistent_workers=False
+        # starts new workers each epoch), then name dying workers in the new one's errors.
+        old = self.current_iterator()
+        if old is not None and has_worker_states(old):
+            self._skip_reports_before = [*getattr(self, "_skip_reports_before", []), *skip_summaries(old)]
+        dataset = self.dataset
+        if self.num_workers == 0 or not isinstance(dataset, _CheckpointedPipe):
+            return self._wrap_iterator(self._start_iterator())
+        install_fast_serialize()
+        # Workers keep their positions and send them when state_dict() asks (pipekit._worker_states):
+        # open the queues for that before they start, and hand them over with the pipe.
+        self._close_channel()
+        context = self.multiprocessing_context or multiprocessing
+        channel = StateChannel(context, self.num_workers, depth=(self.prefetch_factor or 2) + 2)
+        dataset._channel = channel
+        try:
+            it = self._start_iterator()
+        finally:
+            dataset._channel = None
+        self._state_channel = channel
+        return self._wrap_iterator(it)
+
+    def _start_iterator(self) -> Any:
+        # Workers are forked here. Garbage this process has not collected yet (say a dead run's
+        # iterator, held in a cycle by a caught exception's traceback) would otherwise be
+        # collected inside every worker, running its finalizers there: torch's shutdown of
+        # workers that are not that process's children, torch's temporary files unlinked twice.
+        # Frozen objects are never collected by the children (the gc.freeze recipe for a fork
+        # without exec); this process unfreezes them once the workers have started.
+        frozen_before = gc.get_freeze_count()
+        gc.freeze()
+        try:
+            return self.torch_iterator()
+        finally:
+            if frozen_before == 0:
+                gc.unfreeze()
+
+    @staticmethod
+    def _wrap_iterator(it: Any) -> Any:
+        if is_workers_iterator(it):
+            switch_iterator_class(it, _WorkersIter)
+            it._pipekit_owner_pid = os.getpid()
+        return it
+
+    def _close_channel(self) -> None:
+        channel = getattr(self, "_state_channel", None)
+        self._state_channel = None
+        if channel is not None:
+            channel.close()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The loader's position, to resume from with :meth:`load_state_dict`.
+
+        With workers, each worker sends only a token with each batch and keeps
+        its pipeline's position itself; this asks the workers for the positions
+        the tokens stand for, so the checkpoint is complete (and made of plain
+        data: it loads with ``torch.load(..., weights_only=True)`` when the items
+        buffered in the pipeline do).
+        """
+        state = super().state_dict()
+        return resolve_deferred(state, getattr(self, "_state_channel", None), self._worker_alive)
+
+    def _worker_alive(self, worker: int) -> bool:
+        workers = worker_processes(self.current_iterator())
+        return worker < len(workers) and workers[worker].is_alive()
+
+    def skip_report(self) -> SkipReport:
+        """What the pipeline's pipes skipped under ``on_error="skip"``, added up over every worker.
+
+        With ``num_workers=0`` it reads the pipes' own ``skip_log``; with
+        workers, the reports each worker sends with every batch (its counts
+        per pipe, and its first skipped items with URL and reason) and when it
+        runs out, so it is up to date with the batches received (with
+        ``snapshot_every_n_steps=n``, every n batches).  Counts add up over
+        epochs: persistent workers keep theirs, and with
+        ``persistent_workers=False`` the loader keeps what each epoch's
+        workers reported.  Workers started by ``load_state_dict`` report
+        only their own skips (the counts a checkpoint holds are not restored).
+
+        Returns:
+            a :class:`~pipekit.errors.SkipReport`: ``count``, ``counts`` per
+            stage, ``skipped`` (the first items of each pipe and worker).
+
+        Example:
+            >>> import fsspec
+            >>> from pipekit import DataLoader
+            >>> from pipekit.pipes import IterableWrapper
+            >>> fsspec.filesystem("memory").pipe("/skip_report_doc/a.txt", b"a")
+            >>> urls = ["memory://skip_report_doc/a.txt", "memory://skip_report_doc/missing.txt"]
+            >>> pipe = IterableWrapper(urls).open_files_by_fsspec(mode="rb", on_error="skip").read_from_stream()
+            >>> loader = DataLoader(pipe)
+            >>> [url for url, _ in loader]
+            ['memory://skip_report_doc/a.txt']
+            >>> report = loader.skip_report()
+            >>> report.count, report.counts, report.skipped[0].url
+            (1, {'open_files_by_fsspec': 1}, 'memory://skip_report_doc/missing.txt')
+        """
+        dataset = self.dataset
+        summaries = list(getattr(self, "_skip_reports_before", []))
+        if self.num_workers == 0:
+            if isinstance(dataset, _CheckpointedPipe):
+                summaries += [log.summary(REPORT_ITEMS) for _, log in skip_logs(pipeline_pipes(dataset.pipe))]
+            elif isinstance(getattr(dataset, "skip_log", None), SkipLog):
+                summaries.append(dataset.skip_log.summary(REPORT_ITEMS))
+        else:
+            summaries += skip_summaries(self.current_iterator())
+        return SkipReport.from_summaries(summaries)
+
+    def shutdown(self) -> None:
+        """Stop the worker processes now; safe to call more than once.
+
+        Persistent workers otherwise live as long as the loader.  A later
+        ``iter(loader)`` starts new workers, at the start of an epoch (or at a
+        state loaded with ``load_state_dict``).
+        """
+        shut_down_workers(self.detach_iterator())
+        self._close_channel()

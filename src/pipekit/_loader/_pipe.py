@@ -1,0 +1,284 @@
+"""The pipe a ``pipekit.DataLoader`` holds: the user's pipeline, its checkpoints and its reports.
+
+torch's DataLoader wraps a DataPipe in a serialization wrapper, which goes to
+every worker and is the iterator its fetcher pulls items from.
+:class:`_CheckpointedPipe` is pipekit's subclass of it: it restores a pipeline's
+position instead of replaying items, keeps a worker's positions for
+:mod:`pipekit._worker_states`, sends each worker's skip counts and last file
+with its state (:data:`REPORT`), and refuses items holding open streams in a
+worker.  :func:`fast_try_to_serialize` is the shortcut pipekit puts in front of
+torchdata's ``try_to_serialize`` for the objects a pipekit loader hands it
+(installed by :func:`install_fast_serialize`, through
+:func:`pipekit._loader_seam.patch_try_to_serialize`).
+"""
+
+from __future__ import annotations
+
+import logging
+import types
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from pipekit._loader_seam import InfiniteConstantSampler, patch_try_to_serialize
+from pipekit._worker_states import StateChannel, WorkerStates
+from pipekit.errors import SkipLog
+from pipekit.pipes._resume import (
+    SnapshotPlan,
+    apply_seeds,
+    epoch_marks,
+    materialize_snapshot,
+    not_snapshot_capable,
+    pending_seeds,
+    pipeline_pipes,
+    prepare_for_resume,
+    restore_pipeline,
+)
+from pipekit.pipes._stream_items import find_open_stream, last_opened, stream_name
+from pipekit.pipes._torch import LoaderPipeWrapper, hooked_iterator_target, loader_iteration
+from pipekit.pipes.base import IterDataPipe
+
+__all__ = ["REPORT", "REPORT_ITEMS", "fast_try_to_serialize", "install_fast_serialize", "skip_logs"]
+
+logger = logging.getLogger("pipekit")
+
+REPORT = "report"  # the key of a worker's state that carries its skip counts and last file to the main process
+REPORT_ITEMS = 10  # skipped items each pipe of each worker reports in full
+
+
+def skip_logs(pipes: list[Any]) -> list[tuple[int, SkipLog]]:
+    """The skip logs of ``pipes`` (those that keep one), with each pipe's index."""
+    return [(i, log) for i, dp in enumerate(pipes) if isinstance(log := getattr(dp, "skip_log", None), SkipLog)]
+
+
+def _stage_name(pipe: Any) -> str:
+    name = getattr(type(pipe), "functional_name", None)
+    return f"{name} ({type(pipe).__name__})" if name else type(pipe).__name__
+
+
+class _CheckpointedPipe(LoaderPipeWrapper):
+    """Holds the user's pipe inside the loader and checkpoints its position.
+
+    torch's DataLoader wraps a DataPipe in a serialization wrapper (which is
+    also the iterator it hands to the fetcher); this subclass of it adds
+    ``state_dict``/``load_state_dict`` so ``StatefulDataLoader`` asks it for the
+    pipeline's position in each worker instead of replaying items.
+    """
+
+    def __init__(self, datapipe: IterDataPipe) -> None:
+        super().__init__(datapipe)
+        self._init_resume_fields()
+
+    def _init_resume_fields(self) -> None:
+        self._pipes: list[Any] | None = None
+        self._marks: list[Any] | None = None
+        self._seeds: list[Any] | None = None
+        self._plan: SnapshotPlan | None = None  # how this epoch's snapshots are taken (made in _start)
+        self._pending: dict[str, Any] | None = None
+        self._base_state: dict[str, Any] | None = None
+        self._yielded = 0
+        self._since_start = 0
+        self._warned = False
+        self._cache: tuple[Any, dict[str, Any]] | None = None
+        self._run = 0  # iterators started, to tell their checkpoints apart
+        self._logs: list[tuple[int, SkipLog]] = []  # the pipes' skip logs, reported with each state
+        self._in_worker = False  # items are checked for open streams only in DataLoader workers
+        self._exhausted = False  # the current iterator has ended (its last state is sent in full)
+        self._channel: StateChannel | None = None  # set by the loader while it starts workers
+        self._kept: WorkerStates | None = None  # a worker's last positions, sent on request
+
+    def __getstate__(self) -> Any:
+        # The channel travels to the workers with the pipe (it is only set while the loader starts them).
+        return (super().__getstate__(), self._channel)
+
+    def __setstate__(self, state: Any) -> None:
+        base, channel = state
+        super().__setstate__(base)
+        self._init_resume_fields()
+        self._channel = channel
+
+    def __iter__(self) -> _CheckpointedPipe:
+        self._start()
+        return self
+
+    def _start(self) -> None:
+        """(Re)create the pipeline's iterator, restoring a pending state if there is one.
+
+        A loaded state stays pending until the first item is taken, because
+        StatefulDataLoader may load it into the dataset, then create the
+        iterator, then load it into the iterator again.
+        """
+        if self._pipes is None:  # the graph (and the swapped classes) stay the same across epochs
+            prepare_for_resume(self.pipe)
+            self._pipes = pipeline_pipes(self.pipe)
+            loader_iteration(self._pipes)  # items pulled here skip torch's per-item hook
+            self._logs = skip_logs(self._pipes)
+        self._in_worker = torch.utils.data.get_worker_info() is not None
+        pending = self._pending
+        self._cache = None
+        self._base_state = pending
+        self._since_start = 0
+        self._yielded = 0
+        self._exhausted = False
+        if pending is not None and pending["mode"] == "snapshot":
+            restore_pipeline(self.pipe, pending["pipes"])
+            self._yielded = int(pending["yielded"])
+        elif pending is not None and pending.get("seeds") is not None:
+            apply_seeds(self._pipes, pending["seeds"])
+        # What a checkpoint needs to describe pipes that have not started yet.
+        self._marks = epoch_marks(self._pipes)
+        self._seeds = pending_seeds(self._pipes)
+        self._plan = SnapshotPlan(self._pipes, self._marks, self._seeds)
+        self._run += 1
+        self.restart()
+        if pending is not None and pending["mode"] == "count":
+            self._skip(int(pending["yielded"]))
+
+    def _skip(self, count: int) -> None:
+        if count:
+            logger.info("pipekit.DataLoader: resuming by replaying %d items", count)
+        for _ in range(count):
+            try:
+                self.next_item()
+            except StopIteration:
+                break
+            self._yielded += 1
+
+    def __next__(self) -> Any:
+        self._pending = None
+        try:
+            item = self.next_item()
+        except StopIteration:
+            self._exhausted = True
+            raise
+        if self._in_worker and (stream := find_open_stream(item)) is not None:
+            self._refuse_stream(stream)
+        self._yielded += 1
+        self._since_start += 1
+        return item
+
+    def _refuse_stream(self, stream: Any) -> None:
+        """An open stream cannot be pickled to the main process: torch would hang; say what to do instead."""
+        raise TypeError(
+            f"pipekit.DataLoader: {_stage_name(self.pipe)} yielded an item holding an open stream "
+            f"{stream_name(stream)}, which a DataLoader worker cannot send to the main process; read the "
+            "stream inside the worker, at the end of the pipeline: e.g. .read_from_stream() for (url, stream) "
+            "pairs, .map(read_fn) with a function returning the stream's bytes (stream.read()), or a decoder "
+            "(.decode(), .decode_image())"
+        )
+
+    def _report(self) -> dict[str, Any]:
+        """The skip counts and last file of this process, as plain data (see :meth:`DataLoader.skip_report`)."""
+        skips = {i: log.summary(REPORT_ITEMS) for i, log in self._logs if log.count}
+        last = last_opened()
+        return {"skips": skips, "last": list(last) if last is not None else None}
+
+    def state_dict(self) -> dict[str, Any]:
+        # StatefulDataLoader asks twice per batch (for the dataset and for its iterator, which
+        # are this object): hand out the same dict, so it is built once and pickled once.
+        key = (
+            self._run,
+            self._yielded,
+            self._since_start,
+            self._exhausted,
+            sum(log.count for _, log in self._logs),
+            last_opened(),
+        )
+        if self._cache is not None and self._cache[0] == key:
+            return self._cache[1]
+        # Keep the position here and send a token: the main process asks for the position
+        # itself only when it makes a checkpoint (see pipekit._worker_states). A kept position
+        # may be lazy (the shuffle buffer's is rebuilt when sent): it never leaves the worker as such.
+        keep = self._in_worker and self._channel is not None and not self._exhausted
+        state = self._make_state(lazy=keep)
+        if keep and state["mode"] == "snapshot":
+            state = self._worker_states().keep(self._run, self._yielded, state)
+        state = {**state, REPORT: self._report()}
+        self._cache = (key, state)
+        return state
+
+    def _worker_states(self) -> WorkerStates:
+        if self._kept is None:
+            assert self._channel is not None
+            info = torch.utils.data.get_worker_info()
+            self._kept = WorkerStates(self._channel, info.id if info is not None else 0, _materialize_state)
+        return self._kept
+
+    def _make_state(self, lazy: bool = False) -> dict[str, Any]:
+        if self._since_start == 0:
+            # Nothing consumed since the iterator started: the position is the start
+            # (or the state it was restored to), whatever stale buffers the pipes hold.
+            # The seeds matter: torchdata restores a different shared seed than the one
+            # its workers started with, so a fresh worker must be re-seeded explicitly.
+            if self._base_state is not None:
+                return self._base_state
+            return {"mode": "count", "yielded": 0, "seeds": self._seeds}
+        snap = self._plan.snapshot(lazy) if self._plan is not None else None
+        if snap is None:
+            if not self._warned:
+                self._warned = True
+                logger.warning(
+                    "pipekit.DataLoader: pipes %s cannot report their position; a resumed run will "
+                    "replay the items already consumed",
+                    sorted(set(not_snapshot_capable(self.pipe))),
+                )
+            return {"mode": "count", "yielded": self._yielded, "seeds": self._seeds}
+        return {"mode": "snapshot", "pipes": snap, "yielded": self._yielded}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if not isinstance(state, dict) or state.get("mode") not in ("snapshot", "count"):
+            raise ValueError(f"not a pipekit.DataLoader worker state: {state!r:.200}")
+        # The report described the run that wrote the checkpoint; this run reports its own.
+        self._pending = {k: v for k, v in state.items() if k != REPORT}
+        # The fetcher may already hold an iterator over this object: restart it in place.
+        self._start()
+
+
+def _materialize_state(state: dict[str, Any]) -> dict[str, Any]:
+    """A worker's kept position as plain data (a lazy snapshot's pipes rebuilt), before it is sent."""
+    pipes = state.get("pipes")
+    if state.get("mode") == "snapshot" and isinstance(pipes, dict):
+        plain = materialize_snapshot(pipes)
+        if plain is not pipes:
+            return {**state, "pipes": plain}
+    return state
+
+
+# torchdata asks ``isinstance(obj, Stateful)`` (a runtime-checkable ``typing.Protocol``) through its
+# ``try_to_serialize`` of the dataset and of its iterator in every worker with every batch
+# (``worker._make_state_dict``), and of the sampler and its iterator in the main process with every
+# batch (``_get_main_state``).  On Python 3.11 each such check re-derives the protocol's members
+# (``typing._get_protocol_attrs``, twice) and, for torch's iterator wrapper, forwards through its
+# ``__getattr__``: measured at ~30% of a worker's per-batch snapshot (~70 of 230 us after decoding a
+# batch of 32 JPEGs, caches cold) and ~4 checks per batch in the main process.  For the objects a
+# pipekit loader hands torchdata, the answer is known from the exact type: pipekit's
+# ``_CheckpointedPipe`` (and torch's iterator wrapper around it) is Stateful; the sampler torch uses for
+# iterable datasets, and the generator it iterates, are not (neither their class nor the instance
+# has a ``state_dict``).  Those go straight to the answer; every other object gets torchdata's own
+# function, so its behaviour is unchanged for everything else.
+
+
+def fast_try_to_serialize(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """torchdata's ``try_to_serialize`` (``original``) with the shortcut above in front of it."""
+
+    def try_to_serialize(obj: Any) -> Any:
+        cls = type(obj)
+        if cls is _CheckpointedPipe:
+            return obj.state_dict()
+        if cls is types.GeneratorType:  # no attributes of its own, and its class has no state_dict
+            return None
+        if cls is InfiniteConstantSampler and not obj.__dict__ and not hasattr(cls, "state_dict"):
+            return None
+        inner = hooked_iterator_target(obj)
+        if inner is not None and type(inner) is _CheckpointedPipe:
+            return inner.state_dict()  # what the wrapper's forwarded state_dict() returns
+        return original(obj)
+
+    try_to_serialize.__wrapped__ = original  # type: ignore[attr-defined]
+    return try_to_serialize
+
+
+def install_fast_serialize() -> None:
+    """Route torchdata's ``try_to_serialize`` (worker and main process) through the shortcut above, once."""
+    patch_try_to_serialize(fast_try_to_serialize)

@@ -1,0 +1,354 @@
+"""torch's own DataPipes, re-exported under torchdata 0.9's class names.
+
+torch still ships ``map``, ``filter``, ``shuffle``, ``batch``, ``unbatch``,
+``collate``, ``zip``, ``concat``, ``mux``, ``fork``, ``demux``, ``groupby`` and
+``sharding_filter`` (and ``list_files``, ``open_files``, ``read_from_stream``,
+``routed_decode``); pipekit does not rewrite them.  Importing them here makes
+``from pipekit.pipes import Mapper`` work like
+``from torchdata.datapipes.iter import Mapper`` did.
+
+``batch``, ``shuffle``, ``unbatch`` and ``sharding_filter`` are pipekit
+subclasses of torch's classes (``issubclass(Batcher, torch's Batcher)``),
+registered in their place with ``functional_datapipe(..., replaces=...)``:
+they behave the same but check their arguments when the pipe is built, like
+every pipekit pipe (a ``TypeError`` or ``ValueError`` naming the pipe and the
+argument), where torch raises ``AssertionError`` (``batch(0)``,
+``shuffle(buffer_size=-5)``), a confusing comparison error (``batch("8")``),
+fails only when iterated (``unbatch(unbatch_level=-3)``) or silently yields
+nothing (``apply_sharding(2, -1)``).
+
+Two of them keep a position between items (the shuffle buffer and the
+sharding counter).  :mod:`pipekit.pipes._resume` swaps them for the resumable
+subclasses defined at the bottom of this module when a pipeline is
+checkpointed, so :class:`pipekit.DataLoader` can restore them exactly; their
+behaviour is otherwise unchanged.
+
+:class:`IterableWrapper` is torch's, extended with a resumable position.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+from pipekit._validate import check_int
+from pipekit.pipes._torch import (
+    Batcher as TorchBatcher,
+)
+from pipekit.pipes._torch import (
+    Collator,
+    Concater,
+    DataChunk,
+    Demultiplexer,
+    FileLister,
+    FileOpener,
+    Filter,
+    Forker,
+    Grouper,
+    MapBatcher,
+    MapConcater,
+    MapMapper,
+    Mapper,
+    MapShuffler,
+    MapZipper,
+    Multiplexer,
+    RoutedDecoder,
+    Sampler,
+    SequenceWrapper,
+    StreamReader,
+    TorchIterableWrapper,
+    Zipper,
+    restore_shuffler,
+    shuffle_buffered,
+    shuffler_position,
+    shuffler_snapshot,
+    stop_journal,
+)
+from pipekit.pipes._torch import ShardingFilter as TorchShardingFilter
+from pipekit.pipes._torch import Shuffler as TorchShuffler
+from pipekit.pipes._torch import UnBatcher as TorchUnBatcher
+from pipekit.pipes.base import functional_datapipe
+from pipekit.pipes.state import ResumablePipe
+
+__all__ = [
+    "Batcher",
+    "Collator",
+    "Concater",
+    "Demultiplexer",
+    "FileLister",
+    "FileOpener",
+    "Filter",
+    "Forker",
+    "Grouper",
+    "IterableWrapper",
+    "MapBatcher",
+    "MapConcater",
+    "MapMapper",
+    "MapShuffler",
+    "MapZipper",
+    "Mapper",
+    "Multiplexer",
+    "RoutedDecoder",
+    "Sampler",
+    "SequenceWrapper",
+    "ShardingFilter",
+    "Shuffler",
+    "StreamReader",
+    "UnBatcher",
+    "Zipper",
+]
+
+
+
+
+class _Chunk(DataChunk):
+    """torch's ``DataChunk``, iterated as the list it is.
+
+    torch's ``DataChunk.__iter__`` is a Python generator (``yield from`` the
+    list), so every pass over a batch (``default_collate`` makes two) costs a
+    generator step per item; this subclass iterates at C speed.  Same items,
+    same ``isinstance(batch, DataChunk)``.
+    """
+
+    __iter__ = list.__iter__
+
+
+@functional_datapipe("batch", replaces=TorchBatcher)
+class BatcherIterDataPipe(TorchBatcher):
+    """Group items into lists of ``batch_size`` (functional name: ``batch``); torch's ``Batcher``, checked.
+
+    Args:
+        datapipe: the pipe to batch.
+        batch_size: items per batch, a positive int.
+        drop_last: drop the last batch when it is shorter.
+        wrapper_class: what each list is wrapped in (a ``DataChunk``, as torch's,
+            that iterates at C speed).
+
+    Example:
+        >>> from pipekit.pipes import IterableWrapper
+        >>> list(IterableWrapper(range(5)).batch(2))
+        [[0, 1], [2, 3], [4]]
+        >>> IterableWrapper(range(5)).batch(0)
+        Traceback (most recent call last):
+        ...
+        ValueError: batch: batch_size must be a positive int, got 0
+    """
+
+    stateless = True
+
+    def __init__(
+        self, datapipe: Any, batch_size: int, drop_last: bool = False, wrapper_class: type = _Chunk
+    ) -> None:
+        batch_size = check_int(batch_size, "batch_size", "batch", minimum=1)
+        if not isinstance(drop_last, bool):
+            raise TypeError(f"batch: drop_last must be a bool, got {type(drop_last).__name__}: {drop_last!r:.50}")
+        super().__init__(datapipe, batch_size, drop_last, wrapper_class=wrapper_class)
+
+
+@functional_datapipe("unbatch", replaces=TorchUnBatcher)
+class UnBatcherIterDataPipe(TorchUnBatcher):
+    """Flatten batches (functional name: ``unbatch``); torch's ``UnBatcher``, checked when built.
+
+    Args:
+        datapipe: a pipe of batches (lists).
+        unbatch_level: levels to flatten, ``1`` (default) or more, ``0`` for
+            none, ``-1`` for all.
+
+    Example:
+        >>> from pipekit.pipes import IterableWrapper
+        >>> list(IterableWrapper([[[0, 1], [2]], [[3]]]).unbatch(unbatch_level=2))
+        [0, 1, 2, 3]
+    """
+
+    def __init__(self, datapipe: Any, unbatch_level: int = 1) -> None:
+        unbatch_level = check_int(unbatch_level, "unbatch_level", "unbatch", minimum=-1)
+        super().__init__(datapipe, unbatch_level=unbatch_level)
+
+
+@functional_datapipe("shuffle", replaces=TorchShuffler)
+class ShufflerIterDataPipe(TorchShuffler):
+    """Shuffle items in a buffer (functional name: ``shuffle``); torch's ``Shuffler``, checked when built.
+
+    Seeded by torch's DataLoader (``set_seed``) or from torch's global
+    generator, switched off with ``set_shuffle(False)``, as torch's.
+
+    Args:
+        datapipe: the pipe to shuffle.
+        buffer_size: items held in the shuffle buffer, a positive int.
+        unbatch_level: unbatch the input this many levels first (``0``: none).
+
+    Example:
+        >>> from pipekit.pipes import IterableWrapper
+        >>> sorted(IterableWrapper(range(5)).shuffle(buffer_size=3).set_seed(0))
+        [0, 1, 2, 3, 4]
+    """
+
+    def __init__(self, datapipe: Any, *, buffer_size: int = 10000, unbatch_level: int = 0) -> None:
+        buffer_size = check_int(buffer_size, "buffer_size", "shuffle", minimum=1)
+        unbatch_level = check_int(unbatch_level, "unbatch_level", "shuffle", minimum=-1)
+        super().__init__(datapipe, buffer_size=buffer_size, unbatch_level=unbatch_level)
+
+    __iter__ = shuffle_buffered  # torch's loop, without three Python calls an item (see _torch)
+    _journal: list[Any] | None = None  # consumed items since a lazy snapshot's base (ResumableShuffler only)
+
+    def __del__(self) -> None:
+        # torch's __del__ clears the buffer its __init__ makes: not there when the arguments were refused.
+        parent = getattr(super(), "__del__", None)
+        if parent is not None and "buffer_size" in self.__dict__:
+            parent()
+
+
+@functional_datapipe("sharding_filter", replaces=TorchShardingFilter)
+class ShardingFilterIterDataPipe(TorchShardingFilter):
+    """Keep every n-th item for this worker/rank (functional name: ``sharding_filter``); torch's, checked.
+
+    torch's DataLoader (and ``torch.distributed``) call ``apply_sharding``;
+    a shard number outside ``0 .. num_of_instances - 1`` is refused with a
+    ``ValueError`` instead of yielding nothing.
+
+    Example:
+        >>> from pipekit.pipes import IterableWrapper
+        >>> pipe = IterableWrapper(range(7)).sharding_filter()
+        >>> pipe.apply_sharding(3, 1)
+        >>> list(pipe)
+        [1, 4]
+    """
+
+    def apply_sharding(self, num_of_instances: int, instance_id: int, *args: Any, **kwargs: Any) -> None:
+        num_of_instances = check_int(num_of_instances, "num_of_instances", "sharding_filter", minimum=1)
+        instance_id = check_int(instance_id, "instance_id", "sharding_filter", minimum=0)
+        if instance_id >= num_of_instances:
+            raise ValueError(
+                f"sharding_filter: instance_id must be below num_of_instances ({num_of_instances}), got {instance_id}"
+            )
+        super().apply_sharding(num_of_instances, instance_id, *args, **kwargs)
+
+
+# torchdata 0.9's class names.
+Batcher = BatcherIterDataPipe
+UnBatcher = UnBatcherIterDataPipe
+Shuffler = ShufflerIterDataPipe
+ShardingFilter = ShardingFilterIterDataPipe
+
+
+class IterableWrapper(ResumablePipe, TorchIterableWrapper):
+    """Wrap an iterable (a list, a range, a generator factory's output) as a pipe.
+
+    torch's ``IterableWrapper`` with a resumable position: ``state_dict()``
+    records how many items were yielded, and a restored copy skips them
+    without re-yielding.
+
+    Args:
+        iterable: the items.  Re-iterable containers (lists, ranges) give the
+            same items every epoch.
+        deepcopy: copy the iterable at the start of each epoch so in-place
+            changes to yielded items do not leak into the next epoch.
+
+    Example:
+        >>> from pipekit.pipes import IterableWrapper
+        >>> list(IterableWrapper(range(5)).map(lambda x: x * 10))
+        [0, 10, 20, 30, 40]
+    """
+
+    state_keys = ("yielded",)
+
+    def __init__(self, iterable: Any, deepcopy: bool = True) -> None:
+        super().__init__(iterable, deepcopy=deepcopy)
+        self._yielded = 0
+        self._skip = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"yielded": self._yielded}
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        self._skip = 0 if state is None else int(state["yielded"])
+        self._yielded = self._skip
+
+    def __iter__(self) -> Iterator[Any]:
+        source: Any = self.iterable
+        if self.deepcopy:
+            try:
+                source = copy.deepcopy(self.iterable)
+            except TypeError:
+                warnings.warn(
+                    "IterableWrapper: the iterable cannot be deep-copied; in-place changes to its "
+                    "items will show in later epochs",
+                    stacklevel=2,
+                )
+        if self._skip:
+            source = itertools.islice(source, self._skip, None)
+        for item in source:
+            self._yielded += 1
+            yield item
+
+
+class ResumableShuffler(ResumablePipe, ShufflerIterDataPipe):
+    """``shuffle`` (torch's ``Shuffler``) with ``state_dict``/``load_state_dict``.
+
+    Not registered under a functional name: :mod:`pipekit.pipes._resume`
+    switches ``shuffle`` pipes to this class when a pipeline is checkpointed.
+    The snapshot holds the buffer's items and the RNG state, so shuffle
+    *before* expensive decoding to keep checkpoints small.
+
+    :class:`pipekit.DataLoader`'s workers, which take a position after every
+    batch and send one only for a checkpoint, take it with
+    :meth:`lazy_state_dict` instead: O(1), rebuilt into the same dict when it
+    is sent (see :func:`pipekit.pipes._torch.shuffler_snapshot`).
+    """
+
+    _runtime = ("_buffer", "_journal", "_journal_base")
+    # The base the journal starts from (none until a lazy snapshot asks; the journal is the parent's).
+    _journal_base: tuple[list[Any], Any] | None = None
+
+    def _init_runtime(self) -> None:
+        self._buffer = []
+        stop_journal(self)
+
+    def state_dict(self) -> dict[str, Any]:
+        return shuffler_position(self)
+
+    def lazy_state_dict(self) -> Any:
+        """What :meth:`state_dict` returns, as an object that becomes it when materialized or pickled."""
+        cls = type(self)
+        if (
+            self._pending is not None
+            or cls.state_dict is not ResumableShuffler.state_dict
+            or cls._base_state is not ResumableShuffler._base_state
+        ):
+            return self.state_dict()  # a pending restore, or a subclass's own fields
+        return shuffler_snapshot(self)
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        if state is None:
+            TorchShuffler.reset(self)
+        else:
+            restore_shuffler(self, state)
+        stop_journal(self)
+
+
+class ResumableShardingFilter(ResumablePipe, ShardingFilterIterDataPipe):
+    """``sharding_filter`` (torch's ``ShardingFilter``) that remembers how many items it has seen.
+
+    The position matters on resume: item ``i`` of the source goes to shard
+    ``i % num_of_instances``, so a restored filter must continue counting
+    where it stopped.
+    """
+
+    state_keys = ("seen",)
+    _seen: int = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"seen": self._seen}
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        self._seen = 0 if state is None else int(state["seen"])
+
+    def __iter__(self) -> Iterator[Any]:
+        for item in self.source_datapipe:
+            i = self._seen
+            self._seen += 1
+            if i % self.num_of_instances == self.instance_id:
+                yield item

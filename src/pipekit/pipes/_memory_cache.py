@@ -1,0 +1,227 @@
+"""Caching in memory: ``in_memory_cache``.
+
+:class:`InMemoryCacheHolder` keeps the items of the first epoch in memory (up
+to a size limit) and serves later epochs from there.  ``in_memory_cache`` on
+map-style pipes is :class:`pipekit.pipes._mapstyle.MapInMemoryCacheHolder`.
+"""
+
+from __future__ import annotations
+
+import logging
+import numbers
+import sys
+from collections import deque
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from pipekit.pipes.base import IterDataPipe, functional_datapipe
+from pipekit.pipes.state import ResumablePipe
+
+__all__ = ["InMemoryCacheHolder"]
+
+logger = logging.getLogger("pipekit")
+
+
+def _sizeof(obj: Any, seen: set[int] | None = None) -> int:
+    """Approximate memory held by ``obj`` in bytes (tensor and array data included)."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return 0
+    seen.add(id(obj))
+    if isinstance(obj, torch.Tensor):
+        return sys.getsizeof(obj) + obj.element_size() * obj.nelement()
+    if isinstance(obj, np.ndarray):
+        return sys.getsizeof(obj) + (obj.nbytes if obj.base is not None else 0)
+    if isinstance(obj, (str, bytes, bytearray, int, float, bool, type(None))):
+        return sys.getsizeof(obj)
+    size = sys.getsizeof(obj)
+    if isinstance(obj, Mapping):
+        size += sum(_sizeof(k, seen) + _sizeof(v, seen) for k, v in obj.items())
+    elif isinstance(obj, (list, tuple, set, frozenset, deque)):
+        size += sum(_sizeof(v, seen) for v in obj)
+    elif hasattr(obj, "__dict__"):
+        size += _sizeof(vars(obj), seen)
+    return size
+
+
+@functional_datapipe("in_memory_cache")
+class InMemoryCacheHolder(ResumablePipe):
+    """Keep the items in memory after the first epoch (functional name: ``in_memory_cache``).
+
+    The first epoch yields the items from upstream while storing them.  When
+    the stored items exceed ``size`` megabytes (tensor and array data
+    included), the least recently stored ones are evicted, so the cache keeps
+    the *last* items of the epoch (torchdata's policy: an LRU cache would
+    thrash on sequential epochs).  Once an epoch has run to its end the cache
+    is frozen, and each later epoch
+
+    * re-reads the evicted items from upstream (it iterates upstream and stops
+      after as many items as were evicted; nothing is re-read when everything
+      fit), then
+    * yields the cached items.
+
+    So upstream must yield the same items in the same order every epoch when
+    the cache does not hold everything: shuffle *after* this pipe.  An epoch
+    stopped early caches nothing; the next one fills the cache again.  The
+    cache lives in this process: a pickled copy (a DataLoader worker) starts
+    empty, so use ``persistent_workers=True`` for it to last across epochs.
+
+    Differences from torchdata: torchdata measured the size of its deque
+    object only (not the items), evicted at most one item per new item, and
+    pickled the cache along with the pipe.
+
+    Length: the source's; over a source without a length, once an epoch has
+    run to its end and the cache is loaded, the number of items that epoch
+    had (as torchdata), and ``TypeError`` before.
+
+    Checkpoints hold positions only, never cached items; a restored copy
+    (whose cache is empty) continues the epoch from upstream and refills the
+    cache in the next epoch (or in this one, when it has to re-read it from
+    the start anyway).
+
+    Args:
+        source_dp: the items.
+        size: the most megabytes to keep (``1 MB = 2**20`` bytes); None for no limit.
+
+    Example:
+        >>> from pipekit.pipes import IterableWrapper
+        >>> dp = IterableWrapper(range(5)).in_memory_cache(size=5)
+        >>> list(dp), list(dp)
+        ([0, 1, 2, 3, 4], [0, 1, 2, 3, 4])
+    """
+
+    state_keys = ("mode", "pos", "pulled")
+    _runtime = ("_cache", "_evicted", "_nbytes")  # a pickled copy (a DataLoader worker) starts empty
+
+    def __init__(self, source_dp: IterDataPipe, size: float | None = None) -> None:
+        if size is not None:
+            if isinstance(size, bool) or not isinstance(size, numbers.Real):
+                raise TypeError(f"in_memory_cache: size must be a number of megabytes, got {type(size).__name__}")
+            if size <= 0:
+                raise ValueError(f"in_memory_cache: size must be positive, got {size}")
+        self.source_datapipe = source_dp
+        self.size = size
+        self._limit = None if size is None else int(size * 1024 * 1024)
+        self._mode = "fill"
+        self._pos = 0  # items of this epoch yielded (or skipped on resume)
+        self._pulled = 0  # items taken from upstream's current iterator this epoch
+        self._resuming = False  # this epoch continues a loaded checkpoint
+        self._drop_cache()
+
+    @property
+    def source_dp(self) -> IterDataPipe:
+        """The source pipe (torchdata's attribute name for ``source_datapipe``)."""
+        return self.source_datapipe
+
+    def _init_runtime(self) -> None:
+        self._drop_cache()
+
+    def _drop_cache(self) -> None:
+        self._cache: list[Any] | None = None
+        self._evicted = 0
+        self._nbytes = 0
+
+    @property
+    def cached_items(self) -> int:
+        """How many items the frozen cache holds (0 before an epoch completes)."""
+        return len(self._cache) if self._cache is not None else 0
+
+    @property
+    def cached_bytes(self) -> int:
+        """The approximate size of the frozen cache in bytes."""
+        return self._nbytes if self._cache is not None else 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"mode": self._mode, "pos": self._pos, "pulled": self._pulled}
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        self._resuming = state is not None
+        if state is not None:
+            self._mode, self._pos, self._pulled = state["mode"], int(state["pos"]), int(state["pulled"])
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self._drop_cache()  # a restored copy serves nothing from a cache filled before the checkpoint
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._resuming:
+            yield from self._resume()
+        elif self._cache is not None:
+            yield from self._serve()
+        else:
+            yield from self._fill()
+
+    def _fill(self, it: Iterator[Any] | None = None, skip: int = 0) -> Iterator[Any]:
+        self._mode, self._pos, self._pulled = "fill", 0, 0
+        cache: deque[Any] = deque()
+        sizes: deque[int] = deque()
+        nbytes = evicted = 0
+        for item in self.source_datapipe if it is None else it:
+            self._pulled += 1
+            size = _sizeof(item)
+            cache.append(item)
+            sizes.append(size)
+            nbytes += size
+            while self._limit is not None and nbytes > self._limit and cache:
+                cache.popleft()
+                nbytes -= sizes.popleft()
+                evicted += 1
+            self._pos = self._pulled
+            if self._pulled > skip:
+                yield item
+        self._cache, self._evicted, self._nbytes = list(cache), evicted, nbytes
+
+    def _serve(self) -> Iterator[Any]:
+        self._mode, self._pos, self._pulled = "serve", 0, 0
+        cache = self._cache or []
+        if self._evicted:
+            for item in self.source_datapipe:
+                self._pulled += 1
+                self._pos += 1
+                yield item
+                if self._pulled >= self._evicted:
+                    break
+        for item in cache:
+            self._pos += 1
+            yield item
+
+    def _stream(self, skip: int) -> Iterator[Any]:
+        """Continue an epoch from upstream's restored iterator, without caching."""
+        self._mode = "stream"
+        for item in self.source_datapipe:
+            self._pulled += 1
+            if skip > 0:
+                skip -= 1
+                continue
+            self._pos += 1
+            yield item
+
+    def _resume(self) -> Iterator[Any]:
+        """Continue the epoch at the restored position (``restore`` set ``_mode``, ``_pos``, ``_pulled``)."""
+        mode, pos, pulled = self._mode, self._pos, self._pulled
+        if mode == "serve" and pulled == 0:
+            # The epoch was served from the cache without touching upstream, whose restored
+            # iterator is therefore at the end of an earlier epoch: drain it, then re-read the
+            # epoch from the start, rebuilding the cache on the way.
+            leftover = sum(1 for _ in self.source_datapipe)
+            if leftover:
+                logger.warning("in_memory_cache: discarded %d stale items from upstream on resume", leftover)
+            yield from self._fill(skip=pos)
+        else:
+            # Upstream's restored iterator continues right after the `pulled` items this
+            # epoch already took from it.
+            yield from self._stream(skip=pos - pulled)
+
+    def __len__(self) -> int:
+        try:
+            return len(self.source_datapipe)
+        except TypeError:
+            if self._cache is None:
+                raise TypeError(
+                    f"{type(self).__name__} instance doesn't have valid length until the cache is loaded "
+                    "(its source has no length)"
+                ) from None
+            return self._evicted + len(self._cache)  # re-read from upstream, then served from the cache
