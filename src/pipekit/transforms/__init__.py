@@ -228,7 +228,8 @@ def __getattr__(name: str) -> Any:
     if name not in _LAZY:
         raise AttributeError(f"module 'pipekit.transforms' has no attribute {name!r}")
     module = importlib.import_module(_LAZY[name])
-    value = module if module.__name__.rpartition(".")[2] == name else getattr(module, name)
+    # a submodule exported by name (``augment`` is the module ``_augment``), or a name defined in one
+    value = module if module.__name__.rpartition(".")[2].lstrip("_") == name else getattr(module, name)
     globals()[name] = value
     return value
 
