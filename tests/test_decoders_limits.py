@@ -13,6 +13,7 @@ import io
 import pickle
 import struct
 import time
+import zipfile
 import zlib
 from pathlib import Path
 
@@ -22,7 +23,7 @@ import pytest
 from PIL import Image
 
 import pipekit.decoders as decoders
-from pipekit.decoders import decode_image_bytes, decode_npy, decode_tiff
+from pipekit.decoders import decode_image_bytes, decode_npy, decode_npz, decode_tiff
 from pipekit.errors import DecodeError
 from pipekit.pipes import Decoder, ImageDecoder, IterableWrapper
 
@@ -200,6 +201,39 @@ class TestNpyHeaders:
         buf = io.BytesIO()
         np.save(buf, np.arange(6, dtype=np.float32).reshape(2, 3))
         assert decode_npy(buf.getvalue()).tolist() == [[0, 1, 2], [3, 4, 5]]
+
+
+class TestNpz:
+    def npz(self, shape: tuple[int, ...], payload: int | None = None) -> bytes:
+        """An .npz of one float64 array ``x`` of ``shape``, all zeros, with ``payload`` bytes of data (default: all)."""
+        size = int(np.prod(shape)) * 8 if payload is None else payload
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf, zf.open("x.npy", "w", force_zip64=True) as out:
+            npy_format.write_array_header_1_0(out, {"descr": "<f8", "fortran_order": False, "shape": shape})
+            while size:
+                out.write(bytes(min(size, 1 << 20)))
+                size -= min(size, 1 << 20)
+        return buf.getvalue()
+
+    @pytest.mark.timeout(60)
+    def test_a_member_declaring_more_than_it_holds_is_refused_before_allocating(self) -> None:
+        with pytest.raises(DecodeError, match=r"'x\.npy'.*declares") as info:
+            decode_npz(self.npz((100000, 100000), payload=64))
+        assert not isinstance(info.value.__cause__, MemoryError)
+
+    @pytest.mark.timeout(60)
+    def test_a_small_npz_expanding_past_the_ratio_is_refused(self) -> None:
+        bomb = self.npz((16 << 20,))  # 128 MiB of zeros in about 130 KB
+        assert len(bomb) < 1 << 20
+        with pytest.raises(DecodeError, match=r"'x\.npy'.*max_ratio=250"):
+            decode_npz(bomb)
+        assert decode_npz(bomb, max_ratio=10**6)["x"].shape == (16 << 20,)
+
+    def test_an_ordinary_npz_loads(self) -> None:
+        buf = io.BytesIO()
+        np.savez_compressed(buf, a=np.zeros((100, 100)), b=np.arange(3))
+        out = decode_npz(buf.getvalue())
+        assert out["a"].shape == (100, 100) and out["b"].tolist() == [0, 1, 2]
 
 
 class TestPipes:

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import io
 import struct
+import zipfile
 import zlib
+from typing import Any
 
 import numpy as np
 
 from pipekit.errors import DecodeError
 
-__all__ = ["jpeg_size", "check_npy_header", "check_png_structure", "declared_size", "over_limit"]
+__all__ = ["jpeg_size", "check_npy_header", "check_npz", "check_png_structure", "declared_size", "over_limit"]
 
 # JPEG start-of-frame markers: C0-CF except DHT (C4), JPG (C8) and DAC (CC)
 _SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
@@ -202,6 +204,27 @@ def check_png_structure(data: bytes, limit: int) -> None:
         raise ValueError("too much image data")
 
 
+def _npy_shortfall(stream: Any, size: int) -> str | None:
+    """Why a ``.npy`` of ``size`` bytes read from ``stream`` (at its start) holds less than its header declares."""
+    from numpy.lib import format as npy_format
+
+    start = stream.tell()
+    try:
+        version = npy_format.read_magic(stream)
+        read_header = npy_format.read_array_header_1_0 if version == (1, 0) else npy_format.read_array_header_2_0
+        shape, _, dtype = read_header(stream)
+    except ValueError:
+        return None  # not a .npy numpy can read: np.load says why
+    if dtype.hasobject:
+        return None  # refused by allow_pickle=False
+    needed = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    held = size - (stream.tell() - start)
+    if needed <= held:
+        return None
+    return (f"the header declares an array of shape {tuple(shape)} and dtype {dtype} ({needed:,} bytes) "
+            f"but the file holds {held:,} bytes of data (truncated, or a forged header)")
+
+
 def check_npy_header(data: bytes) -> None:
     """Refuse a ``.npy`` whose header declares more data than the file holds, before numpy allocates it.
 
@@ -209,20 +232,40 @@ def check_npy_header(data: bytes) -> None:
     100000x100000 array of float64 asks for 74.5 GiB (``MemoryError``), a smaller declaration
     allocates it and then finds the data missing.
     """
-    from numpy.lib import format as npy_format
+    reason = _npy_shortfall(io.BytesIO(data), len(data))
+    if reason is not None:
+        raise DecodeError("decode", "<bytes>", "decode_npy", reason)
 
-    stream = io.BytesIO(data)
+
+#: ``decode_npz`` refuses an archive expanding past ``max_ratio`` times its size only past this many bytes.
+NPZ_RATIO_FLOOR = 100 << 20
+
+
+def check_npz(data: bytes, max_ratio: int) -> None:
+    """Refuse an ``.npz`` whose members declare more than ``max_ratio`` times its size (past
+    :data:`NPZ_RATIO_FLOOR`), or a member whose ``.npy`` header declares more than the member holds.
+
+    The sizes come from the zip's directory (which bounds what zipfile decompresses) and each member's
+    header: nothing is decompressed past the headers.
+    """
     try:
-        version = npy_format.read_magic(stream)
-        read_header = npy_format.read_array_header_1_0 if version == (1, 0) else npy_format.read_array_header_2_0
-        shape, _, dtype = read_header(stream)
-    except ValueError:
-        return  # not a .npy numpy can read: np.load says why
-    if dtype.hasobject:
-        return  # refused by allow_pickle=False
-    needed = int(np.prod(shape, dtype=object)) * dtype.itemsize
-    held = len(data) - stream.tell()
-    if needed > held:
-        raise DecodeError("decode", "<bytes>", "decode_npy",
-                          f"the header declares an array of shape {tuple(shape)} and dtype {dtype} ({needed:,} bytes) "
-                          f"but the file holds {held:,} bytes of data (truncated, or a forged header)")
+        zf = zipfile.ZipFile(io.BytesIO(data))
+    except (zipfile.BadZipFile, ValueError):
+        return  # np.load says why
+    with zf:
+        total = 0
+        for info in zf.infolist():
+            total += info.file_size
+            if total > NPZ_RATIO_FLOOR and total > max_ratio * max(len(data), 1):
+                raise DecodeError("decode", "<bytes>", "decode_npz",
+                                  f"member {info.filename!r}: the archive ({len(data):,} bytes) expands to "
+                                  f"{total:,} bytes so far, over max_ratio={max_ratio:,} times its size "
+                                  "(a decompression bomb?); if the file is trusted, pass a larger max_ratio=")
+            if info.filename.endswith(".npy"):
+                try:
+                    with zf.open(info) as member:
+                        reason = _npy_shortfall(member, info.file_size)
+                except (zipfile.BadZipFile, OSError, EOFError):
+                    continue  # np.load says why
+                if reason is not None:
+                    raise DecodeError("decode", "<bytes>", "decode_npz", f"member {info.filename!r}: {reason}")

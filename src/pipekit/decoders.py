@@ -84,7 +84,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from pipekit._decode_checks import check_npy_header, check_png_structure, declared_size, jpeg_size, over_limit
+from pipekit._decode_checks import (
+    check_npy_header,
+    check_npz,
+    check_png_structure,
+    declared_size,
+    jpeg_size,
+    over_limit,
+)
 from pipekit._validate import check_int
 from pipekit.errors import DecodeError
 
@@ -584,8 +591,17 @@ def decode_npy(data: bytes) -> np.ndarray:
     return np.load(io.BytesIO(data), allow_pickle=False)
 
 
-def decode_npz(data: bytes) -> dict[str, np.ndarray]:
+def decode_npz(data: bytes, *, max_ratio: int = 250) -> dict[str, np.ndarray]:
     """A ``.npz`` archive as a ``dict`` of arrays (read eagerly, never unpickled).
+
+    Args:
+        data: the file's bytes.
+        max_ratio: the most the arrays may weigh over the file's size, once they weigh more than
+            100 MiB (a 130 KB ``.npz`` of zeros holds 128 MiB); as ``extract_archive``'s default, 250.
+
+    Raises:
+        DecodeError: the archive expands past ``max_ratio``, or a member's header declares more data
+            than it holds (checked on the headers, before anything is decompressed or allocated).
 
     Example:
         >>> import io, numpy as np
@@ -593,7 +609,9 @@ def decode_npz(data: bytes) -> dict[str, np.ndarray]:
         >>> decode_npz(buf.getvalue())
         {'x': array([0., 0.])}
     """
-    with np.load(io.BytesIO(bytes(data)), allow_pickle=False) as archive:
+    data = bytes(data)
+    check_npz(data, check_int(max_ratio, "max_ratio", "decode_npz", minimum=1))
+    with np.load(io.BytesIO(data), allow_pickle=False) as archive:
         return {name: archive[name] for name in archive.files}
 
 
