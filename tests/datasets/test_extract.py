@@ -181,3 +181,14 @@ class TestNothingWrittenWhenRefused:
         src = zip_of_zeros(tmp_path / "a.zip", {"d/y.txt": 4})
         assert extract_archive(src) == str(tmp_path.resolve())
         assert listing(tmp_path) == ["a.zip", "d", "d/y.txt"]
+
+
+def test_download_and_extract_archive_passes_the_limits_on(tmp_path: Path) -> None:
+    from pipekit.datasets._download import download_and_extract_archive
+
+    src = tar_of_zeros(tmp_path / "a.tar", {"a": 1, "b": 1}, "w")
+    with pytest.raises(ArchiveError, match=r"'b'.*max_members=1"):
+        download_and_extract_archive(str(src), tmp_path / "dl", tmp_path / "ex", max_members=1)
+    assert listing(tmp_path / "ex") == []
+    download_and_extract_archive(str(src), tmp_path / "dl", tmp_path / "ex", max_members=2, max_bytes=2, max_ratio=1)
+    assert listing(tmp_path / "ex") == ["a", "b"]

@@ -296,8 +296,14 @@ def download_and_extract_archive(
     *,
     sha256: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    max_bytes: int | None = None,
+    max_members: int | None = None,
+    max_ratio: int | None = None,
 ) -> None:
     """:func:`download_url` then :func:`extract_archive` (TorchGeo's / torchvision's signature).
+
+    ``sha256`` and ``storage_options`` go to :func:`download_url`; ``max_bytes``, ``max_members`` and
+    ``max_ratio`` to :func:`extract_archive` (``None``: its defaults, 256 GiB, 10 million members, 250).
 
     Example:
         >>> import io, os, tarfile, tempfile
@@ -316,4 +322,5 @@ def download_and_extract_archive(
     if not filename:
         filename = posixpath.basename(url.split("?", 1)[0].rstrip("/"))
     download_url(url, download_root, filename, md5, sha256=sha256, storage_options=storage_options)
-    extract_archive(os.path.join(download_root, os.fspath(filename)), extract_root, remove_finished)
+    extract_archive(os.path.join(download_root, os.fspath(filename)), extract_root, remove_finished,
+                    max_bytes=max_bytes, max_members=max_members, max_ratio=max_ratio)
