@@ -228,7 +228,10 @@ class VectorDataset(GeoDataset):
     polygon) are repaired with ``shapely.make_valid`` and reported in a
     warning naming the file and feature ids (``on_invalid="raise"`` raises
     a :class:`~pipekit.errors.ParseError` instead); null or empty
-    geometries are left out with a warning naming them.
+    geometries are left out with a warning naming them; a feature with NaN,
+    infinite or huge coordinates raises naming it (or is skipped, ``on_error``),
+    and one reaching far from a query is clipped before it is burned (GDAL
+    burns nothing for a polygon reaching past 2**31 pixels).
 
     Args:
         paths: a directory (searched recursively for ``filename_glob``), a
@@ -248,7 +251,10 @@ class VectorDataset(GeoDataset):
             values, or strings in ``date_format``); queries then see only the
             features of their time.
         on_invalid: ``"repair"`` (default) or ``"raise"``.
-        on_error: ``"raise"`` (default) or ``"skip"`` for unreadable files.
+        on_error: ``"raise"`` (default) or ``"skip"`` for unreadable files and for features with NaN,
+            infinite or huge (beyond +-1e10, :data:`~pipekit.geo._rasterize.MAX_COORDINATE`)
+            coordinates, also once reprojected: raised as a :class:`~pipekit.errors.ParseError` naming
+            the file, the feature (position and fid) and why, or left out and counted in ``skip_log``.
         storage_options: fsspec options for remote paths (s3fs spelling for S3).
 
     Raises:
