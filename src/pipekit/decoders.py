@@ -40,6 +40,18 @@ others    Whatever else Pillow recognises (PPM, ICO, TGA, JPEG 2000...).  HEIC i
 ========  =====================================================================
 
 The format is recognised from the bytes' signature, never from a file name.
+
+Decompression bombs
+-------------------
+A few hundred bytes can declare an image of billions of pixels (a JPEG whose header says 60000x60000
+decodes to 10.8 GB).  Every image decoder here reads the size the header declares, without decoding,
+and refuses an image over the pixel limit with a :class:`~pipekit.errors.DecodeError` naming the
+file, the size and the limit, before any pixel buffer is allocated.  The limit is ``max_pixels=``
+of each decoder and pipe, else the module setting :data:`MAX_IMAGE_PIXELS`: by default 178,956,970
+pixels (about 13,400 x 13,400; 512 MiB as 8-bit RGB), the threshold above which Pillow itself refuses
+an image (twice ``PIL.Image.MAX_IMAGE_PIXELS``), so that every format, whichever backend decodes it,
+has the same ceiling.  Formats Pillow decodes stay bound by Pillow's own setting too: to go past it,
+raise ``PIL.Image.MAX_IMAGE_PIXELS`` as well.
 torchvision 0.29 marks its image decoders deprecated (in favour of TorchCodec);
 everything backend-specific lives in this module.
 
@@ -66,18 +78,26 @@ import functools
 import io
 import json
 import re
-import struct
-import zlib
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
+from pipekit._decode_checks import (
+    check_npy_header,
+    check_npz,
+    check_png_structure,
+    declared_size,
+    jpeg_size,
+    over_limit,
+)
+from pipekit._validate import check_int
 from pipekit.errors import DecodeError
 
 __all__ = [
     "IMAGE_EXTENSIONS",
+    "MAX_IMAGE_PIXELS",
     "decode_cls",
     "decode_image_bytes",
     "decode_json",
@@ -93,6 +113,14 @@ __all__ = [
 
 #: Extensions decoded as images by :func:`default_handlers`.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".avif")
+
+#: The most pixels (width x height) an image may declare, for every decoder called without ``max_pixels=``
+#: (``None``: no limit).  The default, 178,956,970, is the threshold above which Pillow refuses an image
+#: (twice its ``PIL.Image.MAX_IMAGE_PIXELS``): one ceiling for every format.  Read when a decoder is called
+#: and when a pipe is built (a pipe keeps the limit it was built with, also in DataLoader workers).
+MAX_IMAGE_PIXELS: int | None = 2 * 89_478_485
+
+_UNLIMITED = 1 << 62
 
 _BytesLike = bytes | bytearray | memoryview
 
@@ -194,6 +222,19 @@ def _to_bytes(data: Any) -> bytes:
         "expected encoded image bytes (bytes, bytearray, memoryview, or a uint8 numpy array or tensor), "
         f"got {type(data).__name__}"
     )
+
+
+def _pixel_limit(max_pixels: Any, where: str) -> int:
+    """The pixel limit for a ``max_pixels`` argument: itself, or :data:`MAX_IMAGE_PIXELS` when it is ``None``."""
+    if max_pixels is None:
+        return _UNLIMITED if MAX_IMAGE_PIXELS is None else MAX_IMAGE_PIXELS
+    return check_int(max_pixels, "max_pixels", where, minimum=1)
+
+
+def _check_size(size: tuple[int, int] | None, limit: int, url: str, stage: str) -> None:
+    reason = over_limit(size, limit)
+    if reason is not None:
+        raise DecodeError("decode image", url, stage, reason)
 
 
 def _byte_tensor(data: bytes) -> torch.Tensor:
@@ -304,10 +345,11 @@ def _pil_to_tensor(im: Any) -> torch.Tensor:
     return torch.from_numpy(arr).permute(2, 0, 1)
 
 
-def _decode_with_pil(data: bytes) -> torch.Tensor:
+def _decode_with_pil(data: bytes, limit: int = _UNLIMITED, url: str = "<bytes>", stage: str = "") -> torch.Tensor:
     from PIL import ImageOps
 
     with _pil_open(data) as im:
+        _check_size(im.size, limit, url, stage)  # the header only: nothing decoded yet
         im.seek(0)
         im.load()
         oriented = ImageOps.exif_transpose(im)
@@ -319,81 +361,10 @@ def _png_is_16bit_color(data: bytes) -> bool:
     return len(data) > 25 and data[12:16] == b"IHDR" and data[24] == 16 and data[25] in (2, 4, 6)
 
 
-_ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2))
-_PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
-
-
-def _check_png_structure(data: bytes) -> None:
-    """Raise ``ValueError`` unless the PNG's chunks and image data are intact.
-
-    Checks what libpng would otherwise only find while writing rows (where an
-    error crashes torchvision 0.29's ``decode_png``): every chunk's CRC, an
-    ``IHDR``, a complete zlib stream with a correct checksum and nothing after
-    it, exactly the amount of image data the header announces, valid row
-    filter types, and an ``IEND``.
-    """
-    from PIL import Image
-
-    pos, ihdr, idat, ended = 8, b"", [], False
-    while pos + 12 <= len(data):
-        length = int.from_bytes(data[pos : pos + 4], "big")
-        kind = data[pos + 4 : pos + 8]
-        end = pos + 12 + length
-        if end > len(data):
-            raise ValueError(f"truncated {kind!r} chunk")
-        body = data[pos + 8 : pos + 8 + length]
-        if zlib.crc32(kind + body) != int.from_bytes(data[end - 4 : end], "big"):
-            raise ValueError(f"CRC error in the {kind.decode('latin-1')} chunk")
-        if kind == b"IHDR":
-            ihdr = body
-        elif kind == b"IDAT":
-            idat.append(body)
-        elif kind == b"IEND":
-            ended = True
-            break
-        pos = end
-    if len(ihdr) != 13:
-        raise ValueError("missing or malformed IHDR chunk")
-    width, height, depth, color, compression, filtering, interlace = struct.unpack(">IIBBBBB", ihdr)
-    if color not in _PNG_CHANNELS or depth not in (1, 2, 4, 8, 16) or interlace > 1 or compression or filtering:
-        raise ValueError("invalid IHDR chunk")
-    if not width or not height or width >= 2**31 or height >= 2**31:
-        raise ValueError("invalid IHDR chunk")
-    limit = Image.MAX_IMAGE_PIXELS
-    if limit is not None and width * height > 2 * limit:
-        raise ValueError(f"image of {width}x{height} pixels exceeds Pillow's decompression-bomb limit")
-    if not idat:
-        raise ValueError("no image data (IDAT)")
-    if not ended:
-        raise ValueError("missing IEND chunk (truncated file)")
-    inflater = zlib.decompressobj()
-    raw = inflater.decompress(b"".join(idat))
-    if not inflater.eof:
-        raise ValueError("truncated image data (incomplete zlib stream)")
-    if inflater.unused_data:
-        raise ValueError("extra data after the compressed image data")
-    bits = _PNG_CHANNELS[color] * depth
-    passes = ((0, 0, 1, 1),) if interlace == 0 else _ADAM7
-    view = np.frombuffer(raw, np.uint8)
-    offset = 0
-    for x0, y0, dx, dy in passes:
-        pw, ph = (width - x0 + dx - 1) // dx, (height - y0 + dy - 1) // dy
-        if pw <= 0 or ph <= 0:
-            continue
-        stride = 1 + (pw * bits + 7) // 8
-        if offset + stride * ph > len(raw):
-            raise ValueError("not enough image data")
-        if np.any(view[offset : offset + stride * ph : stride] > 4):
-            raise ValueError("invalid row filter type")
-        offset += stride * ph
-    if offset != len(raw):
-        raise ValueError("too much image data")
-
-
-def _decode_png16_color(data: bytes) -> torch.Tensor:
+def _decode_png16_color(data: bytes, limit: int = _UNLIMITED) -> torch.Tensor:
     from torchvision.io import decode_png
 
-    _check_png_structure(data)
+    check_png_structure(data, limit)
     return decode_png(_byte_tensor(data), apply_exif_orientation=True)
 
 
@@ -426,14 +397,14 @@ def _tv_jpeg() -> tuple[Callable[[torch.Tensor, int, bool], torch.Tensor], dict[
     return _jpeg_operator() or public_call, modes, ImageReadMode.UNCHANGED.value
 
 
-def _decode_webp(data: bytes) -> torch.Tensor:
+def _decode_webp(data: bytes, limit: int = _UNLIMITED, url: str = "<bytes>", stage: str = "") -> torch.Tensor:
     from torchvision.io import decode_webp
 
     try:
         img = decode_webp(_byte_tensor(data))
     except RuntimeError as exc:
         if "nimated" in str(exc):  # animated WebP: torchvision refuses, Pillow reads frame 0
-            return _decode_with_pil(data)
+            return _decode_with_pil(data, limit, url, stage)
         raise
     return _apply_orientation(img, _exif_orientation(data))
 
@@ -445,6 +416,7 @@ def decode_image_bytes(
     url: str = "<bytes>",
     stage: str = "decode_image",
     contiguous: bool = False,
+    max_pixels: int | None = None,
 ) -> torch.Tensor:
     """Decode an encoded image into a ``CHW`` tensor.
 
@@ -464,6 +436,8 @@ def decode_image_bytes(
             of them.  Resizing and stacking take either layout (torchvision's
             resize is faster on the channels-last one), and skipping the copy
             saves ~15% of a JPEG decode.
+        max_pixels: the most pixels (width x height) the image may declare; checked on the header,
+            before decoding.  Default: :data:`MAX_IMAGE_PIXELS` (178,956,970, Pillow's own threshold).
 
     Returns:
         A ``uint8`` tensor of shape ``(C, H, W)`` (``uint16`` for 16-bit
@@ -471,10 +445,11 @@ def decode_image_bytes(
         first frame.
 
     Raises:
-        DecodeError: the bytes are empty, corrupt, or not an image format that can be
-            decoded (action ``"decode image"``, the ``url`` and ``stage``).
+        DecodeError: the bytes are empty, corrupt, not an image format that can be
+            decoded, or declare more than ``max_pixels`` pixels (action ``"decode image"``,
+            the ``url`` and ``stage``).
         TypeError: ``data`` is not a byte buffer.
-        ValueError: ``mode`` is not a known mode.
+        ValueError: ``mode`` is not a known mode, ``max_pixels`` not a positive int.
 
     Example:
         >>> import io
@@ -487,18 +462,23 @@ def decode_image_bytes(
         >>> decode_image_bytes(buf.getvalue(), mode="GRAY").shape
         torch.Size([1, 2, 4])
     """
-    img = _decode_image(_to_bytes(data), normalize_image_mode(mode), url, stage)
+    limit = _pixel_limit(max_pixels, stage)
+    img = _decode_image(_to_bytes(data), normalize_image_mode(mode), url, stage, limit)
     return img.contiguous() if contiguous else img
 
 
-def _decode_image(raw: bytes, channels: int | None, url: str, stage: str) -> torch.Tensor:
-    """:func:`decode_image_bytes` once its arguments are checked (``channels`` from :func:`normalize_image_mode`).
+def _decode_image(raw: bytes, channels: int | None, url: str, stage: str, limit: int) -> torch.Tensor:
+    """:func:`decode_image_bytes` once its arguments are checked (``channels`` from :func:`normalize_image_mode`,
+    ``limit`` from :func:`_pixel_limit`).
 
     JPEGs go straight to torchvision's operator: the format, the bytes and the mode are
     known, and a pipeline decodes one per sample (each Python call on the way costs more
     between decodes than in a loop).
     """
     if raw[:3] == b"\xff\xd8\xff":  # JPEG: what image_format calls "jpeg"
+        size = jpeg_size(raw)  # the SOF header: a few segments read, nothing decoded
+        if size is not None and size[0] * size[1] > limit:
+            _check_size(size, limit, url, stage)
         decode, modes, unchanged = _tv_jpeg()
         try:
             # a private writable copy, as _byte_tensor makes; torchvision reads the orientation from the
@@ -518,21 +498,39 @@ def _decode_image(raw: bytes, channels: int | None, url: str, stage: str) -> tor
             stage,
             "HEIC images are not supported (install a Pillow HEIF plug-in and decode with a custom handler)",
         )
+    size = declared_size(raw, fmt)
+    _check_size(size, limit, url, stage)
     try:
         if fmt == "webp":
-            img = _decode_webp(raw)
+            img = _decode_webp(raw, limit, url, stage)
         elif fmt == "png" and _png_is_16bit_color(raw):
-            img = _decode_png16_color(raw)
+            img = _decode_png16_color(raw, limit)
         else:
-            img = _decode_with_pil(raw)
+            img = _decode_with_pil(raw, limit, url, stage)
+    except DecodeError:
+        raise
     except Exception as exc:
         reason = _clean_reason(exc)
-        if fmt is None and type(exc).__name__ == "UnidentifiedImageError":
+        if type(exc).__name__ == "DecompressionBombError":  # Pillow's own limit, below ours
+            reason = _pillow_refused(size, limit, reason)
+        elif fmt is None and type(exc).__name__ == "UnidentifiedImageError":
             reason = "not a recognised image format (first bytes " + repr(raw[:8]) + ")"
         raise DecodeError("decode image", url, stage, reason) from exc
     if img.ndim == 4:  # defensive: a backend returned all frames
         img = img[0]
     return _convert_channels(img, channels)
+
+
+def _pillow_refused(size: tuple[int, int] | None, limit: int, reason: str) -> str:
+    """The reason for Pillow's ``DecompressionBombError``: pipekit's limit's message, or Pillow's own setting."""
+    from PIL import Image
+
+    pillow = Image.MAX_IMAGE_PIXELS
+    if pillow is not None and limit > 2 * pillow:
+        shown = f"{size[0]}x{size[1]} pixels" if size is not None else "its size"
+        return (f"Pillow refuses {shown} (over twice PIL.Image.MAX_IMAGE_PIXELS, {pillow:,}), although it is within "
+                f"max_pixels={limit:,}; raise PIL.Image.MAX_IMAGE_PIXELS as well to decode it ({reason})")
+    return over_limit(size, limit) or reason
 
 
 # ---------------------------------------------------------------------------
@@ -579,7 +577,8 @@ def decode_json(data: bytes) -> Any:
 
 
 def decode_npy(data: bytes) -> np.ndarray:
-    """A ``.npy`` array.  Object arrays are refused (``allow_pickle=False``).
+    """A ``.npy`` array.  Object arrays are refused (``allow_pickle=False``); a header declaring
+    more data than the file holds raises :class:`~pipekit.errors.DecodeError` before anything is allocated.
 
     Example:
         >>> import io, numpy as np
@@ -587,11 +586,22 @@ def decode_npy(data: bytes) -> np.ndarray:
         >>> decode_npy(buf.getvalue())
         array([0, 1, 2], dtype=int16)
     """
-    return np.load(io.BytesIO(bytes(data)), allow_pickle=False)
+    data = bytes(data)
+    check_npy_header(data)
+    return np.load(io.BytesIO(data), allow_pickle=False)
 
 
-def decode_npz(data: bytes) -> dict[str, np.ndarray]:
+def decode_npz(data: bytes, *, max_ratio: int = 250) -> dict[str, np.ndarray]:
     """A ``.npz`` archive as a ``dict`` of arrays (read eagerly, never unpickled).
+
+    Args:
+        data: the file's bytes.
+        max_ratio: the most the arrays may weigh over the file's size, once they weigh more than
+            100 MiB (a 130 KB ``.npz`` of zeros holds 128 MiB); as ``extract_archive``'s default, 250.
+
+    Raises:
+        DecodeError: the archive expands past ``max_ratio``, or a member's header declares more data
+            than it holds (checked on the headers, before anything is decompressed or allocated).
 
     Example:
         >>> import io, numpy as np
@@ -599,7 +609,9 @@ def decode_npz(data: bytes) -> dict[str, np.ndarray]:
         >>> decode_npz(buf.getvalue())
         {'x': array([0., 0.])}
     """
-    with np.load(io.BytesIO(bytes(data)), allow_pickle=False) as archive:
+    data = bytes(data)
+    check_npz(data, check_int(max_ratio, "max_ratio", "decode_npz", minimum=1))
+    with np.load(io.BytesIO(data), allow_pickle=False) as archive:
         return {name: archive[name] for name in archive.files}
 
 
@@ -620,13 +632,23 @@ def decode_torch(data: bytes) -> Any:
     return torch.load(io.BytesIO(bytes(data)), weights_only=True, map_location="cpu")
 
 
-def decode_tiff(data: bytes) -> torch.Tensor:
+def decode_tiff(data: bytes, *, max_pixels: int | None = None) -> torch.Tensor:
     """A TIFF/GeoTIFF read with rasterio: all bands, ``(bands, H, W)``, dtype kept.
 
     A tensor rather than a numpy array, like the image decoders.  Any band count
     and any sample type torch has (``uint8``, ``int16``, ``uint16``, ``int32``,
     ``float32``...) come back unchanged; georeferencing is not returned (open the
     file with rasterio for it).
+
+    Args:
+        data: the file's bytes.
+        max_pixels: the most pixels (width x height) the file may declare, and a quarter of the
+            samples (width x height x bands) it may hold, checked on its header before reading
+            (a sparse 60000x60000 TIFF is a few hundred KB and 3.6 GB read).  Default:
+            :data:`MAX_IMAGE_PIXELS`.
+
+    Raises:
+        DecodeError: the file declares more than the limit (stage ``decode_tiff``).
 
     Example:
         >>> import numpy as np
@@ -647,7 +669,16 @@ def decode_tiff(data: bytes) -> torch.Tensor:
 
     # rasterio warns (NotGeoreferencedWarning) about plain, non-geo TIFFs; the warning is
     # left alone: silencing it per call (warnings.catch_warnings) is not thread-safe.
+    limit = _pixel_limit(max_pixels, "decode_tiff")
     with MemoryFile(bytes(data)) as mem, mem.open() as ds:
+        reason = over_limit((ds.width, ds.height), limit, "TIFF")
+        if reason is None and ds.width * ds.height * ds.count > 4 * limit:
+            reason = (f"the TIFF declares {ds.count} bands of {ds.width}x{ds.height} pixels "
+                      f"({ds.width * ds.height * ds.count:,} samples), over 4 x the pixel limit of {limit:,} "
+                      "(a decompression bomb?); if the file is trusted, pass a larger max_pixels= to the decoder "
+                      "or pipe, or set pipekit.decoders.MAX_IMAGE_PIXELS")
+        if reason is not None:
+            raise DecodeError("decode", "<bytes>", "decode_tiff", reason)
         arr = ds.read()
     return torch.from_numpy(np.ascontiguousarray(arr))
 
@@ -656,7 +687,7 @@ _TEXT_EXTENSIONS = (".txt", ".text", ".transcript")
 _CLS_EXTENSIONS = (".cls", ".cls2", ".class", ".count", ".index", ".inx", ".id")
 
 
-def default_handlers(image_mode: Any = None) -> dict[str, Callable[[bytes], Any]]:
+def default_handlers(image_mode: Any = None, max_pixels: int | None = None) -> dict[str, Callable[[bytes], Any]]:
     """The extension -> decoder table used by :class:`pipekit.pipes.Decoder`.
 
     Keys are lower-case extensions with their leading dot.  Every handler takes
@@ -665,6 +696,8 @@ def default_handlers(image_mode: Any = None) -> dict[str, Callable[[bytes], Any]
 
     Args:
         image_mode: the ``mode`` passed to :func:`decode_image_bytes` for images.
+        max_pixels: the pixel limit of the image and TIFF decoders (default: :data:`MAX_IMAGE_PIXELS`
+            when they are called).
 
     Example:
         >>> handlers = default_handlers()
@@ -672,11 +705,17 @@ def default_handlers(image_mode: Any = None) -> dict[str, Callable[[bytes], Any]
         (3, ['.avif', '.bmp', '.class', '.cls'])
     """
     normalize_image_mode(image_mode)  # validate early
+    limits: dict[str, Any] = {}
+    if max_pixels is not None:
+        limits["max_pixels"] = _pixel_limit(max_pixels, "default_handlers")
     handlers: dict[str, Callable[[bytes], Any]] = {".json": decode_json, ".jsn": decode_json}
     handlers.update(dict.fromkeys(_TEXT_EXTENSIONS, decode_text))
     handlers.update(dict.fromkeys(_CLS_EXTENSIONS, decode_cls))
     handlers.update({".npy": decode_npy, ".npz": decode_npz, ".pt": decode_torch, ".pth": decode_torch})
-    handlers.update({".tif": decode_tiff, ".tiff": decode_tiff})
-    image = decode_image_bytes if image_mode is None else functools.partial(decode_image_bytes, mode=image_mode)
+    tiff = functools.partial(decode_tiff, **limits) if limits else decode_tiff
+    handlers.update({".tif": tiff, ".tiff": tiff})
+    if image_mode is not None:
+        limits["mode"] = image_mode
+    image = functools.partial(decode_image_bytes, **limits) if limits else decode_image_bytes
     handlers.update(dict.fromkeys(IMAGE_EXTENSIONS, image))
     return handlers

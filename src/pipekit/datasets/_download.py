@@ -12,9 +12,11 @@ names and defaults, and:
   partial file (an HTTP ``Range`` request, a seek for fsspec) instead of
   starting again; the file is moved into place only after its checksum
   matched.
-* :func:`extract_archive` refuses members that would land outside the
-  destination (``..``, absolute paths, links pointing out of it, devices),
-  naming the archive and the member, before writing anything.
+* :func:`extract_archive` (:mod:`pipekit.datasets._extract`) refuses members
+  that would land outside the destination (``..``, absolute paths, links
+  pointing out of it, devices) and archives past its limits (bytes, members,
+  expansion ratio), naming the archive and the member, before writing
+  anything; a refusal while extracting leaves the destination as it was.
 
 The partial-file rule: a ``.part`` file whose transfer was *interrupted*
 is kept, so the next call resumes it; a ``.part`` file that was *complete*
@@ -24,24 +26,18 @@ but failed its checksum is deleted (resuming cannot repair it), and the
 
 from __future__ import annotations
 
-import bz2
-import gzip
 import hashlib
 import http.client
-import lzma
 import os
 import posixpath
-import shutil
-import stat
-import tarfile
 import time
 import urllib.error
 import urllib.request
-import zipfile
 from collections.abc import Mapping
 from typing import Any
 
-from pipekit.errors import ArchiveError, HashError, ReadError
+from pipekit.datasets._extract import extract_archive
+from pipekit.errors import HashError, ReadError
 
 __all__ = [
     "calculate_md5",
@@ -290,135 +286,6 @@ def _matches(path: str, md5: str | None, sha256: str | None) -> bool:
     return sha256 is None or _digest(path, "sha256") == sha256.lower()
 
 
-# ---------------------------------------------------------------------------------------------
-# extraction
-
-
-def _refuse(archive: str, member: str, reason: str) -> ArchiveError:
-    return ArchiveError("extract", archive, "extract_archive", f"member {member!r} refused: {reason}")
-
-
-def _inside(dst: str, name: str, archive: str) -> str:
-    """The real path ``name`` would be written to under ``dst``; refuses escapes."""
-    if not name or name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
-        raise _refuse(archive, name, "absolute path")
-    if ".." in name.replace("\\", "/").split("/"):
-        raise _refuse(archive, name, "'..' in the path")
-    target = os.path.realpath(os.path.join(dst, name))
-    if os.path.commonpath([target, dst]) != dst:
-        raise _refuse(archive, name, f"it would be written outside {dst!r}")
-    return target
-
-
-def _link_inside(dst: str, name: str, link: str, archive: str, hard: bool) -> None:
-    if link.startswith(("/", "\\")):
-        raise _refuse(archive, name, f"link to the absolute path {link!r}")
-    base = dst if hard else os.path.dirname(os.path.join(dst, name))
-    target = os.path.realpath(os.path.join(base, link))
-    if os.path.commonpath([target, dst]) != dst:
-        raise _refuse(archive, name, f"link to {link!r} points outside {dst!r}")
-
-
-def _check_tar(tar: tarfile.TarFile, dst: str, archive: str) -> list[tarfile.TarInfo]:
-    members = tar.getmembers()
-    links: set[str] = set()
-    for m in members:
-        _inside(dst, m.name, archive)
-        parts = posixpath.normpath(m.name.replace("\\", "/")).split("/")
-        through = next((p for p in ("/".join(parts[:i]) for i in range(1, len(parts))) if p in links), None)
-        if through is not None:  # a link's target is checked lexically; chains of links could still escape
-            raise _refuse(archive, m.name, f"its path goes through the link {through!r}")
-        if m.issym() or m.islnk():
-            _link_inside(dst, m.name, m.linkname, archive, hard=m.islnk())
-            links.add("/".join(parts))
-        elif m.isdev():
-            raise _refuse(archive, m.name, "device or FIFO")
-    return members
-
-
-def _check_zip(zf: zipfile.ZipFile, dst: str, archive: str) -> None:
-    for info in zf.infolist():
-        _inside(dst, info.filename, archive)
-        if stat.S_ISLNK(info.external_attr >> 16):
-            _link_inside(dst, info.filename, zf.read(info).decode("utf-8", "replace"), archive, hard=False)
-
-
-_TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tbz", ".tar.xz", ".txz")
-_COMPRESSED = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
-
-
-def extract_archive(
-    from_path: str | os.PathLike[str],
-    to_path: str | os.PathLike[str] | None = None,
-    remove_finished: bool = False,
-) -> str:
-    """Extract a tar (``.tar``, ``.tar.gz``/``.tgz``, ``.tar.bz2``, ``.tar.xz``) or zip archive, safely.
-
-    TorchGeo 0.8's (torchvision's) signature: extracts into ``to_path``
-    (default: the archive's folder) and returns it; a single compressed file
-    (``.gz``, ``.bz2``, ``.xz``) is decompressed next to it (the returned path
-    is the decompressed file's).  Every member is checked before anything is
-    written: an absolute name, a ``..`` component, a symbolic or hard link
-    resolving outside ``to_path``, a member whose path passes through one of
-    the archive's links (chains of links can escape where each link alone
-    does not), or a device file raises.
-
-    Args:
-        from_path: the archive.
-        to_path: the destination folder (created).
-        remove_finished: delete the archive after extracting it.
-
-    Raises:
-        ArchiveError: a refused member (the message names the archive and the
-            member), or a corrupt archive.
-        ValueError: the file name's suffix is not a known archive or compression.
-
-    Example:
-        >>> import io, os, tarfile, tempfile
-        >>> tmp = tempfile.mkdtemp()
-        >>> path = os.path.join(tmp, "a.tar.gz")
-        >>> with tarfile.open(path, "w:gz") as tar:
-        ...     info = tarfile.TarInfo("dir/x.txt"); info.size = 2
-        ...     tar.addfile(info, io.BytesIO(b"hi"))
-        >>> out = extract_archive(path, os.path.join(tmp, "out"))
-        >>> open(os.path.join(out, "dir", "x.txt")).read()
-        'hi'
-    """
-    src = os.fspath(from_path)
-    dst = os.path.dirname(os.path.abspath(src)) if to_path is None else os.fspath(to_path)
-    os.makedirs(dst, exist_ok=True)
-    dst = os.path.realpath(dst)
-    lower = src.lower()
-    try:
-        if lower.endswith(_TAR_SUFFIXES):
-            with tarfile.open(src, "r:*") as tar:
-                members = _check_tar(tar, dst, src)
-                if hasattr(tarfile, "data_filter"):
-                    tar.extractall(dst, members=members, filter="data")  # checked above too
-                else:  # pragma: no cover - Python without extraction filters
-                    tar.extractall(dst, members=members)
-        elif lower.endswith(".zip"):
-            with zipfile.ZipFile(src) as zf:
-                _check_zip(zf, dst, src)
-                zf.extractall(dst)
-        else:
-            suffix = next((s for s in _COMPRESSED if lower.endswith(s)), None)
-            if suffix is None:
-                raise ValueError(f"extract_archive: {src!r} is not a known archive or compressed file "
-                                 f"(suffixes {', '.join((*_TAR_SUFFIXES, '.zip', *_COMPRESSED))})")
-            out = os.path.join(dst, os.path.basename(src)[: -len(suffix)])
-            with _COMPRESSED[suffix](src, "rb") as sf, open(out, "wb") as df:
-                shutil.copyfileobj(sf, df, _CHUNK)
-            dst = out
-    except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError, lzma.LZMAError) as exc:
-        if isinstance(exc, FileNotFoundError) and not os.path.exists(src):
-            raise
-        raise ArchiveError("extract", src, "extract_archive", f"{type(exc).__name__}: {exc}") from exc
-    if remove_finished:
-        os.remove(src)
-    return dst
-
-
 def download_and_extract_archive(
     url: str,
     download_root: str | os.PathLike[str],
@@ -429,8 +296,14 @@ def download_and_extract_archive(
     *,
     sha256: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    max_bytes: int | None = None,
+    max_members: int | None = None,
+    max_ratio: int | None = None,
 ) -> None:
     """:func:`download_url` then :func:`extract_archive` (TorchGeo's / torchvision's signature).
+
+    ``sha256`` and ``storage_options`` go to :func:`download_url`; ``max_bytes``, ``max_members`` and
+    ``max_ratio`` to :func:`extract_archive` (``None``: its defaults, 256 GiB, 10 million members, 250).
 
     Example:
         >>> import io, os, tarfile, tempfile
@@ -449,4 +322,5 @@ def download_and_extract_archive(
     if not filename:
         filename = posixpath.basename(url.split("?", 1)[0].rstrip("/"))
     download_url(url, download_root, filename, md5, sha256=sha256, storage_options=storage_options)
-    extract_archive(os.path.join(download_root, os.fspath(filename)), extract_root, remove_finished)
+    extract_archive(os.path.join(download_root, os.fspath(filename)), extract_root, remove_finished,
+                    max_bytes=max_bytes, max_members=max_members, max_ratio=max_ratio)

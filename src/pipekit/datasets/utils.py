@@ -11,7 +11,9 @@
 * the download helpers TorchGeo re-exports from here (torchvision's there):
   ``download_url``, ``download_and_extract_archive``, ``extract_archive``,
   ``check_integrity``; pipekit's own (:mod:`pipekit.datasets._download`:
-  resumable, ``sha256=``, fsspec URLs, safe extraction), same signatures.
+  resumable, ``sha256=``, fsspec URLs; :mod:`pipekit.datasets._extract`: safe
+  extraction, all or nothing, within limits on bytes, members and expansion
+  ratio), same signatures plus keyword arguments.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ from pipekit.geo import io as geo_io
 from pipekit.geo._base import Arrays, GeoDataset, Sample, _crs_name, _to_crs, _to_res
 from pipekit.geo._bbox import MAX_TIME, MIN_TIME, BoundingBox
 from pipekit.geo._index import GeoIndex
-from pipekit.geo._rasterize import burn_mask, instance_masks, pixel_boxes
+from pipekit.geo._rasterize import FAR_PIXELS, bad_coordinates, burn_mask, instance_masks, pixel_boxes
 from pipekit.geo._read import Grid, transform_bounds_fast
 from pipekit.geo.catalog._dates import date_interval
 from pipekit.geo.catalog._listing import _split_name, find_files
@@ -119,9 +119,24 @@ class _Layer:
     attributes: pd.DataFrame
     times: np.ndarray | None
     fids: np.ndarray
+    positions: np.ndarray | None = None  # each feature's position in its file (default: its own index)
 
     def __post_init__(self) -> None:
         self._shapes: list[Any] = [None] * len(self.geometries)
+        if self.positions is None:
+            self.positions = np.arange(len(self.geometries))
+        # each feature's largest distance from the origin in x or y, to find those reaching far from a query
+        reach = np.zeros(len(self.geometries))
+        coords, owner = shapely.get_coordinates(self.geometries, return_index=True)
+        np.maximum.at(reach, owner, np.abs(coords).max(axis=1) if len(coords) else np.zeros(0))
+        self.reach = reach
+
+    def subset(self, keep: np.ndarray) -> _Layer:
+        """The features where ``keep`` is true, with a new STRtree."""
+        geoms = self.geometries[keep]
+        times = None if self.times is None else self.times[keep]
+        attributes = self.attributes[keep].reset_index(drop=True)
+        return _Layer(geoms, shapely.STRtree(geoms), attributes, times, self.fids[keep], self.positions[keep])
 
     @property
     def bounds(self) -> np.ndarray:
@@ -213,7 +228,10 @@ class VectorDataset(GeoDataset):
     polygon) are repaired with ``shapely.make_valid`` and reported in a
     warning naming the file and feature ids (``on_invalid="raise"`` raises
     a :class:`~pipekit.errors.ParseError` instead); null or empty
-    geometries are left out with a warning naming them.
+    geometries are left out with a warning naming them; a feature with NaN,
+    infinite or huge coordinates raises naming it (or is skipped, ``on_error``),
+    and one reaching far from a query is clipped before it is burned (GDAL
+    burns nothing for a polygon reaching past 2**31 pixels).
 
     Args:
         paths: a directory (searched recursively for ``filename_glob``), a
@@ -233,7 +251,10 @@ class VectorDataset(GeoDataset):
             values, or strings in ``date_format``); queries then see only the
             features of their time.
         on_invalid: ``"repair"`` (default) or ``"raise"``.
-        on_error: ``"raise"`` (default) or ``"skip"`` for unreadable files.
+        on_error: ``"raise"`` (default) or ``"skip"`` for unreadable files and for features with NaN,
+            infinite or huge (beyond +-1e10, :data:`~pipekit.geo._rasterize.MAX_COORDINATE`)
+            coordinates, also once reprojected: raised as a :class:`~pipekit.errors.ParseError` naming
+            the file, the feature (position and fid) and why, or left out and counted in ``skip_log``.
         storage_options: fsspec options for remote paths (s3fs spelling for S3).
 
     Raises:
@@ -382,16 +403,40 @@ class VectorDataset(GeoDataset):
             raise ParseError("parse the date of", path, self.name,
                              f"{exc} (date_format {self.date_format!r})") from exc
 
+    def _bad_features(self, path: str, geoms: np.ndarray, fids: np.ndarray, positions: np.ndarray,
+                      when: str = "") -> np.ndarray | None:
+        """The features to keep, or ``None`` for all: those with NaN, infinite or huge coordinates raise a
+        :class:`~pipekit.errors.ParseError` naming the file, the feature and why, or are skipped and counted
+        (``on_error``)."""
+        bad = bad_coordinates(geoms)
+        if not bad:
+            return None
+        errors = [ParseError("read the features of", path, self.name,
+                             f"feature {int(positions[i])} (fid {fids[i]}) has {why}{when}; "
+                             "on_error='skip' leaves such features out") for i, why in bad.items()]
+        if self.on_error == "raise":
+            raise errors[0] if len(errors) == 1 else ParseError(
+                errors[0].action, path, self.name, f"{errors[0].reason} ({len(errors) - 1} more such feature(s))")
+        for error in errors:
+            self.skip_log.record(error)
+        keep = np.ones(len(geoms), dtype=bool)
+        keep[list(bad)] = False
+        return keep
+
     def _build_layer(self, path: str, frame: Any) -> _Layer:
         """The features of ``frame`` valid and non-empty, in the file's CRS, with an STRtree."""
         geoms = np.asarray(frame.geometry.array, dtype=object)
         fids = np.asarray(frame.index)
+        positions = np.arange(len(geoms))
         missing = shapely.is_missing(geoms) | shapely.is_empty(geoms)
         if missing.any():
             logger.warning("%s: %r: %d feature(s) without a geometry left out (feature ids %s)", self.name, path,
                            int(missing.sum()), fids[missing][:10].tolist())
             keep = ~missing
-            geoms, fids, frame = geoms[keep], fids[keep], frame[keep]
+            geoms, fids, frame, positions = geoms[keep], fids[keep], frame[keep], positions[keep]
+        keep = self._bad_features(path, geoms, fids, positions)
+        if keep is not None:
+            geoms, fids, frame, positions = geoms[keep], fids[keep], frame[keep], positions[keep]
         invalid = ~shapely.is_valid(geoms)
         if invalid.any():
             ids = fids[invalid][:10].tolist()
@@ -410,17 +455,20 @@ class VectorDataset(GeoDataset):
                                  f"no attribute {self.date_attribute!r}; it has {list(frame.columns)}")
             feature_times = _feature_times(frame[self.date_attribute], self.date_format, path, self.name)
         attributes = frame.drop(columns=frame.geometry.name).reset_index(drop=True)
-        return _Layer(geoms, shapely.STRtree(geoms), attributes, feature_times, fids)
+        return _Layer(geoms, shapely.STRtree(geoms), attributes, feature_times, fids, positions)
 
-    @staticmethod
-    def _reprojected(layer: _Layer, source: CRS, target: CRS) -> _Layer:
-        """``layer``'s features (in ``source``) in ``target``: every vertex transformed, a new STRtree."""
+    def _reprojected(self, path: str, layer: _Layer, source: CRS, target: CRS) -> _Layer:
+        """``layer``'s features (in ``source``) in ``target``: every vertex transformed, a new STRtree; a feature
+        that comes back with infinite or huge coordinates (no place in ``target``) raises or is skipped."""
         from pyproj import Transformer
 
         transformer = Transformer.from_crs(source, target, always_xy=True)
         geoms = shapely.transform(layer.geometries,
                                   lambda xy: np.column_stack(transformer.transform(xy[:, 0], xy[:, 1])))
-        return _Layer(geoms, shapely.STRtree(geoms), layer.attributes, layer.times, layer.fids)
+        out = _Layer(geoms, shapely.STRtree(geoms), layer.attributes, layer.times, layer.fids, layer.positions)
+        keep = self._bad_features(path, geoms, layer.fids, out.positions,
+                                  f" once reprojected to {_crs_name(target)} (it has no place there)")
+        return out if keep is None else out.subset(keep)
 
     def _key(self, path: str, crs_wkt: str) -> tuple[Any, ...]:
         return (path, self.layer, crs_wkt, self.date_attribute, self.date_format, self.on_invalid)
@@ -442,7 +490,7 @@ class VectorDataset(GeoDataset):
         source = _to_crs(source_wkt)
         if source == target:
             return native
-        layer = self._reprojected(native, source, target)
+        layer = self._reprojected(path, native, source, target)
         with _LAYERS_LOCK:
             return _LAYERS.setdefault(self._key(path, target_wkt), layer)
 
@@ -471,14 +519,21 @@ class VectorDataset(GeoDataset):
         return labels
 
     # -- queries ---------------------------------------------------------------------------------
-    def _features(self, bbox: BoundingBox, mappings: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def _features(self, bbox: BoundingBox, grid: Grid | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The geometries (dataset CRS) and labels of the features meeting ``bbox``, in file then feature order.
 
-        With ``mappings``, GeoJSON-like mappings instead of shapely geometries (for rasterizing).
+        With ``grid``, GeoJSON-like mappings instead of shapely geometries (for rasterizing onto it), except
+        for features that may reach past :data:`~pipekit.geo._rasterize.FAR_PIXELS` pixels from it, which stay
+        geometries (the rasterizing kernels clip them; GDAL burns nothing for them).
         """
+        mappings = grid is not None
         hits = self.geo_index.query(bbox)
         rows = np.sort(self._entry_rows()[hits])
         box = shapely.box(bbox.minx, bbox.miny, bbox.maxx, bbox.maxy)
+        reach = np.inf
+        if grid is not None:  # a feature reaching further from the origin may reach past FAR_PIXELS from the grid
+            res = min(abs(grid.transform.a), abs(grid.transform.e)) or 1e-300
+            reach = FAR_PIXELS * res - max(abs(bbox.minx), abs(bbox.maxx), abs(bbox.miny), abs(bbox.maxy))
         geoms: list[np.ndarray] = []
         labels: list[np.ndarray] = []
         for row in rows.tolist():
@@ -490,6 +545,8 @@ class VectorDataset(GeoDataset):
             if mappings:
                 part = np.empty(len(idx), dtype=object)
                 part[:] = layer.shapes(idx)
+                far = layer.reach[idx] > reach
+                part[far] = layer.geometries[idx[far]]  # geometries, which the rasterizing kernels clip
                 geoms.append(part)
             else:
                 geoms.append(layer.geometries[idx])
@@ -504,7 +561,7 @@ class VectorDataset(GeoDataset):
         shape = (grid.height, grid.width)
         sample: Sample = {}
         if self.task == "semantic_segmentation":
-            geoms, labels = self._features(bbox, mappings=True)
+            geoms, labels = self._features(bbox, grid)
             mask = burn_mask(geoms, labels, grid.transform, shape, self.all_touched)
             sample["mask"] = torch.from_numpy(mask).to(self.dtype)
         else:
@@ -529,7 +586,7 @@ class VectorDataset(GeoDataset):
             raise ValueError(f"{self.name}: only task='semantic_segmentation' can be mosaicked (a | b)")
         if len(self.geo_index.query(bbox)) == 0:
             return None
-        geoms, labels = self._features(bbox, mappings=True)
+        geoms, labels = self._features(bbox, grid)
         shape = (grid.height, grid.width)
         mask = burn_mask(geoms, labels, grid.transform, shape, self.all_touched)[None]
         valid = None

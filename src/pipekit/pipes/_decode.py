@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from pipekit.decoders import _decode_image, decode_image_bytes, default_handlers, normalize_image_mode
+from pipekit.decoders import _decode_image, _pixel_limit, decode_image_bytes, default_handlers, normalize_image_mode
 from pipekit.errors import DecodeError, ReadError, SkipLog, StageError, check_on_error
 from pipekit.pipes.base import IterDataPipe, StreamWrapper, functional_datapipe
 
@@ -99,6 +99,10 @@ class ImageDecoder(IterDataPipe[tuple[str, torch.Tensor]]):
         on_error: ``"raise"`` raises :class:`~pipekit.errors.DecodeError` (or
             :class:`~pipekit.errors.ReadError` when a stream fails) naming the url;
             ``"skip"`` logs the item, records it in ``self.skip_log`` and goes on.
+        max_pixels: the most pixels (width x height) an image may declare, checked on its header
+            before decoding (a decompression bomb raises :class:`~pipekit.errors.DecodeError`, or is
+            skipped).  Default: :data:`pipekit.decoders.MAX_IMAGE_PIXELS` (178,956,970) as it is when
+            the pipe is built; the pipe keeps it, in DataLoader workers too.
 
     Example:
         >>> import io
@@ -121,6 +125,7 @@ class ImageDecoder(IterDataPipe[tuple[str, torch.Tensor]]):
         source_datapipe: IterDataPipe[tuple[str, Any]],
         mode: Any = None,
         on_error: str = "raise",
+        max_pixels: int | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(source_datapipe, IterDataPipe):
@@ -128,11 +133,12 @@ class ImageDecoder(IterDataPipe[tuple[str, torch.Tensor]]):
         normalize_image_mode(mode)
         self.source_datapipe = source_datapipe
         self.mode = mode
+        self.max_pixels = _pixel_limit(max_pixels, "decode_image")
         self.on_error = check_on_error(on_error)
         self.skip_log = SkipLog("decode_image")
 
     def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
-        mode, skip = self.mode, self.on_error != "raise"
+        mode, skip, limit = self.mode, self.on_error != "raise", self.max_pixels
         channels = normalize_image_mode(mode)
         for item in self.source_datapipe:
             if type(item) is tuple and len(item) == 2 and type(item[0]) is str:  # the usual (url, stream)
@@ -142,11 +148,11 @@ class ImageDecoder(IterDataPipe[tuple[str, torch.Tensor]]):
             try:
                 raw = _read_all(data, url, "decode_image")
                 if type(raw) is bytes:
-                    image = _decode_image(raw, channels, url, "decode_image")
+                    image = _decode_image(raw, channels, url, "decode_image", limit)
                 elif isinstance(raw, str):
                     raise TypeError(f"decode_image: got a str for {url!r}, expected bytes or a binary stream")
                 else:
-                    image = decode_image_bytes(raw, mode=mode, url=url, stage="decode_image")
+                    image = decode_image_bytes(raw, mode=mode, url=url, stage="decode_image", max_pixels=limit)
             except StageError as exc:
                 if not skip:
                     raise
@@ -216,6 +222,10 @@ class Decoder(IterDataPipe[Any]):
             sample for dicts).
         image_mode: the ``mode`` used for images (``None``, ``"RGB"``, ``"GRAY"``...,
             see :func:`pipekit.decoders.decode_image_bytes`).
+        max_pixels: the most pixels an image or TIFF may declare, checked on its header before
+            decoding (a decompression bomb raises :class:`~pipekit.errors.DecodeError`, or is skipped).
+            Default: :data:`pipekit.decoders.MAX_IMAGE_PIXELS` (178,956,970) as it is when the pipe is
+            built; the pipe keeps it, in DataLoader workers too.
 
     Example:
         >>> from pipekit.pipes import IterableWrapper
@@ -235,13 +245,15 @@ class Decoder(IterDataPipe[Any]):
         handlers: Mapping[str, Handler | None] | None = None,
         on_error: str = "raise",
         image_mode: Any = None,
+        max_pixels: int | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(source_datapipe, IterDataPipe):
             raise TypeError(f"decode: source_datapipe must be an IterDataPipe, got {type(source_datapipe)}")
         if handlers is not None and not isinstance(handlers, Mapping):
             raise TypeError(f"decode: handlers must be a dict {{extension: function}}, got {type(handlers)}")
-        table: dict[str, Handler | None] = dict(default_handlers(image_mode))
+        self.max_pixels = _pixel_limit(max_pixels, "decode")
+        table: dict[str, Handler | None] = dict(default_handlers(image_mode, self.max_pixels))
         for ext, fn in (handlers or {}).items():
             if fn is not None and not callable(fn):
                 raise TypeError(f"decode: the handler for {ext!r} must be callable or None, got {fn!r}")
