@@ -54,6 +54,7 @@ from pipekit.pipes.base import IterDataPipe, MapDataPipe, Resumable
 
 __all__ = [
     "pipeline_pipes",
+    "pipeline_signature",
     "not_snapshot_capable",
     "prepare_for_resume",
     "snapshot_pipeline",
@@ -134,6 +135,16 @@ def pipeline_pipes(pipe: IterDataPipe) -> list[IterDataPipe]:
 
     walk(pipe_graph(pipe))
     return out
+
+
+def pipeline_signature(pipe: IterDataPipe) -> list[str]:
+    """The class of every pipe of ``pipe``'s graph, in :func:`pipeline_pipes` order: what a checkpoint fits.
+
+    torch's ``shuffle``/``sharding_filter`` classes are named as the resumable
+    subclasses :func:`prepare_for_resume` turns them into, so a pipeline gives
+    the same signature before and after it first runs.  Nothing is changed.
+    """
+    return [_SWAPS.get(type(dp), type(dp)).__qualname__ for dp in pipeline_pipes(pipe)]
 
 
 def _is_stateless(dp: Any) -> bool:
