@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import multiprocessing
 import os
+import pickle
 import signal
 import time
 
@@ -108,6 +109,22 @@ class TestWhereUsersCheckpoint:
         again = resume(middle, num_workers, persistent, seed=99)
         assert head + items(again) == second
         again.shutdown()
+
+    def test_resumed_from_an_end_of_epoch_then_checkpointed_before_iter(self, num_workers, persistent):
+        """state_dict() on the resumed loader starts its epoch (as torch does): from the checkpoint's seeds."""
+        torch.manual_seed(0)
+        loader = loader_for(num_workers, persistent)
+        items(loader)
+        state = loader.state_dict()
+        second = items(loader)
+        loader.shutdown()
+        resumed = resume(state, num_workers, persistent)
+        again = resumed.state_dict()
+        assert items(resumed) == second
+        resumed.shutdown()
+        twice = resume(again, num_workers, persistent, seed=7)
+        assert items(twice) == second
+        twice.shutdown()
 
     def test_fresh_loader(self, num_workers, persistent):
         torch.manual_seed(0)
@@ -219,6 +236,27 @@ class TestRefused:
         resumed = pipekit.DataLoader(make())
         resumed.load_state_dict(legacy)
         assert items(resumed) == rest
+
+
+def test_an_end_of_epoch_state_written_before_pipekit_kept_a_record():
+    """torchdata's own end-of-epoch state (what pipekit wrote before) resumes to a whole epoch, not to nothing."""
+    loader = pipekit.DataLoader(make())
+    list(loader)
+    legacy = torchdata_state_dict(loader)
+    assert "pipekit" not in legacy and legacy["_iterator_finished"] is True
+    resumed = pipekit.DataLoader(make())
+    resumed.load_state_dict(legacy)
+    assert sorted(items(resumed)) == list(range(N))
+
+
+def torchdata_state_dict(loader: pipekit.DataLoader) -> dict:
+    return super(pipekit.DataLoader, loader).state_dict()
+
+
+def test_worker_state_error_keeps_its_workers_through_pickling():
+    err = pickle.loads(pickle.dumps(WorkerStateError("worker 1 did not answer", [1])))
+    assert (str(err), err.workers) == ("worker 1 did not answer", [1])
+    assert isinstance(err, RuntimeError) and isinstance(CheckpointError("x"), ValueError)
 
 
 class _WaitOn:
