@@ -344,6 +344,8 @@ class TestArguments:
             ({"batch_size": "4"}, TypeError, "batch_size must be a positive int or None, got str"),
             ({"num_workers": 2, "worker_threads": 0}, ValueError, "worker_threads must be a positive int or None"),
             ({"snapshot_every_n_steps": 0}, ValueError, "snapshot_every_n_steps must be a positive int, got 0"),
+            ({"num_workers": 2, "worker_init_fn": 3}, TypeError, "worker_init_fn must be a callable or None, got int"),
+            ({"collate_fn": "stack"}, TypeError, "collate_fn must be a callable or None, got str"),
         ],
     )
     def test_refused_up_front(self, kwargs, error, message):

@@ -272,6 +272,9 @@ class DataLoader(LoaderBase):
         num_workers = check_int(num_workers, "num_workers", _WHERE, minimum=0)
         worker_threads = check_int(worker_threads, "worker_threads", _WHERE, minimum=1, allow_none=True)
         _check_worker_options(num_workers, persistent_workers, kwargs)
+        for name, fn in (("worker_init_fn", worker_init_fn), ("collate_fn", kwargs.get("collate_fn"))):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"{_WHERE}: {name} must be a callable or None, got {type(fn).__name__} {fn!r:.50}")
         state_timeout = _check_seconds(state_timeout, "state_timeout", minimum_excluded=True)
         if pin_memory is None:
             pin_memory = torch.cuda.is_available()
