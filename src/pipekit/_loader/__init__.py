@@ -301,6 +301,9 @@ class DataLoader(LoaderBase):
             # use the resumable subclass instead (DataLoader forbids plain assignment).
             self.replace_dataset(_CheckpointedPipe(dataset))
         self.state_timeout = state_timeout
+        # What a checkpoint of this loader fits, worked out once: walking the graph pickles the pipes (and
+        # whatever they buffer), which a checkpoint must not pay for.
+        self._signature = pipeline_signature(dataset) if is_pipe else None
         # The random state the next epoch's seeds come from, fixed by a checkpoint taken at an epoch's end.
         self._next_epoch_rng: torch.Tensor | None = None
 
@@ -444,7 +447,7 @@ class DataLoader(LoaderBase):
         return {
             "version": _RECORD_VERSION,
             "dataset": "pipe" if is_pipe else type(dataset).__qualname__,
-            "pipeline": pipeline_signature(dataset.pipe) if is_pipe else None,
+            "pipeline": list(self._signature) if is_pipe and self._signature is not None else None,
             "num_workers": self.num_workers,
         }
 
