@@ -259,6 +259,21 @@ def test_worker_state_error_keeps_its_workers_through_pickling():
     assert isinstance(err, RuntimeError) and isinstance(CheckpointError("x"), ValueError)
 
 
+def test_restoring_a_pipeline_outside_a_loader_refuses_another_pipelines_state():
+    """``restore_pipeline`` (the state a worker loads) raises the same typed error as the loader."""
+    from pipekit.pipes._resume import prepare_for_resume, restore_pipeline, snapshot_pipeline
+
+    pipe = prepare_for_resume(IterableWrapper(range(8)).shuffle(buffer_size=4))
+    pipe.set_seed(0)
+    it = iter(pipe)
+    next(it)
+    state = snapshot_pipeline(pipe)
+    with pytest.raises(CheckpointError, match="the pipeline has changed since the checkpoint"):
+        restore_pipeline(IterableWrapper(range(8)).map(abs), state)
+    with pytest.raises(CheckpointError, match="not a pipekit pipeline state"):
+        restore_pipeline(IterableWrapper(range(8)), {})
+
+
 class _WaitOn:
     """A map that blocks on ``event`` from the item ``at`` on, in worker 1 only."""
 

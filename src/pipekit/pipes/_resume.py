@@ -27,6 +27,7 @@ import contextlib
 import logging
 from typing import Any
 
+from pipekit.errors import CheckpointError
 from pipekit.pipes._builtin import (
     Batcher,
     Collator,
@@ -341,16 +342,16 @@ def restore_pipeline(pipe: IterDataPipe, state: dict[str, Any]) -> None:
     """Load a :func:`snapshot_pipeline` state into a fresh copy of the same pipeline.
 
     The next iterator created on ``pipe`` resumes where the snapshot was
-    taken.  Raises ``ValueError`` if the pipeline's structure differs from the
-    one the state was taken from.
+    taken.  Raises :class:`~pipekit.errors.CheckpointError` (a ``ValueError``)
+    if the pipeline's structure differs from the one the state was taken from.
     """
     if not isinstance(state, dict) or state.get("version") != _VERSION:
-        raise ValueError(f"not a pipekit pipeline state (version {_VERSION}): {type(state).__name__}")
+        raise CheckpointError(f"not a pipekit pipeline state (version {_VERSION}): {type(state).__name__}")
     prepare_for_resume(pipe)
     pipes = pipeline_pipes(pipe)
     classes = [type(dp).__qualname__ for dp in pipes]
     if classes != state["classes"]:
-        raise ValueError(
+        raise CheckpointError(
             "cannot restore pipeline state: the pipeline has changed since the checkpoint "
             f"(checkpoint pipes {state['classes']}, current pipes {classes})"
         )
