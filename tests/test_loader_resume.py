@@ -12,6 +12,7 @@ import torch
 import pipekit
 from pipekit._loader_seam import worker_dataset_states
 from pipekit._worker_states import DEFERRED, StateChannel, WorkerStates, resolve_deferred
+from pipekit.errors import WorkerStateError
 from pipekit.pipes import IterableWrapper
 
 ITEM_BYTES = 4096
@@ -176,7 +177,8 @@ class TestChannel:
         resolved = resolve_deferred(state, channel, lambda w: True)
         assert resolved == {"workers": {"w0": {"mode": "snapshot", "seq": 3, "report": {"skips": {}}}}}
         assert state["workers"]["w0"]["mode"] == DEFERRED  # the input is left as it was
-        with pytest.raises(RuntimeError, match=r"worker 0: the position of batch 0 of iterator 1 is no longer kept"):
+        expected = r"worker 0: the position of batch 0 of iterator 1 is no longer kept"
+        with pytest.raises(WorkerStateError, match=expected):
             resolve_deferred({"w0": tokens[0]}, channel, lambda w: True)
         kept.stop()
         channel.close()
@@ -194,7 +196,7 @@ class TestChannel:
         resolved = resolve_deferred({"w0": tokens[1]}, channel, lambda w: True)
         assert resolved == {"w0": {"mode": "snapshot", "seq": 1, "materialized": True}}
         expected = r"worker 0: rebuilding the position of batch 2 .*ValueError\('broken'\)"
-        with pytest.raises(RuntimeError, match=expected):
+        with pytest.raises(WorkerStateError, match=expected):
             resolve_deferred({"w0": tokens[2]}, channel, lambda w: True)
         kept.stop()
         channel.close()
@@ -203,8 +205,18 @@ class TestChannel:
         channel = self.channel()
         token = {"mode": DEFERRED, "worker": 0, "run": 1, "seq": 5}  # no worker answers
         expected = r"worker 0 exited before sending its position.*resume from the last checkpoint"
-        with pytest.raises(RuntimeError, match=expected):
+        with pytest.raises(WorkerStateError, match=expected) as info:
             resolve_deferred({"w0": token}, channel, lambda w: False)
+        assert info.value.workers == [0]
+        channel.close()
+
+    def test_no_answer_within_the_timeout_names_the_worker(self):
+        channel = StateChannel(multiprocessing.get_context("fork"), 2, 2)
+        tokens = {f"w{w}": {"mode": DEFERRED, "worker": w, "run": 1, "seq": 3} for w in (0, 1)}  # nobody answers
+        expected = r"workers 0, 1 did not answer within 0.5 s \(state_timeout\)"
+        with pytest.raises(WorkerStateError, match=expected) as info:
+            resolve_deferred(tokens, channel, lambda w: True, timeout=0.5)
+        assert info.value.workers == [0, 1]
         channel.close()
 
     def test_states_without_tokens_pass_through(self):

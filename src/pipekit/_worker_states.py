@@ -41,6 +41,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from pipekit.errors import WorkerStateError
+
 __all__ = ["DEFERRED", "StateChannel", "WorkerStates", "resolve_deferred"]
 
 DEFERRED = "deferred"  # the mode of a token standing for a position kept in a worker
@@ -85,13 +87,16 @@ class StateChannel:
         self.replies.close()
 
     def fetch(
-        self, wanted: dict[tuple[int, int, int], Any], alive: Callable[[int], bool], timeout: float = 300.0
+        self, wanted: dict[tuple[int, int, int], Any], alive: Callable[[int], bool], timeout: float = 60.0
     ) -> dict[tuple[int, int, int], dict[str, Any]]:
         """Ask each worker for the positions ``wanted`` names ``(worker, run, seq)``, and wait for them.
 
-        ``alive(worker)`` tells whether a worker still runs: one that dies
-        before it answers raises ``RuntimeError`` naming it, and so does a
-        worker that no longer holds the position.
+        ``alive(worker)`` tells whether a worker still runs.  Raises
+        :class:`~pipekit.errors.WorkerStateError` naming the worker(s) when one
+        dies before it answers, when one no longer holds the position, and
+        when the answers are not all in after ``timeout`` seconds (a worker
+        stopped, or frozen in code that holds the GIL: a worker busy in its
+        pipe still answers, from its answering thread).
         """
         for worker, run, seq in wanted:
             self.requests[worker].put((run, seq))
@@ -99,29 +104,40 @@ class StateChannel:
         deadline = time.monotonic() + timeout
         while len(found) < len(wanted):
             try:
-                worker, run, seq, state, error = self.replies.get(timeout=0.5)
+                worker, run, seq, state, error = self.replies.get(timeout=min(0.5, max(timeout, 0.01)))
             except queue.Empty:
                 missing = sorted(set(wanted) - set(found))
-                dead = [w for w, _, _ in missing if not alive(w)]
+                dead = sorted({w for w, _, _ in missing if not alive(w)})
                 if dead:
-                    raise RuntimeError(
-                        f"pipekit.DataLoader.state_dict: worker {dead[0]} exited before sending its position "
+                    raise WorkerStateError(
+                        f"pipekit.DataLoader.state_dict: {_names(dead)} exited before sending its position "
                         f"for the checkpoint (positions still missing: {missing}); a worker keeps its position "
-                        f"until asked, so resume from the last checkpoint taken before it died"
+                        f"until asked, so resume from the last checkpoint taken before it died",
+                        dead,
                     ) from None
                 if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"pipekit.DataLoader.state_dict: no answer from the workers in {timeout:.0f} s for the "
-                        f"positions {missing} (worker, iterator, batch)"
+                    silent = sorted({w for w, _, _ in missing})
+                    raise WorkerStateError(
+                        f"pipekit.DataLoader.state_dict: {_names(silent)} did not answer within "
+                        f"{timeout:g} s (state_timeout) with its position for the checkpoint (positions still "
+                        f"missing: {missing}, as (worker, iterator, batch)); a worker answers from a thread of "
+                        f"its own, so it is stopped or frozen in code that holds the GIL; no checkpoint was "
+                        f"made: resume from the last one, or raise state_timeout",
+                        silent,
                     ) from None
                 continue
             key = (worker, run, seq)
             if key not in wanted:  # the answer to an earlier request that gave up waiting
                 continue
             if error is not None:
-                raise RuntimeError(f"pipekit.DataLoader.state_dict: worker {worker}: {error}")
+                raise WorkerStateError(f"pipekit.DataLoader.state_dict: worker {worker}: {error}", [worker])
             found[key] = state
         return found
+
+
+def _names(workers: list[int]) -> str:
+    """``worker 1`` or ``workers 0, 1``."""
+    return ("worker " if len(workers) == 1 else "workers ") + ", ".join(str(w) for w in workers)
 
 
 def _no_channel() -> None:
@@ -224,14 +240,17 @@ def _replace(obj: Any, found: dict[tuple[int, int, int], dict[str, Any]]) -> Any
 
 
 def resolve_deferred(
-    state: dict[str, Any], channel: StateChannel | None, alive: Callable[[int], bool]
+    state: dict[str, Any], channel: StateChannel | None, alive: Callable[[int], bool], timeout: float = 60.0
 ) -> dict[str, Any]:
-    """``state`` (a loader's ``state_dict()``) with every worker token replaced by the position it names."""
+    """``state`` (a loader's ``state_dict()``) with every worker token replaced by the position it names.
+
+    Waits at most ``timeout`` seconds for the workers' answers (see :meth:`StateChannel.fetch`).
+    """
     tokens: list[dict[str, Any]] = []
     _tokens(state, tokens)
     if not tokens:
         return state
     if channel is None:
         raise RuntimeError("pipekit.DataLoader.state_dict: the workers' positions are deferred but no channel is open")
-    found = channel.fetch({(t["worker"], t["run"], t["seq"]): t for t in tokens}, alive)
+    found = channel.fetch({(t["worker"], t["run"], t["seq"]): t for t in tokens}, alive, timeout)
     return _replace(state, found)

@@ -16,6 +16,7 @@ and each is also the standard exception code written without pipekit would catch
 
     PipekitError
         BandMathError (ValueError)
+        CheckpointError (ValueError)
         CliError
         ConfigurationError (ValueError, RuntimeError)
         DatasetNotFoundError (FileNotFoundError)
@@ -42,6 +43,7 @@ and each is also the standard exception code written without pipekit would catch
         UnsupportedItemError (TypeError, NotImplementedError)
         UnsupportedTiffError (ValueError)
         WorkerDiedError (RuntimeError)
+        WorkerStateError (RuntimeError)
 
 A new exception goes here, under the closest class (:class:`StageError` when it is about an item in a pipeline
 stage: it then names the file or URL and the stage), with the standard base a caller would catch;
@@ -87,6 +89,8 @@ __all__ = [
     "SkipReport",
     "SkippedItem",
     "WorkerDiedError",
+    "WorkerStateError",
+    "CheckpointError",
     "IndexCacheError",
     "BandMathError",
     "UnsupportedTiffError",
@@ -401,6 +405,34 @@ class WorkerDiedError(PipekitError, RuntimeError):
 
     def __reduce__(self):
         return (type(self), (str(self), self.worker_id, self.pid, self.signal, self.url, self.stage))
+
+
+class CheckpointError(PipekitError, ValueError):
+    """A ``pipekit.DataLoader`` checkpoint that does not fit the loader it is loaded into.
+
+    Raised by ``load_state_dict()``: the state is empty or not a DataLoader's,
+    or was taken from another pipeline (its pipes, in order, differ) or with
+    another number of workers; the message names what differs.
+    """
+
+
+class WorkerStateError(PipekitError, RuntimeError):
+    """``pipekit.DataLoader.state_dict()`` could not collect a worker's position.
+
+    A worker did not answer within the loader's ``state_timeout`` (frozen, or
+    stopped), exited before answering, or no longer keeps the position asked
+    for; the message names the worker(s) and the cause.
+
+    Attributes:
+        workers: the ids of the workers whose positions are missing.
+    """
+
+    def __init__(self, message: str, workers: list[int] | None = None) -> None:
+        super().__init__(message)
+        self.workers = list(workers or [])
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.workers))
 
 
 def check_on_error(on_error: str) -> str:

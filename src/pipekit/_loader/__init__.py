@@ -56,14 +56,16 @@ torchdata's DataLoader internals.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import inspect
 import logging
 import multiprocessing
+import numbers
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -82,15 +84,30 @@ from pipekit._loader_seam import (
     switch_iterator_class,
     worker_processes,
 )
+from pipekit._validate import check_int
 from pipekit._worker_states import StateChannel, resolve_deferred
 from pipekit.collate import use_shared_buffers_in_default_collate
-from pipekit.errors import SkipLog, SkipReport
-from pipekit.pipes._resume import pipeline_pipes
+from pipekit.errors import CheckpointError, SkipLog, SkipReport
+from pipekit.pipes._resume import pipeline_pipes, pipeline_signature
 from pipekit.pipes.base import IterDataPipe
 
-__all__ = ["DataLoader", "sharding_points", "warn_if_unsharded"]
+__all__ = ["CHECKPOINT_KEY", "STATE_TIMEOUT_S", "DataLoader", "sharding_points", "warn_if_unsharded"]
 
 logger = logging.getLogger("pipekit")
+
+#: How long ``state_dict()`` waits, by default, for the workers to send their positions (seconds).  A worker
+#: answers from a thread of its own, also while its pipe is busy; the time is that of pickling its buffered
+#: items (a shuffle buffer of ~1 GB of encoded images took 17-19 s), so 60 s leaves room for three times that
+#: and still names a frozen worker within a minute instead of torch's silence.
+STATE_TIMEOUT_S = 60.0
+
+#: The key of a checkpoint under which pipekit records what the checkpoint fits: the pipeline's pipes, the
+#: number of workers, and (at the end of an epoch) the random state the next epoch starts from.
+CHECKPOINT_KEY = "pipekit"
+_RECORD_VERSION = 1
+# torchdata's key, in every state_dict() of its loader, for "the iterator has run out" (the epoch ended).
+_TORCHDATA_FINISHED = "_iterator_finished"
+_WHERE = "pipekit.DataLoader"
 
 # Moved to pipekit._loader._pipe; kept importable here for the tests that reach them through pipekit._loader.
 _install_fast_serialize = install_fast_serialize
@@ -196,16 +213,39 @@ class DataLoader(LoaderBase):
     each worker keeps its last few positions and sends one only when
     ``state_dict()`` asks for it (see :mod:`pipekit._worker_states`), so
     exact resume does not copy buffered items (a shuffle buffer) with every
-    batch; ``state_dict()`` then takes as long as pickling those buffers.
+    batch; ``state_dict()`` then takes as long as pickling those buffers,
+    and at most ``state_timeout`` seconds.
+
+    Where a checkpoint may be taken, for a DataPipe: anywhere, with any
+    number of workers, persistent or not.  One taken at the end of an epoch
+    (after ``for batch in loader:``) resumes to the next epoch, exactly as
+    the loader that took it goes on: the checkpoint fixes the random state
+    the next epoch's seeds are drawn from (that of ``generator``, or torch's
+    global one), for both, so random draws or reseeding between the
+    checkpoint and the next epoch change neither.  ``load_state_dict()``
+    refuses, with :class:`~pipekit.errors.CheckpointError`, a state that is
+    empty or not a DataLoader's, one taken from another pipeline (its pipes,
+    in order, differ) and, mid-epoch, one taken with another number of
+    workers.
 
     Args:
         dataset: an ``IterDataPipe``, ``MapDataPipe`` or ``Dataset``.
+        batch_size: as torch's (``None``: no batching by the loader).
+        num_workers: worker processes (0: load in the main process).
         worker_threads: torch threads per worker process (``None`` leaves
             torch's default).
         warn_unsharded: warn when a DataPipe without a sharding point runs in
             workers or ranks (see above); ``False`` when every worker and rank
             is meant to read the whole pipe.
-        **kwargs: as for ``StatefulDataLoader``.
+        state_timeout: how long ``state_dict()`` waits for the workers to
+            send their positions, in seconds (default 60: see
+            :data:`STATE_TIMEOUT_S`); a worker that has not answered by then
+            (stopped, or frozen in code holding the GIL) raises
+            :class:`~pipekit.errors.WorkerStateError` naming it.  A worker
+            busy in its pipe still answers.
+        **kwargs: as for ``StatefulDataLoader`` (``prefetch_factor``,
+            ``timeout``, ``snapshot_every_n_steps``...), checked up front:
+            ``prefetch_factor`` and a non-zero ``timeout`` need workers.
 
     :meth:`shutdown` stops the (persistent) workers before the loader is
     garbage collected.
@@ -222,13 +262,20 @@ class DataLoader(LoaderBase):
         worker_init_fn: Callable[[int], None] | None = None,
         worker_threads: int | None = 1,
         warn_unsharded: bool = True,
+        state_timeout: float = STATE_TIMEOUT_S,
         **kwargs: Any,
     ) -> None:
         is_pipe = isinstance(dataset, IterDataPipe)
         if batch_size is ...:
             batch_size = None if is_pipe else 1
-        if not isinstance(num_workers, int) or num_workers < 0:
-            raise ValueError(f"num_workers must be a non-negative int, got {num_workers!r}")
+        batch_size = check_int(batch_size, "batch_size", _WHERE, minimum=1, allow_none=True)
+        num_workers = check_int(num_workers, "num_workers", _WHERE, minimum=0)
+        worker_threads = check_int(worker_threads, "worker_threads", _WHERE, minimum=1, allow_none=True)
+        _check_worker_options(num_workers, persistent_workers, kwargs)
+        for name, fn in (("worker_init_fn", worker_init_fn), ("collate_fn", kwargs.get("collate_fn"))):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"{_WHERE}: {name} must be a callable or None, got {type(fn).__name__} {fn!r:.50}")
+        state_timeout = _check_seconds(state_timeout, "state_timeout", minimum_excluded=True)
         if pin_memory is None:
             pin_memory = torch.cuda.is_available()
         if persistent_workers is None:
@@ -253,6 +300,45 @@ class DataLoader(LoaderBase):
             # StatefulDataLoader wrapped the pipe in torch's serialization wrapper;
             # use the resumable subclass instead (DataLoader forbids plain assignment).
             self.replace_dataset(_CheckpointedPipe(dataset))
+        self.state_timeout = state_timeout
+        # What a checkpoint of this loader fits, worked out once: walking the graph pickles the pipes (and
+        # whatever they buffer), which a checkpoint must not pay for.
+        self._signature = pipeline_signature(dataset) if is_pipe else None
+        # The random state the next epoch's seeds come from, fixed by a checkpoint taken at an epoch's end.
+        self._next_epoch_rng: torch.Tensor | None = None
+
+    def __iter__(self) -> Any:
+        with self._next_epoch_seeded():
+            return super().__iter__()
+
+    @contextlib.contextmanager
+    def _next_epoch_seeded(self) -> Iterator[None]:
+        """Start an epoch from the random state an end-of-epoch checkpoint fixed, if there is one.
+
+        torch draws an epoch's seeds (the pipes' shared seed, the workers' base
+        seed) from ``generator`` when the epoch starts; here they are drawn
+        from a copy of the state fixed by the checkpoint, and ``generator``
+        (torch's global one when ``None``) advances by as many draws, as it
+        would have.  Nothing happens when no epoch starts inside.
+        """
+        fixed = self._next_epoch_rng
+        if fixed is None:
+            yield
+            return
+        real = self.generator
+        target = real if real is not None else torch.default_generator
+        seeded = torch.Generator(device=target.device)
+        seeded.set_state(fixed)
+        self.generator = seeded
+        try:
+            yield
+        finally:
+            self.generator = real
+        draws = _draws_between(fixed, seeded)
+        if draws:
+            self._next_epoch_rng = None
+            for _ in range(draws):
+                torch.empty((), dtype=torch.int64).random_(generator=target)
 
     def new_iterator(self) -> Any:
         # Keep what the workers of the iterator being replaced reported (persistent_workers=False
@@ -310,12 +396,101 @@ class DataLoader(LoaderBase):
 
         With workers, each worker sends only a token with each batch and keeps
         its pipeline's position itself; this asks the workers for the positions
-        the tokens stand for, so the checkpoint is complete (and made of plain
-        data: it loads with ``torch.load(..., weights_only=True)`` when the items
-        buffered in the pipeline do).
+        the tokens stand for (waiting at most ``state_timeout`` seconds), so the
+        checkpoint is complete (and made of plain data: it loads with
+        ``torch.load(..., weights_only=True)`` when the items buffered in the
+        pipeline do).  Under :data:`CHECKPOINT_KEY` it records what it fits
+        (the pipeline's pipes, the number of workers).  At the end of an epoch
+        it holds no positions: it records the random state the next epoch
+        starts from, which this loader's next epoch then starts from too.
         """
-        state = super().state_dict()
-        return resolve_deferred(state, getattr(self, "_state_channel", None), self._worker_alive)
+        with self._next_epoch_seeded():
+            state = super().state_dict()
+        record = self._record()
+        if isinstance(self.dataset, _CheckpointedPipe) and state.get(_TORCHDATA_FINISHED) is True:
+            # The epoch ended: the workers may be gone (persistent_workers=False) and their positions
+            # are those of an empty rest. What comes next is the next epoch, from these seeds.
+            if self._next_epoch_rng is None:
+                generator = self.generator if self.generator is not None else torch.default_generator
+                self._next_epoch_rng = generator.get_state()
+            record["next_epoch_rng"] = self._next_epoch_rng.clone()
+            return {_TORCHDATA_FINISHED: True, CHECKPOINT_KEY: record}
+        state = resolve_deferred(state, getattr(self, "_state_channel", None), self._worker_alive, self.state_timeout)
+        return {**state, CHECKPOINT_KEY: record}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Resume from a :meth:`state_dict` at the next ``iter()``.
+
+        Raises :class:`~pipekit.errors.CheckpointError` naming what does not
+        fit: an empty state or one that is not a DataLoader's, one from
+        another pipeline (or another kind of dataset), or, mid-epoch, one
+        taken with another number of workers.
+        """
+        record = self._check_checkpoint(state_dict)
+        state = {k: v for k, v in state_dict.items() if k != CHECKPOINT_KEY}
+        self._next_epoch_rng = None
+        if isinstance(self.dataset, _CheckpointedPipe) and state.get(_TORCHDATA_FINISHED) is True:
+            # Taken at the end of an epoch: the next iter() starts the next epoch (from the checkpoint's
+            # random state, when it has one), instead of restoring positions at the end of the old one.
+            super().load_state_dict({})
+            self.next_iter_state = None
+            self.dataset._pending = None
+            if record is not None and record.get("next_epoch_rng") is not None:
+                self._next_epoch_rng = record["next_epoch_rng"].clone()
+            return
+        super().load_state_dict(state)
+
+    def _record(self) -> dict[str, Any]:
+        """What a checkpoint of this loader fits: the kind of dataset, the pipeline's pipes, the workers."""
+        dataset = self.dataset
+        is_pipe = isinstance(dataset, _CheckpointedPipe)
+        return {
+            "version": _RECORD_VERSION,
+            "dataset": "pipe" if is_pipe else type(dataset).__qualname__,
+            "pipeline": list(self._signature) if is_pipe and self._signature is not None else None,
+            "num_workers": self.num_workers,
+        }
+
+    def _check_checkpoint(self, state: Any) -> dict[str, Any] | None:
+        """The record of ``state`` (``None`` for one written before pipekit kept it), or CheckpointError."""
+        where = f"{_WHERE}.load_state_dict"
+        if not isinstance(state, dict):
+            raise CheckpointError(
+                f"{where}: got {type(state).__name__} {state!r:.80}, not a checkpoint of a DataLoader "
+                "(pass what loader.state_dict() returned)"
+            )
+        if not state:
+            raise CheckpointError(
+                f"{where}: the state is empty ({{}}), not a checkpoint of a DataLoader; to start from the "
+                "beginning, do not load one"
+            )
+        record = state.get(CHECKPOINT_KEY)
+        if record is None:
+            if _TORCHDATA_FINISHED not in state:
+                raise CheckpointError(
+                    f"{where}: not a checkpoint of a DataLoader (its keys: {sorted(map(str, state))[:8]}); pass "
+                    "what loader.state_dict() returned"
+                )
+            return None  # written before pipekit kept a record: loaded as before
+        if not isinstance(record, dict) or record.get("version") != _RECORD_VERSION:
+            raise CheckpointError(f"{where}: the checkpoint's record is not one this pipekit writes: {record!r:.200}")
+        mine = self._record()
+        if record.get("dataset") != mine["dataset"]:
+            raise CheckpointError(
+                f"{where}: the checkpoint is of another pipeline: it was taken from a loader over a "
+                f"{_kind(record.get('dataset'))}, this loader reads a {_kind(mine['dataset'])}"
+            )
+        if record.get("pipeline") != mine["pipeline"]:
+            difference = _pipeline_difference(record, mine)
+            raise CheckpointError(f"{where}: the checkpoint is of another pipeline: {difference}")
+        if record.get("next_epoch_rng") is None and record.get("num_workers") != mine["num_workers"]:
+            raise CheckpointError(
+                f"{where}: the checkpoint was taken with num_workers={record.get('num_workers')}, this loader has "
+                f"num_workers={mine['num_workers']}; mid-epoch, each worker's position is that of its own share "
+                f"of the data, so resume with num_workers={record.get('num_workers')} (a checkpoint taken at the "
+                "end of an epoch loads with any number)"
+            )
+        return record
 
     def _worker_alive(self, worker: int) -> bool:
         workers = worker_processes(self.current_iterator())
@@ -372,3 +547,67 @@ class DataLoader(LoaderBase):
         """
         shut_down_workers(self.detach_iterator())
         self._close_channel()
+
+
+def _kind(dataset: Any) -> str:
+    return "DataPipe" if dataset == "pipe" else f"dataset of type {dataset}"
+
+
+def _pipeline_difference(taken: dict[str, Any], mine: dict[str, Any]) -> str:
+    """Both pipelines, from their sources, and where they first differ."""
+    theirs = [name.removesuffix("IterDataPipe") for name in reversed(taken.get("pipeline") or [])]
+    ours = [name.removesuffix("IterDataPipe") for name in reversed(mine.get("pipeline") or [])]
+    first = next((i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b), min(len(theirs), len(ours)))
+    at = theirs[first] if first < len(theirs) else "nothing"
+    here = ours[first] if first < len(ours) else "nothing"
+    return (
+        f"it was taken from {' -> '.join(theirs) or 'no pipes'}, this loader's pipeline is "
+        f"{' -> '.join(ours) or 'no pipes'} (pipe {first + 1} from the source: {at} in the checkpoint, {here} here)"
+    )
+
+
+def _draws_between(start: torch.Tensor, generator: torch.Generator, most: int = 16) -> int:
+    """How many int64 draws took a generator from state ``start`` to ``generator``'s state (``most`` if more)."""
+    end = generator.get_state()
+    probe = torch.Generator(device=generator.device)
+    probe.set_state(start)
+    for draws in range(most):
+        if torch.equal(probe.get_state(), end):
+            return draws
+        torch.empty((), dtype=torch.int64).random_(generator=probe)
+    return most
+
+
+def _check_seconds(value: Any, name: str, minimum_excluded: bool = False) -> float:
+    """A number of seconds, ``>= 0`` (``> 0`` with ``minimum_excluded``), as a float; messages as _validate's."""
+    what = "a number of seconds > 0" if minimum_excluded else "a number of seconds >= 0"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{_WHERE}: {name} must be {what}, got {type(value).__name__} {value!r:.50}")
+    if value < 0 or (minimum_excluded and value == 0):
+        raise ValueError(f"{_WHERE}: {name} must be {what}, got {value}")
+    return float(value)
+
+
+def _check_worker_options(num_workers: int, persistent_workers: bool | None, kwargs: dict[str, Any]) -> None:
+    """torch's and torchdata's worker options, checked before they become asserts or worker tracebacks."""
+    prefetch = kwargs.get("prefetch_factor")
+    if prefetch is not None:
+        if num_workers == 0:
+            raise ValueError(
+                f"{_WHERE}: prefetch_factor applies to worker processes only (batches each worker loads "
+                f"ahead); pass num_workers > 0, or leave prefetch_factor None, got {prefetch!r} with num_workers=0"
+            )
+        check_int(prefetch, "prefetch_factor", _WHERE, minimum=1)
+    timeout = kwargs.get("timeout", 0)
+    _check_seconds(timeout, "timeout")
+    if timeout > 0 and num_workers == 0:
+        raise ValueError(
+            f"{_WHERE}: timeout applies to worker processes only (how long to wait for a worker's batch); pass "
+            f"num_workers > 0, or timeout=0, got timeout={timeout} with num_workers=0"
+        )
+    if persistent_workers and num_workers == 0:
+        raise ValueError(
+            f"{_WHERE}: persistent_workers=True needs worker processes (num_workers > 0), got num_workers=0"
+        )
+    if "snapshot_every_n_steps" in kwargs:
+        check_int(kwargs["snapshot_every_n_steps"], "snapshot_every_n_steps", _WHERE, minimum=1)

@@ -27,6 +27,7 @@ import contextlib
 import logging
 from typing import Any
 
+from pipekit.errors import CheckpointError
 from pipekit.pipes._builtin import (
     Batcher,
     Collator,
@@ -54,6 +55,7 @@ from pipekit.pipes.base import IterDataPipe, MapDataPipe, Resumable
 
 __all__ = [
     "pipeline_pipes",
+    "pipeline_signature",
     "not_snapshot_capable",
     "prepare_for_resume",
     "snapshot_pipeline",
@@ -134,6 +136,16 @@ def pipeline_pipes(pipe: IterDataPipe) -> list[IterDataPipe]:
 
     walk(pipe_graph(pipe))
     return out
+
+
+def pipeline_signature(pipe: IterDataPipe) -> list[str]:
+    """The class of every pipe of ``pipe``'s graph, in :func:`pipeline_pipes` order: what a checkpoint fits.
+
+    torch's ``shuffle``/``sharding_filter`` classes are named as the resumable
+    subclasses :func:`prepare_for_resume` turns them into, so a pipeline gives
+    the same signature before and after it first runs.  Nothing is changed.
+    """
+    return [_SWAPS.get(type(dp), type(dp)).__qualname__ for dp in pipeline_pipes(pipe)]
 
 
 def _is_stateless(dp: Any) -> bool:
@@ -330,16 +342,16 @@ def restore_pipeline(pipe: IterDataPipe, state: dict[str, Any]) -> None:
     """Load a :func:`snapshot_pipeline` state into a fresh copy of the same pipeline.
 
     The next iterator created on ``pipe`` resumes where the snapshot was
-    taken.  Raises ``ValueError`` if the pipeline's structure differs from the
-    one the state was taken from.
+    taken.  Raises :class:`~pipekit.errors.CheckpointError` (a ``ValueError``)
+    if the pipeline's structure differs from the one the state was taken from.
     """
     if not isinstance(state, dict) or state.get("version") != _VERSION:
-        raise ValueError(f"not a pipekit pipeline state (version {_VERSION}): {type(state).__name__}")
+        raise CheckpointError(f"not a pipekit pipeline state (version {_VERSION}): {type(state).__name__}")
     prepare_for_resume(pipe)
     pipes = pipeline_pipes(pipe)
     classes = [type(dp).__qualname__ for dp in pipes]
     if classes != state["classes"]:
-        raise ValueError(
+        raise CheckpointError(
             "cannot restore pipeline state: the pipeline has changed since the checkpoint "
             f"(checkpoint pipes {state['classes']}, current pipes {classes})"
         )
