@@ -47,6 +47,7 @@ import contextlib
 import logging
 import os
 import posixpath
+import re
 import sys
 import tarfile
 import time
@@ -54,9 +55,12 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import IO, Any
 
+import torch
+
 from pipekit._fs import url_to_fs
+from pipekit._seeds import get_rank
 from pipekit.encoders import EncodeError, encode_sample, encoder_table, field_name
-from pipekit.errors import ReadError, SkipLog, check_on_error
+from pipekit.errors import ConfigurationError, ReadError, SkipLog, check_on_error
 from pipekit.pipes.base import IterDataPipe, functional_datapipe
 from pipekit.pipes.state import ResumablePipe
 
@@ -431,6 +435,55 @@ def _check_pattern(pattern: Any, start_shard: int, stage: str) -> str:
     return pattern
 
 
+_WRITER_FIELD = re.compile(r"\{(\w*)\}")
+_WRITER_FIELDS = ("worker", "rank")
+
+
+def _check_writer_fields(pattern: str, stage: str) -> None:
+    """Refuse ``{name}`` fields of a ``write_shards`` pattern other than ``{worker}`` and ``{rank}``."""
+    unknown = sorted({m[1] for m in _WRITER_FIELD.finditer(pattern)} - set(_WRITER_FIELDS))
+    if unknown:
+        raise ValueError(f"{stage}: pattern {pattern!r} has the field(s) " + ", ".join(f"{{{u}}}" for u in unknown)
+                         + "; the fields a pattern may hold are {worker}, {rank} (and the %d shard number)")
+
+
+def _world_size() -> int:
+    """The number of distributed ranks: the process group's, else ``$WORLD_SIZE``, else 1."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return int(torch.distributed.get_world_size())
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
+def _writer_pattern(pattern: str, stage: str) -> str:
+    """``pattern`` with ``{worker}`` and ``{rank}`` filled in for this process.
+
+    Several writers (DataLoader workers, distributed ranks) given one pattern
+    would write the same shard names, each replacing the others' shards: a
+    pattern that does not tell them apart is refused, before anything is written.
+    """
+    info = torch.utils.data.get_worker_info()
+    workers, worker = (1, 0) if info is None else (int(info.num_workers), int(info.id))
+    ranks, rank = _world_size(), get_rank()
+    missing = []
+    if workers > 1 and "{worker}" not in pattern:
+        missing.append(("{worker}", f"{workers} DataLoader workers"))
+    if ranks > 1 and "{rank}" not in pattern:
+        missing.append(("{rank}", f"{ranks} ranks"))
+    if missing:
+        fields = "".join(f"{field}-" for field, _ in missing)
+        at = pattern.rfind("%")  # the shard number's field
+        example = pattern[:at] + fields + pattern[at:]
+        raise ConfigurationError(
+            f"{stage}: pattern {pattern!r} runs in " + " and ".join(where for _, where in missing)
+            + ", which would all write the same shard names and replace each other's shards (losing their "
+            "samples); put " + " and ".join(field for field, _ in missing) + f" in the pattern, e.g. {example!r}, "
+            "so that each writes its own shards (or write from one process: num_workers=0)")
+    return pattern.replace("{worker}", str(worker)).replace("{rank}", str(rank))
+
+
 class ShardWriter:
     """Write sample dicts into numbered tar shards (the ``webdataset`` library's ``ShardWriter``).
 
@@ -628,7 +681,8 @@ class ShardSaver(ResumablePipe):
 
     Args:
         source_datapipe: yields sample dicts with a ``"__key__"``.
-        pattern, maxcount, maxsize, start_shard: as :class:`ShardWriter`.
+        pattern, maxcount, maxsize, start_shard: as :class:`ShardWriter`; the pattern may also
+            hold ``{worker}`` and ``{rank}`` (see below).
         encoder: as :class:`TarWriter` (use module-level functions, so the pipe pickles).
         keep_meta: write fields starting with ``_`` too.
         storage_options: fsspec options for the shard URLs.
@@ -637,8 +691,16 @@ class ShardSaver(ResumablePipe):
             ``self.skip_log`` and goes on (nothing of it is written).
         **tar_options: ``compress``, ``mtime``, ``user``, ``group``, ``mode``, ``format``.
 
-    Run it in one process (a DataLoader with ``num_workers=0``, or give each
-    worker or rank its own pattern): two writers with one pattern write the same names.
+    **Workers and ranks.**  In a DataLoader with several workers, or on several
+    distributed ranks, each process writes its own shards: put ``{worker}``
+    (the DataLoader worker id, ``0`` in the main process) and ``{rank}`` (the
+    distributed rank, ``0`` without one) in the pattern, e.g.
+    ``"out/train-{rank}-{worker}-%06d.tar"``.  A pattern without the field
+    that tells the writers apart is refused with
+    :class:`~pipekit.errors.ConfigurationError` when the epoch starts, before
+    anything is written (one pattern in two workers would make them replace each
+    other's shards, losing half the samples).  Shard the samples upstream
+    (``.sharding_filter()``), or every worker writes all of them.
 
     Resume: the pipe yields only between shards, so its checkpoint is
     ``{"shard": number of the next shard, "total": samples written}``; a
@@ -684,13 +746,15 @@ class ShardSaver(ResumablePipe):
         self.tar_options = {"encoder": encoder, "keep_meta": keep_meta, **tar_options}
         self.on_error = check_on_error(on_error)
         self.skip_log = SkipLog("write_shards")
+        if isinstance(self.pattern, str):
+            _check_writer_fields(self.pattern, "write_shards")
         self._writer()  # checks the arguments now (it opens nothing until the first sample)
         self._shard = start_shard
         self._total = 0
 
-    def _writer(self) -> ShardWriter:
-        return ShardWriter(self.pattern, self.maxcount, self.maxsize, start_shard=self.start_shard, verbose=0,
-                           storage_options=self.storage_options, **self.tar_options)
+    def _writer(self, pattern: str | None = None) -> ShardWriter:
+        return ShardWriter(pattern or self.pattern, self.maxcount, self.maxsize, start_shard=self.start_shard,
+                           verbose=0, storage_options=self.storage_options, **self.tar_options)
 
     def state_dict(self) -> dict[str, Any]:
         return {"shard": self._shard, "total": self._total}
@@ -702,7 +766,7 @@ class ShardSaver(ResumablePipe):
             self._shard, self._total = int(state["shard"]), int(state["total"])
 
     def __iter__(self) -> Iterator[str]:
-        writer = self._writer()
+        writer = self._writer(_writer_pattern(self.pattern, "write_shards"))
         writer.shard, writer.total = self._shard, self._total
         try:
             for sample in self.source_datapipe:

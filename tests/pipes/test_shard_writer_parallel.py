@@ -1,0 +1,85 @@
+"""write_shards in several DataLoader workers and ranks: every sample in exactly one shard, or a clear refusal."""
+
+from __future__ import annotations
+
+import os
+import tarfile
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pipekit
+from pipekit.errors import ConfigurationError, PipekitError
+from pipekit.pipes import IterableWrapper, ShardSaver
+
+
+def samples(n: int) -> IterableWrapper:
+    return IterableWrapper([{"__key__": f"k{i:03d}", "cls": i, "npy": np.full(3, i)} for i in range(n)])
+
+
+def keys_in(paths: list[str]) -> Counter[str]:
+    """How many times each sample key is in the shards ``paths``."""
+    found: Counter[str] = Counter()
+    for path in paths:
+        with tarfile.open(path) as tar:
+            found.update({m.name.split(".", 1)[0] for m in tar.getmembers()})
+    return found
+
+
+def shards_in(folder: Path) -> list[str]:
+    return sorted(str(folder / n) for n in os.listdir(folder) if not n.startswith("."))
+
+
+@pytest.mark.timeout(120)
+class TestWorkers:
+    def test_one_pattern_in_two_workers_is_refused_before_writing(self, tmp_path: Path) -> None:
+        pattern = str(tmp_path / "p-%03d.tar")
+        pipe = samples(20).sharding_filter().write_shards(pattern, maxcount=3)
+        loader = pipekit.DataLoader(pipe, batch_size=None, num_workers=2)
+        with pytest.raises(ConfigurationError) as info:
+            list(loader)
+        message = str(info.value)
+        assert pattern in message and "2 DataLoader workers" in message
+        assert repr(str(tmp_path / "p-{worker}-%03d.tar")) in message  # how to fix it
+        assert os.listdir(tmp_path) == []  # nothing half-written, nothing overwritten
+
+    def test_worker_field_every_sample_in_exactly_one_shard(self, tmp_path: Path) -> None:
+        pipe = samples(20).sharding_filter().write_shards(str(tmp_path / "p-{worker}-%03d.tar"), maxcount=3)
+        names = list(pipekit.DataLoader(pipe, batch_size=None, num_workers=2))
+        assert sorted(names) == shards_in(tmp_path)
+        assert {os.path.basename(n)[:4] for n in names} == {"p-0-", "p-1-"}
+        assert keys_in(names) == Counter({f"k{i:03d}": 1 for i in range(20)})
+
+    def test_one_worker_and_the_main_process_need_no_field(self, tmp_path: Path) -> None:
+        for workers, folder in ((0, tmp_path / "a"), (1, tmp_path / "b")):
+            folder.mkdir()
+            pipe = samples(7).sharding_filter().write_shards(str(folder / "p-%03d.tar"), maxcount=3)
+            names = list(pipekit.DataLoader(pipe, batch_size=None, num_workers=workers))
+            assert names == [str(folder / f"p-00{i}.tar") for i in range(3)]
+            assert keys_in(names) == Counter({f"k{i:03d}": 1 for i in range(7)})
+
+    def test_worker_field_is_zero_in_the_main_process(self, tmp_path: Path) -> None:
+        names = list(samples(2).write_shards(str(tmp_path / "r{rank}-w{worker}-%d.tar")))
+        assert names == [str(tmp_path / "r0-w0-0.tar")]
+
+
+class TestRanks:
+    def test_one_pattern_on_two_ranks_is_refused(self, tmp_path: Path, monkeypatch) -> None:
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        monkeypatch.setenv("RANK", "1")
+        pattern = str(tmp_path / "p-{worker}-%03d.tar")
+        with pytest.raises(ConfigurationError, match=r"2 ranks.*\{rank\}"):
+            list(samples(3).write_shards(pattern))
+        assert os.listdir(tmp_path) == []
+
+    def test_rank_field(self, tmp_path: Path, monkeypatch) -> None:
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        monkeypatch.setenv("RANK", "1")
+        assert list(samples(3).write_shards(str(tmp_path / "p-{rank}-%03d.tar"))) == [str(tmp_path / "p-1-000.tar")]
+
+    def test_an_unknown_field_is_refused_when_the_pipe_is_built(self, tmp_path: Path) -> None:
+        with pytest.raises(ValueError, match=r"\{workers\}.*\{worker\}, \{rank\}"):
+            ShardSaver(samples(1), str(tmp_path / "p-{workers}-%d.tar"))
+        assert issubclass(ConfigurationError, PipekitError)
