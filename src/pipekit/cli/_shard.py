@@ -19,6 +19,19 @@ Folders may be local or fsspec URLs (``s3://bucket/prefix`` with
 (``out/train-%06d.tar``, ``s3://bucket/train-%06d.tar``) or a folder, where
 the shards are named ``shard-%06d.tar``.  Each shard appears under its name
 only once complete (see :mod:`pipekit.pipes._shard_writer`).
+
+With ``--layout auto`` (the default) a folder is read as an image folder when
+every image is inside a class folder and no two files share a key; other files
+(a ``README.txt``) are then ignored and listed.  Otherwise (files sharing a key,
+an image outside a class folder, no image) it is a folder of samples, and no
+labels are written.  The layout chosen, and why, is printed on stderr.
+
+Shards of DST's pattern numbered ``--start-shard`` or more that already exist
+make the command fail before it writes anything; with ``--overwrite`` they are
+replaced, and those this run does not write (an earlier run wrote more) are
+removed once it succeeds, each named on stderr, so a reader of the pattern
+never mixes two runs.  A run that fails keeps the shards it finished and says
+which (and which shards of an earlier run are left).
 """
 
 from __future__ import annotations
@@ -92,8 +105,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("src", metavar="SRC", help="an image folder, a folder of samples, or MODULE:FUNCTION")
     p.add_argument("dst", metavar="DST", help="a shard pattern with %%d (out/train-%%06d.tar) or a folder")
     p.add_argument("--layout", choices=["auto", "imagefolder", "samples"], default="auto",
-                   help="how to read a SRC folder (default: an image folder when every file is an image inside "
-                        "a class folder, else a folder of samples)")
+                   help="how to read a SRC folder (default: an image folder when every image is inside a class "
+                        "folder and no two files share a key, other files being ignored and reported; else a folder "
+                        "of samples); the layout chosen, and why, is printed")
     p.add_argument("--maxcount", type=positive_int, default=100000,
                    help="samples per shard (default 100000)")
     p.add_argument("--maxsize", type=parse_size, default=3e9,
@@ -102,7 +116,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--shuffle", action="store_true",
                    help="write a folder's samples in a random order (recommended for training data)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="the seed of --shuffle (default 0)")
-    p.add_argument("--overwrite", action="store_true", help="replace shards that already exist")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace shards that already exist, and remove the shards of DST's pattern numbered from "
+                        "--start-shard on that this run does not write (each removed shard is named); without it, "
+                        "such shards make the command fail before writing")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_storage_option_argument(p)
     p.set_defaults(func=run)
@@ -202,9 +219,43 @@ def _reader(listing: Any) -> Any:
     return read
 
 
-def _is_image_folder(listing: Any) -> bool:
-    files = [name for _, name, _ in listing.files]
-    return bool(files) and all("/" in n and n.lower().endswith(_IMAGE_EXTENSIONS) for n in files)
+def _auto_layout(listing: Any) -> tuple[str, str]:
+    """``(layout, why)`` for ``--layout auto``.
+
+    An image folder when every image is inside a class folder and no two files
+    share a key (other files, a README.txt, are ignored and reported); a folder
+    of samples when files share a key (``0001.png`` and ``0001.txt``: a sample
+    of several fields), when an image lies outside a class folder, or when
+    there is no image at all.
+    """
+    names = [name for _, name, _ in listing.files]
+    images = [n for n in names if n.lower().endswith(_IMAGE_EXTENSIONS)]
+    if not images:
+        return "samples", f"there is no image file ({', '.join(_IMAGE_EXTENSIONS)})"
+    loose = [n for n in images if "/" not in n]
+    if loose:
+        return "samples", f"{loose[0]!r} is not in a class folder (root/<class>/<image>)"
+    seen: dict[str, str] = {}
+    for name in names:
+        key, _ = _split(name)
+        if key in seen:
+            return "samples", f"{seen[key]!r} and {name!r} share the key {key!r} (a sample of several files)"
+        seen[key] = name
+    return "imagefolder", "every image is in a class folder and no two files share a key"
+
+
+def _layout_note(layout: str, why: str | None) -> str:
+    """The line saying which layout SRC is read with, and why (``why`` is ``None`` for an explicit ``--layout``)."""
+    if layout == "imagefolder":
+        what = "root/<class>/<image>, labels from the class folders"
+        if why is None:
+            return f"layout: image folder (--layout imagefolder): {what}"
+        return f"layout: image folder ({what}): {why}; --layout samples writes each file as a field of a sample instead"
+    what = "<key>.<extension> files grouped by key"
+    if why is None:
+        return f"layout: folder of samples (--layout samples): {what}; no class labels (.cls) are written"
+    return (f"layout: folder of samples ({what}): {why}; no class labels (.cls) are written (--layout imagefolder "
+            "reads root/<class>/<image> with labels)")
 
 
 def _image_folder(src: str, listing: Any, storage_options: dict[str, Any], order: random.Random | None) -> _Source:
@@ -283,12 +334,15 @@ def _source(args: argparse.Namespace, storage_options: dict[str, Any]) -> _Sourc
     if not listing.files:
         raise CliError(f"no files in {args.src!r}")
     order = random.Random(args.seed) if args.shuffle else None
-    layout = args.layout
+    layout, why = args.layout, None
     if layout == "auto":
-        layout = "imagefolder" if _is_image_folder(listing) else "samples"
+        layout, why = _auto_layout(listing)
     if layout == "imagefolder":
-        return _image_folder(args.src, listing, storage_options, order)
-    return _sample_folder(args.src, listing, order)
+        source = _image_folder(args.src, listing, storage_options, order)
+    else:
+        source = _sample_folder(args.src, listing, order)
+    source.notes.insert(0, _layout_note(layout, why))
+    return source
 
 
 # ---------------------------------------------------------------------------
@@ -333,16 +387,63 @@ def _destination(dst: str) -> str:
     return dst.rstrip("/") + "/shard-%06d.tar"
 
 
-def _check_free(pattern: str, start: int, storage_options: dict[str, Any]) -> None:
+def _existing_shards(pattern: str, start: int, storage_options: dict[str, Any]) -> list[str] | None:
+    """The shards of ``pattern`` numbered ``start`` or more that exist, in order (named as ``pattern`` names them).
 
-    first = pattern % start
+    ``None`` when they cannot be listed (the shard number is in a folder name):
+    only the first shard's name is then looked for.
+    """
+    folder, slash, name = pattern.rpartition("/")
+    fields = list(_FIELD.finditer(name))
+    if "%" in folder or len(fields) != 1 or name.count("%") != 1:
+        return None
+    m = fields[0]
+    names = re.compile(re.escape(name[:m.start()]) + r"\s*(\d+)" + re.escape(name[m.end():]))
     try:
-        fs, path = url_to_fs(first, storage_options)
-        exists = fs.exists(path)
+        fs, path = url_to_fs(folder or ("/" if slash else "."), storage_options)
+        fs.invalidate_cache(path)
+        entries = fs.ls(path, detail=False) if fs.isdir(path) else []
     except Exception as exc:
-        raise CliError(f"cannot open {first!r}: {type(exc).__name__}: {one_line(exc)}") from exc
-    if exists:
-        raise CliError(f"{first!r} already exists; pass --overwrite to replace the shards, or write elsewhere")
+        raise CliError(f"cannot list {folder or '.'!r}: {type(exc).__name__}: {one_line(exc)}") from exc
+    found = []
+    for entry in entries:
+        base = str(entry).rstrip("/").rsplit("/", 1)[-1]
+        hit = names.fullmatch(base)
+        if hit is not None and int(hit[1]) >= start and name % int(hit[1]) == base:
+            found.append((int(hit[1]), f"{folder}{slash}{base}"))
+    return [url for _, url in sorted(found)]
+
+
+def _named(urls: list[str], most: int = 10) -> str:
+    return ", ".join(urls[:most]) + (f" ... ({len(urls)} in all)" if len(urls) > most else "")
+
+
+def _check_free(pattern: str, start: int, storage_options: dict[str, Any], existing: list[str] | None) -> None:
+    if existing is None:  # cannot list: look for the first shard only
+        first = pattern % start
+        try:
+            fs, path = url_to_fs(first, storage_options)
+            existing = [first] if fs.exists(path) else []
+        except Exception as exc:
+            raise CliError(f"cannot open {first!r}: {type(exc).__name__}: {one_line(exc)}") from exc
+    if len(existing) == 1:
+        raise CliError(f"{existing[0]!r} already exists; pass --overwrite to replace the shards, or write elsewhere")
+    if existing:
+        raise CliError(f"{len(existing)} shards of {pattern!r} already exist ({_named(existing)}); pass --overwrite "
+                       "to replace them, or write elsewhere")
+
+
+def _remove_stale(stale: list[str], storage_options: dict[str, Any]) -> None:
+    """Remove the shards of an earlier run that this run did not replace, saying which."""
+    for url in stale:
+        try:
+            fs, path = url_to_fs(url, storage_options)
+            fs.rm(path)
+        except Exception as exc:
+            raise CliError(f"cannot remove {url!r}, a shard of an earlier run that this run did not replace (readers "
+                           f"of the pattern would read it too): {type(exc).__name__}: {one_line(exc)}") from exc
+    print(f"removed {len(stale)} shard(s) of an earlier run that this run did not replace: {_named(stale)}",
+          file=sys.stderr)
 
 
 # ---------------------------------------------------------------------------
@@ -362,22 +463,42 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(str(exc).removeprefix("pipekit shard: ")) from None
     source = _source(args, storage_options)
+    existing = _existing_shards(pattern, args.start_shard, storage_options)
     if not args.overwrite:
-        _check_free(pattern, args.start_shard, storage_options)
+        _check_free(pattern, args.start_shard, storage_options, existing)
+    elif existing is None:
+        print(f"the shard number is in a folder name of {pattern!r}: shards of an earlier run beyond the ones this "
+              "run writes are not looked for", file=sys.stderr)
     for note in source.notes:
         print(note, file=sys.stderr)
     bar = tqdm(total=source.total, desc=f"writing {source.description}", unit="sample", file=sys.stderr,
                disable=args.no_progress, dynamic_ncols=True)
 
+    finished = [0]  # samples in the finished shards
+
     def done(name: str) -> None:
+        finished[0] = writer.total
         bar.set_postfix_str(f"{len(writer.shards)} shard(s), last {name.rsplit('/', 1)[-1]}", refresh=False)
 
     writer = ShardWriter(pattern, maxcount=args.maxcount, maxsize=args.maxsize, post=done,
                          start_shard=args.start_shard, verbose=0, storage_options=storage_options)
-    with bar, writer:
-        for sample in source.samples:
-            writer.write(sample)
-            bar.update(1)
-    first, last = args.start_shard, args.start_shard + len(writer.shards) - 1
+    first = args.start_shard
+    try:
+        with bar, writer:
+            for sample in source.samples:
+                writer.write(sample)
+                bar.update(1)
+    except BaseException:
+        if writer.shards:  # say what the failed run leaves, so that no reader takes it for the whole data set
+            print(f"{len(writer.shards)} shard(s) with {finished[0]} sample(s) were finished before the error and "
+                  f"stay: {brace_pattern(pattern, first, first + len(writer.shards) - 1)}", file=sys.stderr)
+        left = [url for url in existing or [] if url not in set(writer.shards)]
+        if left:
+            print(f"{len(left)} shard(s) of an earlier run are left as they were: {_named(left)}", file=sys.stderr)
+        raise
+    stale = [url for url in existing or [] if url not in set(writer.shards)]
+    if stale:
+        _remove_stale(stale, storage_options)
+    last = first + len(writer.shards) - 1
     print(f"wrote {writer.total} sample(s) in {len(writer.shards)} shard(s): {brace_pattern(pattern, first, last)}")
     return 0
