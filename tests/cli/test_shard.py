@@ -137,6 +137,17 @@ class TestLayout:
         assert "layout: folder of samples" in err and "'b.jpg' is not in a class folder" in err
         assert "no class labels (.cls) are written" in err
 
+    def test_a_folder_without_images_names_the_fix(self, cli, image_folder: Path, tmp_path: Path) -> None:
+        src = tmp_path / "imgs"
+        shutil.copytree(image_folder, src)
+        (src / "docs").mkdir()
+        (src / "docs" / "notes.md").write_text("how this data set was made")
+        code, out, err = cli("shard", src, tmp_path / "out", "--no-progress")
+        assert code == 2 and out == ""
+        assert "class folder 'docs'" in err and "has no image files" in err
+        assert "allow_empty" not in err and "move it out of" in err and "--layout samples" in err
+        assert not (tmp_path / "out").exists()
+
     def test_an_explicit_layout_is_named(self, cli, image_folder: Path, tmp_path: Path) -> None:
         code, _, err = cli("shard", image_folder, tmp_path / "o", "--layout", "samples", "--no-progress")
         assert code == 0, err

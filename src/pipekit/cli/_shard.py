@@ -262,11 +262,16 @@ def _image_folder(src: str, listing: Any, storage_options: dict[str, Any], order
     from pipekit.datasets._imagefolder import _list_classes
 
     try:
-        prefix, classes, files = _list_classes(src, _IMAGE_EXTENSIONS, storage_options, allow_empty=False)
+        prefix, classes, files = _list_classes(src, _IMAGE_EXTENSIONS, storage_options, allow_empty=True)
     except FileNotFoundError as exc:
         raise CliError(one_line(exc)) from None
     if not files:
         raise CliError(f"no class folders with images (root/<class>/<image>) in {src!r}")
+    empty = sorted(set(classes) - {classes[label] for _, label in files})
+    if empty:
+        raise CliError(f"class folder {empty[0]!r} of {src!r} has no image files ({', '.join(_IMAGE_EXTENSIONS)}): "
+                       "move it out of SRC (the class numbers follow the sorted folder names, as "
+                       "pipekit.datasets.ImageFolder numbers them), or use --layout samples")
     keys: dict[str, str] = {}
     entries = []
     for url, label in files:
