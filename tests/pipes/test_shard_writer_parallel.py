@@ -83,3 +83,20 @@ class TestRanks:
         with pytest.raises(ValueError, match=r"\{workers\}.*\{worker\}, \{rank\}"):
             ShardSaver(samples(1), str(tmp_path / "p-{workers}-%d.tar"))
         assert issubclass(ConfigurationError, PipekitError)
+
+
+@pytest.mark.timeout(120)
+def test_two_workers_resume_every_sample_in_exactly_one_shard(tmp_path: Path) -> None:
+    def build() -> ShardSaver:
+        return samples(30).sharding_filter().write_shards(str(tmp_path / "p-{worker}-%03d.tar"), maxcount=4)
+
+    loader = pipekit.DataLoader(build(), batch_size=None, num_workers=2)
+    it = iter(loader)
+    head = [next(it), next(it), next(it)]
+    state = loader.state_dict()
+    del it, loader
+    resumed = pipekit.DataLoader(build(), batch_size=None, num_workers=2)
+    resumed.load_state_dict(state)
+    names = head + list(resumed)
+    assert len(names) == len(set(names)) and sorted(names) == shards_in(tmp_path)
+    assert keys_in(names) == Counter({f"k{i:03d}": 1 for i in range(30)})
