@@ -137,6 +137,18 @@ class TestLayout:
         assert "layout: folder of samples" in err and "'b.jpg' is not in a class folder" in err
         assert "no class labels (.cls) are written" in err
 
+    def test_dotted_image_names_and_masks_stay_an_image_folder(self, cli, tmp_path: Path) -> None:
+        src = tmp_path / "src"
+        (src / "cat").mkdir(parents=True)
+        (src / "dog").mkdir()
+        for name in ("cat/photo.2021.jpg", "cat/photo.2022.jpg", "dog/0001.jpg", "dog/0001.seg.png"):
+            (src / name).write_bytes(b"IMG")
+        code, out, err = cli("shard", src, tmp_path / "out", "--no-progress")
+        assert code == 0, err
+        assert "layout: image folder" in err and summary(out)[0] == 4
+        names = tar_names(tmp_path / "out" / "shard-000000.tar")
+        assert sum(n.endswith(".cls") for n in names) == 4
+
     def test_a_folder_without_images_names_the_fix(self, cli, image_folder: Path, tmp_path: Path) -> None:
         src = tmp_path / "imgs"
         shutil.copytree(image_folder, src)

@@ -21,10 +21,10 @@ the shards are named ``shard-%06d.tar``.  Each shard appears under its name
 only once complete (see :mod:`pipekit.pipes._shard_writer`).
 
 With ``--layout auto`` (the default) a folder is read as an image folder when
-every image is inside a class folder and no two files share a key; other files
-(a ``README.txt``) are then ignored and listed.  Otherwise (files sharing a key,
-an image outside a class folder, no image) it is a folder of samples, and no
-labels are written.  The layout chosen, and why, is printed on stderr.
+every image is inside a class folder and no other file shares an image's key;
+other files (a ``README.txt``) are then ignored and listed.  Otherwise (a
+``0001.txt`` beside ``0001.jpg``, an image outside a class folder, no image) it
+is a folder of samples, and no labels are written.  The layout chosen, and why, is printed on stderr.
 
 Shards of DST's pattern numbered ``--start-shard`` or more that already exist
 make the command fail before it writes anything; with ``--overwrite`` they are
@@ -106,8 +106,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("dst", metavar="DST", help="a shard pattern with %%d (out/train-%%06d.tar) or a folder")
     p.add_argument("--layout", choices=["auto", "imagefolder", "samples"], default="auto",
                    help="how to read a SRC folder (default: an image folder when every image is inside a class "
-                        "folder and no two files share a key, other files being ignored and reported; else a folder "
-                        "of samples); the layout chosen, and why, is printed")
+                        "folder and no other file shares an image's key, other files being ignored and reported; "
+                        "else a folder of samples); the layout chosen, and why, is printed")
     p.add_argument("--maxcount", type=positive_int, default=100000,
                    help="samples per shard (default 100000)")
     p.add_argument("--maxsize", type=parse_size, default=3e9,
@@ -222,11 +222,11 @@ def _reader(listing: Any) -> Any:
 def _auto_layout(listing: Any) -> tuple[str, str]:
     """``(layout, why)`` for ``--layout auto``.
 
-    An image folder when every image is inside a class folder and no two files
-    share a key (other files, a README.txt, are ignored and reported); a folder
-    of samples when files share a key (``0001.png`` and ``0001.txt``: a sample
-    of several fields), when an image lies outside a class folder, or when
-    there is no image at all.
+    A folder of samples when a file that is not an image shares its key with
+    an image (``0001.jpg`` and ``0001.txt``: a sample of several fields), when
+    an image lies outside a class folder, or when there is no image at all;
+    else an image folder, whose other files (a ``README.txt``) are ignored and
+    reported.
     """
     names = [name for _, name, _ in listing.files]
     images = [n for n in names if n.lower().endswith(_IMAGE_EXTENSIONS)]
@@ -235,13 +235,12 @@ def _auto_layout(listing: Any) -> tuple[str, str]:
     loose = [n for n in images if "/" not in n]
     if loose:
         return "samples", f"{loose[0]!r} is not in a class folder (root/<class>/<image>)"
-    seen: dict[str, str] = {}
+    by_key = {_split(n)[0]: n for n in reversed(images)}  # the first image of each key
     for name in names:
-        key, _ = _split(name)
-        if key in seen:
-            return "samples", f"{seen[key]!r} and {name!r} share the key {key!r} (a sample of several files)"
-        seen[key] = name
-    return "imagefolder", "every image is in a class folder and no two files share a key"
+        if not name.lower().endswith(_IMAGE_EXTENSIONS) and _split(name)[0] in by_key:
+            key = _split(name)[0]
+            return "samples", f"{by_key[key]!r} and {name!r} share the key {key!r} (a sample of several files)"
+    return "imagefolder", "every image is in a class folder and no other file shares an image's key"
 
 
 def _layout_note(layout: str, why: str | None) -> str:
