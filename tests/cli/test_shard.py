@@ -221,6 +221,10 @@ def broken():
     return [{"__key__": "b0", "png": np.zeros((2, 2), dtype=np.int64)}]
 
 
+def nothing():
+    return iter([])
+
+
 def broken_late():
     for i in range(5):
         yield {"__key__": f"l{i}", "cls": i}
@@ -274,6 +278,12 @@ class TestPipeSpec:
         assert code == 2 and out == ""
         assert err.startswith("pipekit shard: error: ") and "\n" not in err.strip()
         assert message in err
+
+    def test_a_pipe_yielding_nothing_fails_and_writes_nothing(self, cli, spec_file: Path, tmp_path: Path) -> None:
+        code, out, err = cli("shard", f"{spec_file}:nothing", tmp_path / "out", "--no-progress")
+        assert code == 2 and out == ""
+        assert f"{spec_file}:nothing gave no sample; no shard written" in err
+        assert not (tmp_path / "out").exists() or os.listdir(tmp_path / "out") == []
 
     def test_shuffle_is_for_folders(self, cli, spec_file: Path, tmp_path: Path) -> None:
         code, _, err = cli("shard", f"{spec_file}:samples", tmp_path / "out", "--shuffle")

@@ -31,7 +31,8 @@ make the command fail before it writes anything; with ``--overwrite`` they are
 replaced, and those this run does not write (an earlier run wrote more) are
 removed once it succeeds, each named on stderr, so a reader of the pattern
 never mixes two runs.  A run that fails keeps the shards it finished and says
-which (and which shards of an earlier run are left).
+which (and which shards of an earlier run are left).  A source that gives no
+sample is an error, and no (empty) shard is written.
 """
 
 from __future__ import annotations
@@ -492,6 +493,9 @@ def run(args: argparse.Namespace) -> int:
             for sample in source.samples:
                 writer.write(sample)
                 bar.update(1)
+            if writer.total == 0:  # not the one empty shard ShardWriter writes then: an empty data set is an error
+                writer.abort()
+                raise CliError(f"{args.src} gave no sample; no shard written")
     except BaseException:
         if writer.shards:  # say what the failed run leaves, so that no reader takes it for the whole data set
             print(f"{len(writer.shards)} shard(s) with {finished[0]} sample(s) were finished before the error and "
