@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import tarfile
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch.distributed as dist
+import torch.multiprocessing as mp
 
 import pipekit
 from pipekit.errors import ConfigurationError, PipekitError
@@ -100,3 +104,43 @@ def test_two_workers_resume_every_sample_in_exactly_one_shard(tmp_path: Path) ->
     names = head + list(resumed)
     assert len(names) == len(set(names)) and sorted(names) == shards_in(tmp_path)
     assert keys_in(names) == Counter({f"k{i:03d}": 1 for i in range(30)})
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_writes(rank: int, world_size: int, port: int, out: str, context: str | None) -> None:
+    """One rank of a gloo group (no RANK/WORLD_SIZE in the environment) writing through a 1-worker loader."""
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+    try:
+        result: dict[str, object] = {}
+        for name, pattern in (("shared", f"{out}/shared/p-%03d.tar"), ("own", f"{out}/own/p-{{rank}}-%03d.tar")):
+            pipe = samples(10).sharding_filter().write_shards(pattern, maxcount=3)
+            loader = pipekit.DataLoader(pipe, batch_size=None, num_workers=1, multiprocessing_context=context)
+            try:
+                result[name] = list(loader)
+            except ConfigurationError as exc:
+                result[name] = str(exc)
+        Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("context", [None, "spawn"])
+def test_ranks_of_a_process_group_write_their_own_shards(tmp_path: Path, context: str | None) -> None:
+    for folder in ("shared", "own"):
+        (tmp_path / folder).mkdir()
+    mp.spawn(_rank_writes, args=(2, _free_port(), str(tmp_path), context), nprocs=2, join=True)
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    for result in results:
+        assert "2 ranks" in result["shared"] and "{rank}" in result["shared"]
+    assert os.listdir(tmp_path / "shared") == []
+    names = results[0]["own"] + results[1]["own"]
+    assert sorted(names) == shards_in(tmp_path / "own")
+    assert keys_in(names) == Counter({f"k{i:03d}": 1 for i in range(10)})

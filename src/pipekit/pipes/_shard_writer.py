@@ -457,7 +457,24 @@ def _world_size() -> int:
         return 1
 
 
-def _writer_pattern(pattern: str, stage: str) -> str:
+def _sharded_ranks(pipe: IterDataPipe, workers: int) -> tuple[int, int] | None:
+    """``(ranks, rank)`` as the DataLoader told the sharding point upstream of ``pipe``, or ``None``.
+
+    A DataLoader worker has no process group (and ``mp.spawn`` sets no
+    ``$RANK``), but torch's DataLoader gives each sharding point
+    ``num_workers * world_size`` instances and the id ``worker * world_size + rank``.
+    """
+    from pipekit.pipes._resume import pipeline_pipes  # resume imports the pipe modules
+
+    for dp in pipeline_pipes(pipe):
+        n, i = getattr(dp, "num_of_instances", None), getattr(dp, "instance_id", None)
+        sharded = callable(getattr(dp, "apply_sharding", None)) and isinstance(n, int) and isinstance(i, int)
+        if sharded and n > 1 and n % workers == 0:
+            return n // workers, i % (n // workers)
+    return None
+
+
+def _writer_pattern(pattern: str, stage: str, pipe: IterDataPipe) -> str:
     """``pattern`` with ``{worker}`` and ``{rank}`` filled in for this process.
 
     Several writers (DataLoader workers, distributed ranks) given one pattern
@@ -466,7 +483,7 @@ def _writer_pattern(pattern: str, stage: str) -> str:
     """
     info = torch.utils.data.get_worker_info()
     workers, worker = (1, 0) if info is None else (int(info.num_workers), int(info.id))
-    ranks, rank = _world_size(), get_rank()
+    ranks, rank = _sharded_ranks(pipe, workers) or (_world_size(), get_rank())
     missing = []
     if workers > 1 and "{worker}" not in pattern:
         missing.append(("{worker}", f"{workers} DataLoader workers"))
@@ -766,7 +783,7 @@ class ShardSaver(ResumablePipe):
             self._shard, self._total = int(state["shard"]), int(state["total"])
 
     def __iter__(self) -> Iterator[str]:
-        writer = self._writer(_writer_pattern(self.pattern, "write_shards"))
+        writer = self._writer(_writer_pattern(self.pattern, "write_shards", self))
         writer.shard, writer.total = self._shard, self._total
         try:
             for sample in self.source_datapipe:
