@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import tarfile
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -144,3 +145,21 @@ def test_ranks_of_a_process_group_write_their_own_shards(tmp_path: Path, context
     names = results[0]["own"] + results[1]["own"]
     assert sorted(names) == shards_in(tmp_path / "own")
     assert keys_in(names) == Counter({f"k{i:03d}": 1 for i in range(10)})
+
+
+class TestEarlierRun:
+    def test_shards_of_an_earlier_longer_run_are_named(self, tmp_path: Path) -> None:
+        pattern = str(tmp_path / "p-%03d.tar")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a first run warns about nothing
+            assert len(list(samples(7).write_shards(pattern, maxcount=2))) == 4
+        with pytest.warns(UserWarning, match="earlier run") as record:
+            names = list(samples(7).write_shards(pattern, maxcount=4))
+        assert names == [str(tmp_path / "p-000.tar"), str(tmp_path / "p-001.tar")]
+        (message,) = [str(w.message) for w in record]
+        assert message.startswith(f"write_shards: 2 shard(s) of {pattern!r} after the ones this epoch wrote are left "
+                                  f"from an earlier run: {tmp_path / 'p-002.tar'}, {tmp_path / 'p-003.tar'}")
+        assert "read them too" in message
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a shorter run after the start shard is not about them
+            list(samples(3).write_shards(pattern, maxcount=4, start_shard=4))

@@ -393,30 +393,13 @@ def _destination(dst: str) -> str:
 
 
 def _existing_shards(pattern: str, start: int, storage_options: dict[str, Any]) -> list[str] | None:
-    """The shards of ``pattern`` numbered ``start`` or more that exist, in order (named as ``pattern`` names them).
+    from pipekit.pipes._shard_names import existing_shards
 
-    ``None`` when they cannot be listed (the shard number is in a folder name):
-    only the first shard's name is then looked for.
-    """
-    folder, slash, name = pattern.rpartition("/")
-    fields = list(_FIELD.finditer(name))
-    if "%" in folder or len(fields) != 1 or name.count("%") != 1:
-        return None
-    m = fields[0]
-    names = re.compile(re.escape(name[:m.start()]) + r"\s*(\d+)" + re.escape(name[m.end():]))
     try:
-        fs, path = url_to_fs(folder or ("/" if slash else "."), storage_options)
-        fs.invalidate_cache(path)
-        entries = fs.ls(path, detail=False) if fs.isdir(path) else []
+        return existing_shards(pattern, start, storage_options)
     except Exception as exc:
-        raise CliError(f"cannot list {folder or '.'!r}: {type(exc).__name__}: {one_line(exc)}") from exc
-    found = []
-    for entry in entries:
-        base = str(entry).rstrip("/").rsplit("/", 1)[-1]
-        hit = names.fullmatch(base)
-        if hit is not None and int(hit[1]) >= start and name % int(hit[1]) == base:
-            found.append((int(hit[1]), f"{folder}{slash}{base}"))
-    return [url for _, url in sorted(found)]
+        folder = pattern.rpartition("/")[0] or "."
+        raise CliError(f"cannot list {folder!r}: {type(exc).__name__}: {one_line(exc)}") from exc
 
 
 def _named(urls: list[str], most: int = 10) -> str:
@@ -459,7 +442,8 @@ def _remove_stale(stale: list[str], storage_options: dict[str, Any]) -> None:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from pipekit.pipes._shard_writer import ShardWriter, _check_pattern
+    from pipekit.pipes._shard_names import _check_pattern
+    from pipekit.pipes._shard_writer import ShardWriter
 
     storage_options = parse_storage_options(args.storage_option)
     pattern = _destination(args.dst)

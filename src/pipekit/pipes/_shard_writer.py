@@ -47,7 +47,6 @@ import contextlib
 import logging
 import os
 import posixpath
-import re
 import sys
 import tarfile
 import time
@@ -55,12 +54,10 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import IO, Any
 
-import torch
-
 from pipekit._fs import url_to_fs
-from pipekit._seeds import get_rank
 from pipekit.encoders import EncodeError, encode_sample, encoder_table, field_name
-from pipekit.errors import ConfigurationError, ReadError, SkipLog, check_on_error
+from pipekit.errors import ReadError, SkipLog, check_on_error
+from pipekit.pipes._shard_names import _check_pattern, _check_writer_fields, _warn_left_over, _writer_pattern
 from pipekit.pipes.base import IterDataPipe, functional_datapipe
 from pipekit.pipes.state import ResumablePipe
 
@@ -419,88 +416,6 @@ class _BytesReader:
         return chunk
 
 
-def _check_pattern(pattern: Any, start_shard: int, stage: str) -> str:
-    if isinstance(pattern, os.PathLike):
-        pattern = os.fspath(pattern)
-    if not isinstance(pattern, str):
-        raise TypeError(f"{stage}: pattern must be a str such as 'shards/train-%06d.tar', got {pattern!r}")
-    try:
-        first, second = pattern % start_shard, pattern % (start_shard + 1)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{stage}: pattern {pattern!r} must hold one %d-style field for the shard number, "
-                         f"e.g. 'shards/train-%06d.tar' ({exc})") from None
-    if first == second:
-        raise ValueError(f"{stage}: pattern {pattern!r} gives the same name for every shard; "
-                         "use a %d-style field, e.g. 'shards/train-%06d.tar'")
-    return pattern
-
-
-_WRITER_FIELD = re.compile(r"\{(\w*)\}")
-_WRITER_FIELDS = ("worker", "rank")
-
-
-def _check_writer_fields(pattern: str, stage: str) -> None:
-    """Refuse ``{name}`` fields of a ``write_shards`` pattern other than ``{worker}`` and ``{rank}``."""
-    unknown = sorted({m[1] for m in _WRITER_FIELD.finditer(pattern)} - set(_WRITER_FIELDS))
-    if unknown:
-        raise ValueError(f"{stage}: pattern {pattern!r} has the field(s) " + ", ".join(f"{{{u}}}" for u in unknown)
-                         + "; the fields a pattern may hold are {worker}, {rank} (and the %d shard number)")
-
-
-def _world_size() -> int:
-    """The number of distributed ranks: the process group's, else ``$WORLD_SIZE``, else 1."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return int(torch.distributed.get_world_size())
-    try:
-        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
-    except ValueError:
-        return 1
-
-
-def _sharded_ranks(pipe: IterDataPipe, workers: int) -> tuple[int, int] | None:
-    """``(ranks, rank)`` as the DataLoader told the sharding point upstream of ``pipe``, or ``None``.
-
-    A DataLoader worker has no process group (and ``mp.spawn`` sets no
-    ``$RANK``), but torch's DataLoader gives each sharding point
-    ``num_workers * world_size`` instances and the id ``worker * world_size + rank``.
-    """
-    from pipekit.pipes._resume import pipeline_pipes  # resume imports the pipe modules
-
-    for dp in pipeline_pipes(pipe):
-        n, i = getattr(dp, "num_of_instances", None), getattr(dp, "instance_id", None)
-        sharded = callable(getattr(dp, "apply_sharding", None)) and isinstance(n, int) and isinstance(i, int)
-        if sharded and n > 1 and n % workers == 0:
-            return n // workers, i % (n // workers)
-    return None
-
-
-def _writer_pattern(pattern: str, stage: str, pipe: IterDataPipe) -> str:
-    """``pattern`` with ``{worker}`` and ``{rank}`` filled in for this process.
-
-    Several writers (DataLoader workers, distributed ranks) given one pattern
-    would write the same shard names, each replacing the others' shards: a
-    pattern that does not tell them apart is refused, before anything is written.
-    """
-    info = torch.utils.data.get_worker_info()
-    workers, worker = (1, 0) if info is None else (int(info.num_workers), int(info.id))
-    ranks, rank = _sharded_ranks(pipe, workers) or (_world_size(), get_rank())
-    missing = []
-    if workers > 1 and "{worker}" not in pattern:
-        missing.append(("{worker}", f"{workers} DataLoader workers"))
-    if ranks > 1 and "{rank}" not in pattern:
-        missing.append(("{rank}", f"{ranks} ranks"))
-    if missing:
-        fields = "".join(f"{field}-" for field, _ in missing)
-        at = pattern.rfind("%")  # the shard number's field
-        example = pattern[:at] + fields + pattern[at:]
-        raise ConfigurationError(
-            f"{stage}: pattern {pattern!r} runs in " + " and ".join(where for _, where in missing)
-            + ", which would all write the same shard names and replace each other's shards (losing their "
-            "samples); put " + " and ".join(field for field, _ in missing) + f" in the pattern, e.g. {example!r}, "
-            "so that each writes its own shards (or write from one process: num_workers=0)")
-    return pattern.replace("{worker}", str(worker)).replace("{rank}", str(rank))
-
-
 class ShardWriter:
     """Write sample dicts into numbered tar shards (the ``webdataset`` library's ``ShardWriter``).
 
@@ -719,6 +634,12 @@ class ShardSaver(ResumablePipe):
     other's shards, losing half the samples).  Shard the samples upstream
     (``.sharding_filter()``), or every worker writes all of them.
 
+    **An earlier run.**  Shards are replaced by name, as ``webdataset`` does;
+    at the end of an epoch, shards of the pattern numbered after the last one
+    written (an earlier run wrote more) are named in a ``UserWarning``, since
+    readers of the pattern or the folder would read them too (one listing of
+    the folder per epoch and writer).
+
     Resume: the pipe yields only between shards, so its checkpoint is
     ``{"shard": number of the next shard, "total": samples written}``; a
     restored copy starts a new shard with that number and goes on with the
@@ -800,6 +721,7 @@ class ShardSaver(ResumablePipe):
             done = len(writer.shards)
             writer.close()
             self._shard, self._total = writer.shard, writer.total
+            _warn_left_over(writer.pattern, writer.shard, self.storage_options, "write_shards")
             if len(writer.shards) > done:
                 yield writer.shards[-1]
         except BaseException:
