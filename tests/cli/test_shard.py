@@ -314,6 +314,22 @@ class TestDestination:
         keys = all_keys(dst)
         assert len(keys) == len(set(keys)) == 13
 
+    def test_overwrite_removes_the_temporary_files_of_a_killed_run(self, cli, image_folder: Path,
+                                                                   tmp_path: Path) -> None:
+        dst = tmp_path / "o"
+        dst.mkdir()
+        killed = dst / f".shard-000004.tar.tmp-{'0a' * 16}"  # what a run killed mid-shard leaves
+        killed.write_bytes(b"half a shard")
+        other = dst / f".other-000004.tar.tmp-{'0a' * 16}"  # not of this pattern
+        other.write_bytes(b"x")
+        code, _, err = cli("shard", image_folder, dst, "--no-progress")
+        assert code == 0, err
+        assert killed.exists()  # only --overwrite removes anything
+        code, _, err = cli("shard", image_folder, dst, "--no-progress", "--overwrite")
+        assert code == 0, err
+        assert f"removed 1 temporary file(s) of an interrupted run: {killed}" in err
+        assert sorted(os.listdir(dst)) == [other.name, "shard-000000.tar"]
+
     def test_a_later_existing_shard_needs_overwrite_too(self, cli, image_folder: Path, tmp_path: Path) -> None:
         dst = tmp_path / "o"
         assert cli("shard", image_folder, dst, "--no-progress", "--maxcount", "5", "--start-shard", "1")[0] == 0

@@ -30,9 +30,10 @@ Shards of DST's pattern numbered ``--start-shard`` or more that already exist
 make the command fail before it writes anything; with ``--overwrite`` they are
 replaced, and those this run does not write (an earlier run wrote more) are
 removed once it succeeds, each named on stderr, so a reader of the pattern
-never mixes two runs.  A run that fails keeps the shards it finished and says
-which (and which shards of an earlier run are left).  A source that gives no
-sample is an error, and no (empty) shard is written.
+never mixes two runs (and so are the hidden temporary files a killed run
+left).  A run that fails keeps the shards it finished and says which (and
+which shards of an earlier run are left).  A source that gives no sample is
+an error, and no (empty) shard is written.
 """
 
 from __future__ import annotations
@@ -392,11 +393,11 @@ def _destination(dst: str) -> str:
     return dst.rstrip("/") + "/shard-%06d.tar"
 
 
-def _existing_shards(pattern: str, start: int, storage_options: dict[str, Any]) -> list[str] | None:
-    from pipekit.pipes._shard_names import existing_shards
+def _existing_shards(pattern: str, start: int, storage_options: dict[str, Any]) -> tuple[list[str], list[str]] | None:
+    from pipekit.pipes._shard_names import scan_shards
 
     try:
-        return existing_shards(pattern, start, storage_options)
+        return scan_shards(pattern, start, storage_options)
     except Exception as exc:
         folder = pattern.rpartition("/")[0] or "."
         raise CliError(f"cannot list {folder!r}: {type(exc).__name__}: {one_line(exc)}") from exc
@@ -421,17 +422,17 @@ def _check_free(pattern: str, start: int, storage_options: dict[str, Any], exist
                        "to replace them, or write elsewhere")
 
 
-def _remove_stale(stale: list[str], storage_options: dict[str, Any]) -> None:
-    """Remove the shards of an earlier run that this run did not replace, saying which."""
-    for url in stale:
+def _remove(urls: list[str], what: str, storage_options: dict[str, Any]) -> None:
+    """Remove ``urls`` (``what`` they are, for the messages), saying which."""
+    for url in urls:
         try:
             fs, path = url_to_fs(url, storage_options)
-            fs.rm(path)
+            if fs.exists(path):
+                fs.rm(path)
         except Exception as exc:
-            raise CliError(f"cannot remove {url!r}, a shard of an earlier run that this run did not replace (readers "
-                           f"of the pattern would read it too): {type(exc).__name__}: {one_line(exc)}") from exc
-    print(f"removed {len(stale)} shard(s) of an earlier run that this run did not replace: {_named(stale)}",
-          file=sys.stderr)
+            raise CliError(f"cannot remove {url!r}, {what} (readers of the pattern would read it too): "
+                           f"{type(exc).__name__}: {one_line(exc)}") from exc
+    print(f"removed {len(urls)} {what}: {_named(urls)}", file=sys.stderr)
 
 
 # ---------------------------------------------------------------------------
@@ -452,7 +453,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(str(exc).removeprefix("pipekit shard: ")) from None
     source = _source(args, storage_options)
-    existing = _existing_shards(pattern, args.start_shard, storage_options)
+    scan = _existing_shards(pattern, args.start_shard, storage_options)
+    existing, temporaries = (None, []) if scan is None else scan
     if not args.overwrite:
         _check_free(pattern, args.start_shard, storage_options, existing)
     elif existing is None:
@@ -490,7 +492,9 @@ def run(args: argparse.Namespace) -> int:
         raise
     stale = [url for url in existing or [] if url not in set(writer.shards)]
     if stale:
-        _remove_stale(stale, storage_options)
+        _remove(stale, "shard(s) of an earlier run that this run did not replace", storage_options)
+    if temporaries and args.overwrite:
+        _remove(temporaries, "temporary file(s) of an interrupted run", storage_options)
     last = first + len(writer.shards) - 1
     print(f"wrote {writer.total} sample(s) in {len(writer.shards)} shard(s): {brace_pattern(pattern, first, last)}")
     return 0

@@ -46,28 +46,42 @@ def _check_pattern(pattern: Any, start_shard: int, stage: str) -> str:
 _NUMBER_FIELD = re.compile(r"%(0?)(\d*)d")
 
 
-def existing_shards(pattern: str, start: int, storage_options: Mapping[str, Any] | None = None) -> list[str] | None:
-    """The shards of ``pattern`` numbered ``start`` or more that exist, in order (named as ``pattern`` names them).
+def scan_shards(
+    pattern: str, start: int, storage_options: Mapping[str, Any] | None = None
+) -> tuple[list[str], list[str]] | None:
+    """``(shards, temporaries)`` of ``pattern`` numbered ``start`` or more that exist, each in order.
 
-    ``None`` when they cannot be listed (the shard number is in a folder name).
-    Raises what listing the folder raises.
+    ``shards`` are named as ``pattern`` names them; ``temporaries`` are the
+    hidden files a writer killed mid-shard leaves beside them
+    (``.train-000003.tar.tmp-<uuid>``).  ``None`` when they cannot be listed
+    (the shard number is in a folder name).  Raises what listing the folder raises.
     """
     folder, slash, name = pattern.rpartition("/")
     fields = list(_NUMBER_FIELD.finditer(name))
     if "%" in folder or len(fields) != 1 or name.count("%") != 1:
         return None
     m = fields[0]
-    names = re.compile(re.escape(name[:m.start()]) + r"\s*(\d+)" + re.escape(name[m.end():]))
+    names = re.compile(r"(\.?)" + re.escape(name[:m.start()]) + r"\s*(\d+)" + re.escape(name[m.end():])
+                       + r"(\.tmp-[0-9a-f]{32})?")
     fs, path = url_to_fs(folder or ("/" if slash else "."), storage_options)
     fs.invalidate_cache(path)
     entries = fs.ls(path, detail=False) if fs.isdir(path) else []
-    found = []
+    found: tuple[list[tuple[int, str]], list[tuple[int, str]]] = ([], [])
     for entry in entries:
         base = str(entry).rstrip("/").rsplit("/", 1)[-1]
         hit = names.fullmatch(base)
-        if hit is not None and int(hit[1]) >= start and name % int(hit[1]) == base:
-            found.append((int(hit[1]), f"{folder}{slash}{base}"))
-    return [url for _, url in sorted(found)]
+        if hit is None or bool(hit[1]) != bool(hit[3]) or int(hit[2]) < start:
+            continue
+        number = int(hit[2])
+        if name % number == base.removeprefix(".").removesuffix(hit[3] or ""):
+            found[bool(hit[3])].append((number, f"{folder}{slash}{base}"))
+    return [url for _, url in sorted(found[0])], [url for _, url in sorted(found[1])]
+
+
+def existing_shards(pattern: str, start: int, storage_options: Mapping[str, Any] | None = None) -> list[str] | None:
+    """The shards of ``pattern`` numbered ``start`` or more that exist, in order (see :func:`scan_shards`)."""
+    scan = scan_shards(pattern, start, storage_options)
+    return None if scan is None else scan[0]
 
 
 def _warn_left_over(pattern: str, after: int, storage_options: Mapping[str, Any], stage: str) -> None:
