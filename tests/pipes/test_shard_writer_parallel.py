@@ -115,11 +115,13 @@ def _free_port() -> int:
 
 def _rank_writes(rank: int, world_size: int, port: int, out: str, context: str | None) -> None:
     """One rank of a gloo group (no RANK/WORLD_SIZE in the environment) writing through a 1-worker loader."""
+    early = samples(10).sharding_filter().write_shards(f"{out}/early/p-{{rank}}-%03d.tar")  # before the group
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
     try:
         result: dict[str, object] = {}
-        for name, pattern in (("shared", f"{out}/shared/p-%03d.tar"), ("own", f"{out}/own/p-{{rank}}-%03d.tar")):
-            pipe = samples(10).sharding_filter().write_shards(pattern, maxcount=3)
+        for name, pattern in (("shared", f"{out}/shared/p-%03d.tar"), ("own", f"{out}/own/p-{{rank}}-%03d.tar"),
+                              ("early", None)):
+            pipe = early if pattern is None else samples(10).sharding_filter().write_shards(pattern, maxcount=3)
             loader = pipekit.DataLoader(pipe, batch_size=None, num_workers=1, multiprocessing_context=context)
             try:
                 result[name] = list(loader)
@@ -135,13 +137,14 @@ def _rank_writes(rank: int, world_size: int, port: int, out: str, context: str |
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("context", [None, "spawn"])
 def test_ranks_of_a_process_group_write_their_own_shards(tmp_path: Path, context: str | None) -> None:
-    for folder in ("shared", "own"):
+    for folder in ("shared", "own", "early"):
         (tmp_path / folder).mkdir()
     mp.spawn(_rank_writes, args=(2, _free_port(), str(tmp_path), context), nprocs=2, join=True)
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     for result in results:
         assert "2 ranks" in result["shared"] and "{rank}" in result["shared"]
-    assert os.listdir(tmp_path / "shared") == []
+        assert "cannot tell its rank: build the pipe after torch.distributed.init_process_group()" in result["early"]
+    assert os.listdir(tmp_path / "shared") == os.listdir(tmp_path / "early") == []
     names = results[0]["own"] + results[1]["own"]
     assert sorted(names) == shards_in(tmp_path / "own")
     assert keys_in(names) == Counter({f"k{i:03d}": 1 for i in range(10)})

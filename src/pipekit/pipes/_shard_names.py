@@ -110,43 +110,49 @@ def _check_writer_fields(pattern: str, stage: str) -> None:
                          + "; the fields a pattern may hold are {worker}, {rank} (and the %d shard number)")
 
 
-def _world_size() -> int:
-    """The number of distributed ranks: the process group's, else ``$WORLD_SIZE``, else 1."""
+def distributed_place() -> tuple[int, int] | None:
+    """``(ranks, rank)`` as this process knows them: its process group's, else ``$WORLD_SIZE`` and ``$RANK``.
+
+    ``None`` when neither says (a single process, or a DataLoader worker of a
+    rank started without those variables: workers have no process group).
+    """
     if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return int(torch.distributed.get_world_size())
+        return int(torch.distributed.get_world_size()), int(torch.distributed.get_rank())
     try:
-        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
-    except ValueError:
-        return 1
+        return max(1, int(os.environ["WORLD_SIZE"])), get_rank()
+    except (KeyError, ValueError):
+        return None
 
 
-def _sharded_ranks(pipe: IterDataPipe, workers: int) -> tuple[int, int] | None:
-    """``(ranks, rank)`` as the DataLoader told the sharding point upstream of ``pipe``, or ``None``.
+def _sharded_ranks(pipe: IterDataPipe, workers: int) -> int:
+    """How many ranks the DataLoader told the sharding point upstream of ``pipe`` about (1 when none did).
 
-    A DataLoader worker has no process group (and ``mp.spawn`` sets no
-    ``$RANK``), but torch's DataLoader gives each sharding point
-    ``num_workers * world_size`` instances and the id ``worker * world_size + rank``.
+    A DataLoader gives each sharding point ``num_workers * world_size`` instances.
     """
     from pipekit.pipes._resume import pipeline_pipes  # resume imports the pipe modules
 
     for dp in pipeline_pipes(pipe):
-        n, i = getattr(dp, "num_of_instances", None), getattr(dp, "instance_id", None)
-        sharded = callable(getattr(dp, "apply_sharding", None)) and isinstance(n, int) and isinstance(i, int)
-        if sharded and n > 1 and n % workers == 0:
-            return n // workers, i % (n // workers)
-    return None
+        n = getattr(dp, "num_of_instances", None)
+        if callable(getattr(dp, "apply_sharding", None)) and isinstance(n, int) and n > 1 and n % workers == 0:
+            return n // workers
+    return 1
 
 
-def _writer_pattern(pattern: str, stage: str, pipe: IterDataPipe) -> str:
+def _writer_pattern(pattern: str, stage: str, pipe: IterDataPipe, built_in: tuple[int, int] | None) -> str:
     """``pattern`` with ``{worker}`` and ``{rank}`` filled in for this process.
 
     Several writers (DataLoader workers, distributed ranks) given one pattern
     would write the same shard names, each replacing the others' shards: a
     pattern that does not tell them apart is refused, before anything is written.
+    The rank is this process's (:func:`distributed_place`), else the one of the
+    process that built the pipe (``built_in``); the number of ranks is also
+    read from the sharding point upstream.
     """
     info = torch.utils.data.get_worker_info()
     workers, worker = (1, 0) if info is None else (int(info.num_workers), int(info.id))
-    ranks, rank = _sharded_ranks(pipe, workers) or (_world_size(), get_rank())
+    place = distributed_place() or built_in
+    ranks = max(place[0] if place else 1, _sharded_ranks(pipe, workers))
+    rank = place[1] if place else None
     missing = []
     if workers > 1 and "{worker}" not in pattern:
         missing.append(("{worker}", f"{workers} DataLoader workers"))
@@ -161,4 +167,11 @@ def _writer_pattern(pattern: str, stage: str, pipe: IterDataPipe) -> str:
             + ", which would all write the same shard names and replace each other's shards (losing their "
             "samples); put " + " and ".join(field for field, _ in missing) + f" in the pattern, e.g. {example!r}, "
             "so that each writes its own shards (or write from one process: num_workers=0)")
+    if "{rank}" in pattern and rank is None:
+        if ranks > 1:
+            raise ConfigurationError(
+                f"{stage}: pattern {pattern!r} has {{rank}}, but this DataLoader worker of one of {ranks} ranks cannot "
+                "tell its rank: build the pipe after torch.distributed.init_process_group(), or set RANK and "
+                "WORLD_SIZE in the environment (torchrun does)")
+        rank = 0
     return pattern.replace("{worker}", str(worker)).replace("{rank}", str(rank))

@@ -57,7 +57,13 @@ from typing import IO, Any
 from pipekit._fs import url_to_fs
 from pipekit.encoders import EncodeError, encode_sample, encoder_table, field_name
 from pipekit.errors import ReadError, SkipLog, check_on_error
-from pipekit.pipes._shard_names import _check_pattern, _check_writer_fields, _warn_left_over, _writer_pattern
+from pipekit.pipes._shard_names import (
+    _check_pattern,
+    _check_writer_fields,
+    _warn_left_over,
+    _writer_pattern,
+    distributed_place,
+)
 from pipekit.pipes.base import IterDataPipe, functional_datapipe
 from pipekit.pipes.state import ResumablePipe
 
@@ -689,6 +695,7 @@ class ShardSaver(ResumablePipe):
         self._writer()  # checks the arguments now (it opens nothing until the first sample)
         self._shard = start_shard
         self._total = 0
+        self._built_in = distributed_place()  # a DataLoader worker may not know its rank: this process's
 
     def _writer(self, pattern: str | None = None) -> ShardWriter:
         return ShardWriter(pattern or self.pattern, self.maxcount, self.maxsize, start_shard=self.start_shard,
@@ -704,7 +711,7 @@ class ShardSaver(ResumablePipe):
             self._shard, self._total = int(state["shard"]), int(state["total"])
 
     def __iter__(self) -> Iterator[str]:
-        writer = self._writer(_writer_pattern(self.pattern, "write_shards", self))
+        writer = self._writer(_writer_pattern(self.pattern, "write_shards", self, self._built_in))
         writer.shard, writer.total = self._shard, self._total
         try:
             for sample in self.source_datapipe:
