@@ -632,7 +632,8 @@ class ShardSaver(ResumablePipe):
     **Workers and ranks.**  In a DataLoader with several workers, or on several
     distributed ranks, each process writes its own shards: put ``{worker}``
     (the DataLoader worker id, ``0`` in the main process) and ``{rank}`` (the
-    distributed rank, ``0`` without one) in the pattern, e.g.
+    distributed rank: the process group's, else ``$RANK``, else that of the
+    process that built the pipe; ``0`` without one) in the pattern, e.g.
     ``"out/train-{rank}-{worker}-%06d.tar"``.  A pattern without the field
     that tells the writers apart is refused with
     :class:`~pipekit.errors.ConfigurationError` when the epoch starts, before
