@@ -50,7 +50,7 @@ Images (the image extensions, and ``.tif`` for arrays and PIL images) may be
 
 of ``uint8`` (or ``uint16`` for one-channel PNGs), or floating point in
 ``[0, 1]``, which is scaled by 255 and truncated to ``uint8`` (values outside
-``[-0.001, 1.001]`` are refused), as ``webdataset`` does.
+``[-0.001, 1.001]``, and NaN, are refused), as ``webdataset`` does.
 
 Where pipekit differs from ``webdataset`` 1.0 on purpose: a 0-d tensor in a
 ``.cls`` field gives ``b"3"`` (``webdataset`` writes ``b"tensor(3)"``); ``.pgm``
@@ -276,6 +276,9 @@ def _image_array(image: Any) -> np.ndarray:
     if array.ndim not in (2, 3):
         raise ValueError(f"an image must have 2 or 3 dimensions, got shape {tuple(array.shape)}")
     if np.issubdtype(array.dtype, np.floating):
+        if np.isnan(array).any():  # NaN passes every range check and casts to 0: refuse it
+            raise ValueError(f"floating-point image values must lie in [0, 1], got {int(np.isnan(array).sum())} "
+                             "NaN pixel(s)")
         low, high = float(np.amin(array)), float(np.amax(array))
         if low <= -0.001 or high >= 1.001:
             raise ValueError(f"floating-point image values must lie in [0, 1], got [{low:g}, {high:g}]")
