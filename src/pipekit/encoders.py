@@ -23,10 +23,10 @@ extension                                encoding (value -> bytes)
                                          add a handler for trusted data)
 ``.jpg .jpeg .img .image``               JPEG, quality 100
 ``.png``                                 PNG (8-bit, or 16-bit grayscale from ``uint16``)
-``.webp``                                WebP, lossless
-``.bmp``                                 BMP
+``.webp``                                WebP, lossless (8-bit: 16-bit images are refused)
+``.bmp``                                 BMP (no alpha: RGBA images are refused)
 ``.ppm .pgm .pbm``                       Netpbm (the variant follows the image: P6 RGB, P5 gray,
-                                         P4 bilevel)
+                                         P4 bilevel; no alpha: RGBA images are refused)
 ``.tif .tiff``                           tensors: GeoTIFF with rasterio, every band and dtype kept
                                          (what :func:`pipekit.decoders.decode_tiff` reads back);
                                          numpy arrays and PIL images: TIFF with Pillow
@@ -292,6 +292,14 @@ def _image_array(image: Any) -> np.ndarray:
     return np.ascontiguousarray(array)
 
 
+# Pillow modes a format cannot store: Pillow writes them anyway, losing part of the image
+_LOSSY_MODES = {
+    "WEBP": {"I;16": "16-bit values (saturated to 255)", "I": "32-bit values", "F": "floating-point values"},
+    "BMP": {"RGBA": "the alpha channel", "LA": "the alpha channel"},
+    "PPM": {"RGBA": "the alpha channel", "LA": "the alpha channel"},
+}
+
+
 def encode_image(image: Any, format: str = "png") -> bytes:
     """An image encoded as ``format`` (``"jpg"``, ``"png"``, ``"webp"``, ``"bmp"``, ``"ppm"``, ``"tiff"``...).
 
@@ -313,6 +321,10 @@ def encode_image(image: Any, format: str = "png") -> bytes:
     name = _PIL_FORMATS.get(format.lower(), format.upper())
     if not isinstance(image, Image.Image):
         image = Image.fromarray(_image_array(image))
+    lost = _LOSSY_MODES.get(name, {}).get(image.mode)
+    if lost is not None:
+        raise ValueError(f"{name} would lose {lost} of this {image.mode} image (Pillow writes it anyway); use png, "
+                         "which keeps them")
     with io.BytesIO() as out:
         image.save(out, format=name, **_SAVE_OPTIONS.get(name, {}))
         return out.getvalue()
