@@ -317,27 +317,52 @@ class TestDestination:
     def test_overwrite_removes_the_temporary_files_of_a_killed_run(self, cli, image_folder: Path,
                                                                    tmp_path: Path) -> None:
         dst = tmp_path / "o"
-        dst.mkdir()
-        killed = dst / f".shard-000004.tar.tmp-{'0a' * 16}"  # what a run killed mid-shard leaves
+        assert cli("shard", image_folder, dst, "--no-progress", "--maxcount", "3")[0] == 0  # shards 0 to 4
+        (dst / "shard-000004.tar").unlink()
+        killed = dst / f".shard-000004.tar.tmp-{'0a' * 16}"  # as if killed while writing shard 4
         killed.write_bytes(b"half a shard")
         other = dst / f".other-000004.tar.tmp-{'0a' * 16}"  # not of this pattern
         other.write_bytes(b"x")
         code, _, err = cli("shard", image_folder, dst, "--no-progress")
-        assert code == 0, err
-        assert killed.exists()  # only --overwrite removes anything
+        assert code == 2 and killed.exists()  # only --overwrite removes anything
         code, _, err = cli("shard", image_folder, dst, "--no-progress", "--overwrite")
         assert code == 0, err
+        assert "removed 3 shard(s) of an earlier run that this run did not replace" in err
         assert f"removed 1 temporary file(s) of an interrupted run: {killed}" in err
         assert sorted(os.listdir(dst)) == [other.name, "shard-000000.tar"]
 
-    def test_a_later_existing_shard_needs_overwrite_too(self, cli, image_folder: Path, tmp_path: Path) -> None:
+    def test_a_later_existing_shard_is_never_replaced_without_overwrite(self, cli, image_folder: Path,
+                                                                         tmp_path: Path) -> None:
         dst = tmp_path / "o"
         assert cli("shard", image_folder, dst, "--no-progress", "--maxcount", "5", "--start-shard", "1")[0] == 0
         before = {n: (dst / n).read_bytes() for n in os.listdir(dst)}
         code, out, err = cli("shard", image_folder, dst, "--no-progress", "--maxcount", "5")
         assert code == 2 and out == ""
-        assert f"{dst}/shard-000001.tar" in err and "already exist" in err and "--overwrite" in err
-        assert {n: (dst / n).read_bytes() for n in os.listdir(dst)} == before  # nothing written
+        assert f"'{dst}/shard-000001.tar' already exists; pass --overwrite" in err
+        assert f"1 shard(s) with 5 sample(s) were finished before the error and stay: {dst}/shard-000000.tar" in err
+        assert {n: (dst / n).read_bytes() for n in os.listdir(dst) if n != "shard-000000.tar"} == before
+
+    def test_jobs_writing_disjoint_ranges_of_one_pattern(self, cli, image_folder: Path, tmp_path: Path) -> None:
+        dst = tmp_path / "o"
+        assert cli("shard", image_folder, dst, "--no-progress", "--maxcount", "7", "--start-shard", "5")[0] == 0
+        code, _, err = cli("shard", image_folder, dst, "--no-progress", "--maxcount", "7")  # shards 0 and 1
+        assert code == 0, err
+        assert "follow the ones this run wrote" not in err  # 5 and 6 are past a gap
+        assert sorted(os.listdir(dst)) == [f"shard-00000{i}.tar" for i in (0, 1, 5, 6)]
+        code, _, err = cli("shard", image_folder, dst, "--no-progress", "--maxcount", "20", "--overwrite")
+        assert code == 0, err
+        assert f"removed 1 shard(s) of an earlier run that this run did not replace: {dst}/shard-000001.tar\n" in err
+        assert sorted(os.listdir(dst)) == [f"shard-00000{i}.tar" for i in (0, 5, 6)]  # the other job's stay
+
+    def test_a_shorter_run_names_the_shards_that_follow_it(self, cli, image_folder: Path, tmp_path: Path) -> None:
+        dst = tmp_path / "o"
+        assert cli("shard", image_folder, dst, "--no-progress", "--maxcount", "5", "--start-shard", "1")[0] == 0
+        before = {n: (dst / n).read_bytes() for n in os.listdir(dst)}
+        code, _, err = cli("shard", image_folder, dst, "--no-progress", "--maxcount", "20")  # shard 0 only
+        assert code == 0, err
+        assert f"3 shard(s) of the pattern follow the ones this run wrote, from another run: {dst}/shard-000001.tar, " \
+               f"{dst}/shard-000002.tar, {dst}/shard-000003.tar; readers" in err
+        assert {n: (dst / n).read_bytes() for n in os.listdir(dst) if n != "shard-000000.tar"} == before
 
     def test_shards_before_the_start_are_kept(self, cli, image_folder: Path, tmp_path: Path) -> None:
         dst = tmp_path / "o"

@@ -166,3 +166,11 @@ class TestEarlierRun:
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # a shorter run after the start shard is not about them
             list(samples(3).write_shards(pattern, maxcount=4, start_shard=4))
+
+    def test_another_jobs_range_past_a_gap_is_not_an_earlier_run(self, tmp_path: Path) -> None:
+        pattern = str(tmp_path / "p-%03d.tar")
+        list(samples(3).write_shards(pattern, start_shard=5))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert len(list(samples(7).write_shards(pattern, maxcount=4))) == 2  # shards 0 and 1; 5 is past a gap
+        assert sorted(os.listdir(tmp_path)) == ["p-000.tar", "p-001.tar", "p-005.tar"]

@@ -26,14 +26,16 @@ other files (a ``README.txt``) are then ignored and listed.  Otherwise (a
 ``0001.txt`` beside ``0001.jpg``, an image outside a class folder, no image) it
 is a folder of samples, and no labels are written.  The layout chosen, and why, is printed on stderr.
 
-Shards of DST's pattern numbered ``--start-shard`` or more that already exist
-make the command fail before it writes anything; with ``--overwrite`` they are
-replaced, and those this run does not write (an earlier run wrote more) are
-removed once it succeeds, each named on stderr, so a reader of the pattern
-never mixes two runs (and so are the hidden temporary files a killed run
-left).  A run that fails keeps the shards it finished and says which (and
-which shards of an earlier run are left).  A source that gives no sample is
-an error, and no (empty) shard is written.
+A run never replaces an existing shard without ``--overwrite``: the first
+shard's name is checked before anything is written, and each next one before
+it is started.  With ``--overwrite``, the shards of the pattern that follow the
+last one written (up to the first missing number: what an earlier, longer run
+left) are removed once the run succeeds, each named on stderr, so a reader of
+the pattern never mixes two runs; so are the hidden temporary files a killed
+run left among them.  Shards past a gap (another job's ``--start-shard``
+range) are left alone; without ``--overwrite`` the shards that follow are named.
+A run that fails keeps the shards it finished and says which.  A source that
+gives no sample is an error, and no (empty) shard is written.
 """
 
 from __future__ import annotations
@@ -119,9 +121,10 @@ def add_parser(sub: Any) -> None:
                    help="write a folder's samples in a random order (recommended for training data)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="the seed of --shuffle (default 0)")
     p.add_argument("--overwrite", action="store_true",
-                   help="replace shards that already exist, and remove the shards of DST's pattern numbered from "
-                        "--start-shard on that this run does not write (each removed shard is named); without it, "
-                        "such shards make the command fail before writing")
+                   help="replace shards that already exist, and remove the shards of DST's pattern that follow the "
+                        "last one written, up to the first missing number (an earlier, longer run's), and the "
+                        "temporary files a killed run left among them, naming each; without it an existing shard "
+                        "makes the command fail before that shard is written")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_storage_option_argument(p)
     p.set_defaults(func=run)
@@ -393,33 +396,35 @@ def _destination(dst: str) -> str:
     return dst.rstrip("/") + "/shard-%06d.tar"
 
 
-def _existing_shards(pattern: str, start: int, storage_options: dict[str, Any]) -> tuple[list[str], list[str]] | None:
+def _scan(pattern: str, start: int, storage_options: dict[str, Any]) -> tuple[dict[int, str], dict[int, list[str]]]:
+    """The shards of ``pattern`` from ``start`` on, and the temporary files beside them (empty when not listable)."""
     from pipekit.pipes._shard_names import scan_shards
 
     try:
-        return scan_shards(pattern, start, storage_options)
+        scan = scan_shards(pattern, start, storage_options)
     except Exception as exc:
         folder = pattern.rpartition("/")[0] or "."
         raise CliError(f"cannot list {folder!r}: {type(exc).__name__}: {one_line(exc)}") from exc
+    if scan is None:
+        print(f"the shard number is in a folder name of {pattern!r}: shards of an earlier run beyond the ones this "
+              "run writes are not looked for", file=sys.stderr)
+        return {}, {}
+    return scan
 
 
 def _named(urls: list[str], most: int = 10) -> str:
     return ", ".join(urls[:most]) + (f" ... ({len(urls)} in all)" if len(urls) > most else "")
 
 
-def _check_free(pattern: str, start: int, storage_options: dict[str, Any], existing: list[str] | None) -> None:
-    if existing is None:  # cannot list: look for the first shard only
-        first = pattern % start
-        try:
-            fs, path = url_to_fs(first, storage_options)
-            existing = [first] if fs.exists(path) else []
-        except Exception as exc:
-            raise CliError(f"cannot open {first!r}: {type(exc).__name__}: {one_line(exc)}") from exc
-    if len(existing) == 1:
-        raise CliError(f"{existing[0]!r} already exists; pass --overwrite to replace the shards, or write elsewhere")
-    if existing:
-        raise CliError(f"{len(existing)} shards of {pattern!r} already exist ({_named(existing)}); pass --overwrite "
-                       "to replace them, or write elsewhere")
+def _check_free(name: str, storage_options: dict[str, Any]) -> None:
+    """Refuse to replace the shard ``name`` (without ``--overwrite``)."""
+    try:
+        fs, path = url_to_fs(name, storage_options)
+        exists = fs.exists(path)
+    except Exception as exc:
+        raise CliError(f"cannot open {name!r}: {type(exc).__name__}: {one_line(exc)}") from exc
+    if exists:
+        raise CliError(f"{name!r} already exists; pass --overwrite to replace the shards, or write elsewhere")
 
 
 def _remove(urls: list[str], what: str, storage_options: dict[str, Any]) -> None:
@@ -443,7 +448,7 @@ def _remove(urls: list[str], what: str, storage_options: dict[str, Any]) -> None
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from pipekit.pipes._shard_names import _check_pattern
+    from pipekit.pipes._shard_names import _check_pattern, following
     from pipekit.pipes._shard_writer import ShardWriter
 
     storage_options = parse_storage_options(args.storage_option)
@@ -453,13 +458,9 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(str(exc).removeprefix("pipekit shard: ")) from None
     source = _source(args, storage_options)
-    scan = _existing_shards(pattern, args.start_shard, storage_options)
-    existing, temporaries = (None, []) if scan is None else scan
     if not args.overwrite:
-        _check_free(pattern, args.start_shard, storage_options, existing)
-    elif existing is None:
-        print(f"the shard number is in a folder name of {pattern!r}: shards of an earlier run beyond the ones this "
-              "run writes are not looked for", file=sys.stderr)
+        _check_free(pattern % args.start_shard, storage_options)
+    shards, temporaries = _scan(pattern, args.start_shard, storage_options) if args.overwrite else ({}, {})
     for note in source.notes:
         print(note, file=sys.stderr)
     bar = tqdm(total=source.total, desc=f"writing {source.description}", unit="sample", file=sys.stderr,
@@ -477,6 +478,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         with bar, writer:
             for sample in source.samples:
+                if writer.tarstream is None and not args.overwrite:  # a shard starts: never over an existing one
+                    _check_free(pattern % writer.shard, storage_options)
                 writer.write(sample)
                 bar.update(1)
             if writer.total == 0:  # not the one empty shard ShardWriter writes then: an empty data set is an error
@@ -486,15 +489,23 @@ def run(args: argparse.Namespace) -> int:
         if writer.shards:  # say what the failed run leaves, so that no reader takes it for the whole data set
             print(f"{len(writer.shards)} shard(s) with {finished[0]} sample(s) were finished before the error and "
                   f"stay: {brace_pattern(pattern, first, first + len(writer.shards) - 1)}", file=sys.stderr)
-        left = [url for url in existing or [] if url not in set(writer.shards)]
+        left = following(shards, first + len(writer.shards))
         if left:
             print(f"{len(left)} shard(s) of an earlier run are left as they were: {_named(left)}", file=sys.stderr)
         raise
-    stale = [url for url in existing or [] if url not in set(writer.shards)]
-    if stale:
-        _remove(stale, "shard(s) of an earlier run that this run did not replace", storage_options)
-    if temporaries and args.overwrite:
-        _remove(temporaries, "temporary file(s) of an interrupted run", storage_options)
     last = first + len(writer.shards) - 1
+    if args.overwrite:
+        stale = following(shards, last + 1)
+        if stale:
+            _remove(stale, "shard(s) of an earlier run that this run did not replace", storage_options)
+        killed = [url for n, urls in sorted(temporaries.items()) if n <= last + len(stale) + 1 for url in urls]
+        if killed:
+            _remove(killed, "temporary file(s) of an interrupted run", storage_options)
+    else:
+        after = following(_scan(pattern, last + 1, storage_options)[0], last + 1)
+        if after:
+            print(f"{len(after)} shard(s) of the pattern follow the ones this run wrote, from another run: "
+                  f"{_named(after)}; readers of the pattern or the folder would read them too (--overwrite removes "
+                  "them)", file=sys.stderr)
     print(f"wrote {writer.total} sample(s) in {len(writer.shards)} shard(s): {brace_pattern(pattern, first, last)}")
     return 0

@@ -48,8 +48,8 @@ _NUMBER_FIELD = re.compile(r"%(0?)(\d*)d")
 
 def scan_shards(
     pattern: str, start: int, storage_options: Mapping[str, Any] | None = None
-) -> tuple[list[str], list[str]] | None:
-    """``(shards, temporaries)`` of ``pattern`` numbered ``start`` or more that exist, each in order.
+) -> tuple[dict[int, str], dict[int, list[str]]] | None:
+    """``(shards, temporaries)`` of ``pattern`` numbered ``start`` or more that exist, by shard number.
 
     ``shards`` are named as ``pattern`` names them; ``temporaries`` are the
     hidden files a writer killed mid-shard leaves beside them
@@ -66,31 +66,44 @@ def scan_shards(
     fs, path = url_to_fs(folder or ("/" if slash else "."), storage_options)
     fs.invalidate_cache(path)
     entries = fs.ls(path, detail=False) if fs.isdir(path) else []
-    found: tuple[list[tuple[int, str]], list[tuple[int, str]]] = ([], [])
-    for entry in entries:
-        base = str(entry).rstrip("/").rsplit("/", 1)[-1]
+    shards: dict[int, str] = {}
+    temporaries: dict[int, list[str]] = {}
+    for entry in sorted(str(e) for e in entries):
+        base = entry.rstrip("/").rsplit("/", 1)[-1]
         hit = names.fullmatch(base)
         if hit is None or bool(hit[1]) != bool(hit[3]) or int(hit[2]) < start:
             continue
-        number = int(hit[2])
-        if name % number == base.removeprefix(".").removesuffix(hit[3] or ""):
-            found[bool(hit[3])].append((number, f"{folder}{slash}{base}"))
-    return [url for _, url in sorted(found[0])], [url for _, url in sorted(found[1])]
+        number, url = int(hit[2]), f"{folder}{slash}{base}"
+        if name % number != base.removeprefix(".").removesuffix(hit[3] or ""):
+            continue
+        if hit[3]:
+            temporaries.setdefault(number, []).append(url)
+        else:
+            shards[number] = url
+    return shards, temporaries
 
 
-def existing_shards(pattern: str, start: int, storage_options: Mapping[str, Any] | None = None) -> list[str] | None:
-    """The shards of ``pattern`` numbered ``start`` or more that exist, in order (see :func:`scan_shards`)."""
-    scan = scan_shards(pattern, start, storage_options)
-    return None if scan is None else scan[0]
+def following(shards: Mapping[int, str], after: int) -> list[str]:
+    """The shards numbered ``after``, ``after + 1``... up to the first missing number.
+
+    What an earlier, longer run left after a run that ended at ``after - 1``;
+    shards past a gap belong to another range (another job's ``start_shard``).
+    """
+    out = []
+    while after in shards:
+        out.append(shards[after])
+        after += 1
+    return out
 
 
 def _warn_left_over(pattern: str, after: int, storage_options: Mapping[str, Any], stage: str) -> None:
-    """Warn when shards of ``pattern`` numbered ``after`` or more exist: an earlier, longer run left them."""
+    """Warn when shards of ``pattern`` numbered ``after``, ``after + 1``... exist: an earlier, longer run left them."""
     try:
-        left = existing_shards(pattern, after, storage_options)
+        scan = scan_shards(pattern, after, storage_options)
     except Exception as exc:
         logger.warning("%s: could not look for shards of %r left from an earlier run: %s", stage, pattern, exc)
         return
+    left = [] if scan is None else following(scan[0], after)
     if left:
         named = ", ".join(left[:10]) + (f" ... ({len(left)} in all)" if len(left) > 10 else "")
         warnings.warn(f"{stage}: {len(left)} shard(s) of {pattern!r} after the ones this epoch wrote are left from "
