@@ -23,10 +23,10 @@ extension                                encoding (value -> bytes)
                                          add a handler for trusted data)
 ``.jpg .jpeg .img .image``               JPEG, quality 100
 ``.png``                                 PNG (8-bit, or 16-bit grayscale from ``uint16``)
-``.webp``                                WebP, lossless
-``.bmp``                                 BMP
+``.webp``                                WebP, lossless (8-bit: 16-bit images are refused)
+``.bmp``                                 BMP (no alpha: RGBA images are refused)
 ``.ppm .pgm .pbm``                       Netpbm (the variant follows the image: P6 RGB, P5 gray,
-                                         P4 bilevel)
+                                         P4 bilevel; no alpha: RGBA images are refused)
 ``.tif .tiff``                           tensors: GeoTIFF with rasterio, every band and dtype kept
                                          (what :func:`pipekit.decoders.decode_tiff` reads back);
                                          numpy arrays and PIL images: TIFF with Pillow
@@ -50,7 +50,7 @@ Images (the image extensions, and ``.tif`` for arrays and PIL images) may be
 
 of ``uint8`` (or ``uint16`` for one-channel PNGs), or floating point in
 ``[0, 1]``, which is scaled by 255 and truncated to ``uint8`` (values outside
-``[-0.001, 1.001]`` are refused), as ``webdataset`` does.
+``[-0.001, 1.001]``, and NaN, are refused), as ``webdataset`` does.
 
 Where pipekit differs from ``webdataset`` 1.0 on purpose: a 0-d tensor in a
 ``.cls`` field gives ``b"3"`` (``webdataset`` writes ``b"tensor(3)"``); ``.pgm``
@@ -276,6 +276,9 @@ def _image_array(image: Any) -> np.ndarray:
     if array.ndim not in (2, 3):
         raise ValueError(f"an image must have 2 or 3 dimensions, got shape {tuple(array.shape)}")
     if np.issubdtype(array.dtype, np.floating):
+        if np.isnan(array).any():  # NaN passes every range check and casts to 0: refuse it
+            raise ValueError(f"floating-point image values must lie in [0, 1], got {int(np.isnan(array).sum())} "
+                             "NaN pixel(s)")
         low, high = float(np.amin(array)), float(np.amax(array))
         if low <= -0.001 or high >= 1.001:
             raise ValueError(f"floating-point image values must lie in [0, 1], got [{low:g}, {high:g}]")
@@ -287,6 +290,14 @@ def _image_array(image: Any) -> np.ndarray:
     if array.dtype == np.uint16 and array.ndim == 3:
         raise ValueError("uint16 images must have one channel (Pillow writes 16-bit grayscale only)")
     return np.ascontiguousarray(array)
+
+
+# Pillow modes a format cannot store: Pillow writes them anyway, losing part of the image
+_LOSSY_MODES = {
+    "WEBP": {"I;16": "16-bit values (saturated to 255)", "I": "32-bit values", "F": "floating-point values"},
+    "BMP": {"RGBA": "the alpha channel", "LA": "the alpha channel"},
+    "PPM": {"RGBA": "the alpha channel", "LA": "the alpha channel"},
+}
 
 
 def encode_image(image: Any, format: str = "png") -> bytes:
@@ -310,6 +321,10 @@ def encode_image(image: Any, format: str = "png") -> bytes:
     name = _PIL_FORMATS.get(format.lower(), format.upper())
     if not isinstance(image, Image.Image):
         image = Image.fromarray(_image_array(image))
+    lost = _LOSSY_MODES.get(name, {}).get(image.mode)
+    if lost is not None:
+        raise ValueError(f"{name} would lose {lost} of this {image.mode} image (Pillow writes it anyway); use png, "
+                         "which keeps them")
     with io.BytesIO() as out:
         image.save(out, format=name, **_SAVE_OPTIONS.get(name, {}))
         return out.getvalue()

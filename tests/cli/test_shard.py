@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,14 @@ def image_files(root: Path) -> dict[str, tuple[bytes, str]]:
 def tar_names(path: Path) -> list[str]:
     with tarfile.open(path) as tar:
         return tar.getnames()
+
+
+def all_keys(folder: Path) -> list[str]:
+    """The sample keys of every ``.tar`` file in ``folder``, as a reader of ``folder/*.tar`` sees them."""
+    keys = []
+    for path in sorted(folder.glob("*.tar")):
+        keys.extend(sorted({n.split(".", 1)[0] for n in tar_names(path)}))
+    return keys
 
 
 class TestImageFolder:
@@ -90,6 +99,71 @@ class TestImageFolder:
         assert "writing 13 images of" in err and "13/13" in err
         code, _, err = cli("shard", image_folder, tmp_path / "p", "--no-progress")
         assert code == 0 and "13/13" not in err
+
+
+class TestLayout:
+    @pytest.mark.parametrize("stray", ["README.txt", "circle/notes.txt"])
+    def test_a_stray_text_file_keeps_the_image_folder_layout(self, cli, image_folder: Path, tmp_path: Path,
+                                                            stray: str) -> None:
+        src = tmp_path / "imgs"
+        shutil.copytree(image_folder, src)
+        (src / stray).write_text("how this data set was made")
+        code, out, err = cli("shard", src, tmp_path / "out", "--no-progress")
+        assert code == 0, err
+        assert summary(out)[:2] == (13, 1)
+        assert "layout: image folder" in err and "every image is in a class folder" in err
+        assert f"ignored 1 file(s) that are not images in a class folder: {stray}" in err
+        names = tar_names(tmp_path / "out" / "shard-000000.tar")
+        assert sum(n.endswith(".cls") for n in names) == 13  # every image keeps its label
+        assert not any(n.endswith(".txt") for n in names)
+
+    def test_the_chosen_layout_and_why_for_a_folder_of_samples(self, cli, tmp_path: Path) -> None:
+        src = tmp_path / "src"
+        (src / "part").mkdir(parents=True)
+        (src / "part" / "0000.png").write_bytes(b"PNG0")
+        (src / "part" / "0000.txt").write_text("a caption")
+        code, _, err = cli("shard", src, tmp_path / "out", "--no-progress")
+        assert code == 0, err
+        assert "layout: folder of samples" in err and "'part/0000.png' and 'part/0000.txt'" in err
+        assert "no class labels (.cls) are written" in err and "--layout imagefolder" in err
+
+    def test_images_outside_class_folders_say_why_there_are_no_labels(self, cli, tmp_path: Path) -> None:
+        src = tmp_path / "src"
+        (src / "cat").mkdir(parents=True)
+        (src / "cat" / "a.jpg").write_bytes(b"JPG")
+        (src / "b.jpg").write_bytes(b"JPG")
+        code, _, err = cli("shard", src, tmp_path / "out", "--no-progress")
+        assert code == 0, err
+        assert "layout: folder of samples" in err and "'b.jpg' is not in a class folder" in err
+        assert "no class labels (.cls) are written" in err
+
+    def test_dotted_image_names_and_masks_stay_an_image_folder(self, cli, tmp_path: Path) -> None:
+        src = tmp_path / "src"
+        (src / "cat").mkdir(parents=True)
+        (src / "dog").mkdir()
+        for name in ("cat/photo.2021.jpg", "cat/photo.2022.jpg", "dog/0001.jpg", "dog/0001.seg.png"):
+            (src / name).write_bytes(b"IMG")
+        code, out, err = cli("shard", src, tmp_path / "out", "--no-progress")
+        assert code == 0, err
+        assert "layout: image folder" in err and summary(out)[0] == 4
+        names = tar_names(tmp_path / "out" / "shard-000000.tar")
+        assert sum(n.endswith(".cls") for n in names) == 4
+
+    def test_a_folder_without_images_names_the_fix(self, cli, image_folder: Path, tmp_path: Path) -> None:
+        src = tmp_path / "imgs"
+        shutil.copytree(image_folder, src)
+        (src / "docs").mkdir()
+        (src / "docs" / "notes.md").write_text("how this data set was made")
+        code, out, err = cli("shard", src, tmp_path / "out", "--no-progress")
+        assert code == 2 and out == ""
+        assert "class folder 'docs'" in err and "has no image files" in err
+        assert "allow_empty" not in err and "move it out of" in err and "--layout samples" in err
+        assert not (tmp_path / "out").exists()
+
+    def test_an_explicit_layout_is_named(self, cli, image_folder: Path, tmp_path: Path) -> None:
+        code, _, err = cli("shard", image_folder, tmp_path / "o", "--layout", "samples", "--no-progress")
+        assert code == 0, err
+        assert "layout: folder of samples (--layout samples)" in err
 
 
 class TestSampleFolder:
@@ -147,6 +221,16 @@ def broken():
     return [{"__key__": "b0", "png": np.zeros((2, 2), dtype=np.int64)}]
 
 
+def nothing():
+    return iter([])
+
+
+def broken_late():
+    for i in range(5):
+        yield {"__key__": f"l{i}", "cls": i}
+    yield {"__key__": "bad", "png": np.zeros((2, 2), dtype=np.int64)}
+
+
 NOT_ITERABLE = 3
 '''
 
@@ -195,6 +279,12 @@ class TestPipeSpec:
         assert err.startswith("pipekit shard: error: ") and "\n" not in err.strip()
         assert message in err
 
+    def test_a_pipe_yielding_nothing_fails_and_writes_nothing(self, cli, spec_file: Path, tmp_path: Path) -> None:
+        code, out, err = cli("shard", f"{spec_file}:nothing", tmp_path / "out", "--no-progress")
+        assert code == 2 and out == ""
+        assert f"{spec_file}:nothing gave no sample; no shard written" in err
+        assert not (tmp_path / "out").exists() or os.listdir(tmp_path / "out") == []
+
     def test_shuffle_is_for_folders(self, cli, spec_file: Path, tmp_path: Path) -> None:
         code, _, err = cli("shard", f"{spec_file}:samples", tmp_path / "out", "--shuffle")
         assert code == 2 and "--shuffle applies to folders" in err
@@ -208,6 +298,92 @@ class TestDestination:
         assert "already exists; pass --overwrite" in err
         code, _, err = cli("shard", image_folder, tmp_path / "o", "--no-progress", "--overwrite")
         assert code == 0, err
+
+    def test_overwrite_with_fewer_shards_removes_the_stale_ones(self, cli, image_folder: Path,
+                                                                tmp_path: Path) -> None:
+        dst = tmp_path / "o"
+        assert cli("shard", image_folder, dst, "--no-progress", "--maxcount", "5")[0] == 0
+        assert len(os.listdir(dst)) == 3
+        (dst / "notes.txt").write_text("kept")  # not a shard of the pattern
+        code, out, err = cli("shard", image_folder, dst, "--no-progress", "--overwrite", "--maxcount", "20")
+        assert code == 0, err
+        assert summary(out)[:2] == (13, 1)
+        assert sorted(os.listdir(dst)) == ["notes.txt", "shard-000000.tar"]
+        assert f"removed 2 shard(s) of an earlier run that this run did not replace: {dst}/shard-000001.tar, " \
+               f"{dst}/shard-000002.tar" in err
+        keys = all_keys(dst)
+        assert len(keys) == len(set(keys)) == 13
+
+    def test_overwrite_removes_the_temporary_files_of_a_killed_run(self, cli, image_folder: Path,
+                                                                   tmp_path: Path) -> None:
+        dst = tmp_path / "o"
+        assert cli("shard", image_folder, dst, "--no-progress", "--maxcount", "3")[0] == 0  # shards 0 to 4
+        (dst / "shard-000004.tar").unlink()
+        killed = dst / f".shard-000004.tar.tmp-{'0a' * 16}"  # as if killed while writing shard 4
+        killed.write_bytes(b"half a shard")
+        other = dst / f".other-000004.tar.tmp-{'0a' * 16}"  # not of this pattern
+        other.write_bytes(b"x")
+        code, _, err = cli("shard", image_folder, dst, "--no-progress")
+        assert code == 2 and killed.exists()  # only --overwrite removes anything
+        code, _, err = cli("shard", image_folder, dst, "--no-progress", "--overwrite")
+        assert code == 0, err
+        assert "removed 3 shard(s) of an earlier run that this run did not replace" in err
+        assert f"removed 1 temporary file(s) of an interrupted run: {killed}" in err
+        assert sorted(os.listdir(dst)) == [other.name, "shard-000000.tar"]
+
+    def test_a_later_existing_shard_is_never_replaced_without_overwrite(self, cli, image_folder: Path,
+                                                                         tmp_path: Path) -> None:
+        dst = tmp_path / "o"
+        assert cli("shard", image_folder, dst, "--no-progress", "--maxcount", "5", "--start-shard", "1")[0] == 0
+        before = {n: (dst / n).read_bytes() for n in os.listdir(dst)}
+        code, out, err = cli("shard", image_folder, dst, "--no-progress", "--maxcount", "5")
+        assert code == 2 and out == ""
+        assert f"'{dst}/shard-000001.tar' already exists; pass --overwrite" in err
+        assert f"1 shard(s) with 5 sample(s) were finished before the error and stay: {dst}/shard-000000.tar" in err
+        assert {n: (dst / n).read_bytes() for n in os.listdir(dst) if n != "shard-000000.tar"} == before
+
+    def test_jobs_writing_disjoint_ranges_of_one_pattern(self, cli, image_folder: Path, tmp_path: Path) -> None:
+        dst = tmp_path / "o"
+        assert cli("shard", image_folder, dst, "--no-progress", "--maxcount", "7", "--start-shard", "5")[0] == 0
+        code, _, err = cli("shard", image_folder, dst, "--no-progress", "--maxcount", "7")  # shards 0 and 1
+        assert code == 0, err
+        assert "follow the ones this run wrote" not in err  # 5 and 6 are past a gap
+        assert sorted(os.listdir(dst)) == [f"shard-00000{i}.tar" for i in (0, 1, 5, 6)]
+        code, _, err = cli("shard", image_folder, dst, "--no-progress", "--maxcount", "20", "--overwrite")
+        assert code == 0, err
+        assert f"removed 1 shard(s) of an earlier run that this run did not replace: {dst}/shard-000001.tar\n" in err
+        assert sorted(os.listdir(dst)) == [f"shard-00000{i}.tar" for i in (0, 5, 6)]  # the other job's stay
+
+    def test_a_shorter_run_names_the_shards_that_follow_it(self, cli, image_folder: Path, tmp_path: Path) -> None:
+        dst = tmp_path / "o"
+        assert cli("shard", image_folder, dst, "--no-progress", "--maxcount", "5", "--start-shard", "1")[0] == 0
+        before = {n: (dst / n).read_bytes() for n in os.listdir(dst)}
+        code, _, err = cli("shard", image_folder, dst, "--no-progress", "--maxcount", "20")  # shard 0 only
+        assert code == 0, err
+        assert f"3 shard(s) of the pattern follow the ones this run wrote, from another run: {dst}/shard-000001.tar, " \
+               f"{dst}/shard-000002.tar, {dst}/shard-000003.tar; readers" in err
+        assert {n: (dst / n).read_bytes() for n in os.listdir(dst) if n != "shard-000000.tar"} == before
+
+    def test_shards_before_the_start_are_kept(self, cli, image_folder: Path, tmp_path: Path) -> None:
+        dst = tmp_path / "o"
+        assert cli("shard", image_folder, dst, "--no-progress")[0] == 0
+        code, _, err = cli("shard", image_folder, dst, "--no-progress", "--start-shard", "1")
+        assert code == 0, err  # appending after the existing shards
+        code, _, err = cli("shard", image_folder, dst, "--no-progress", "--start-shard", "1", "--overwrite",
+                           "--maxcount", "20")
+        assert code == 0, err
+        assert "removed" not in err
+        assert sorted(os.listdir(dst)) == ["shard-000000.tar", "shard-000001.tar"]
+
+    def test_a_failure_says_which_shards_were_finished(self, cli, spec_file: Path, tmp_path: Path) -> None:
+        code, out, err = cli("shard", f"{spec_file}:broken_late", tmp_path / "out", "--maxcount", "2",
+                             "--no-progress")
+        assert code == 1 and out == ""
+        assert "EncodeError: cannot encode 'bad.png'" in err
+        finished = [f"{tmp_path}/out/shard-00000{i}.tar" for i in range(2)]
+        assert sorted(str(p) for p in (tmp_path / "out").iterdir()) == finished
+        assert f"2 shard(s) with 4 sample(s) were finished before the error and stay: " \
+               f"{tmp_path}/out/shard-{{000000..000001}}.tar" in err
 
     def test_single_file_destination_is_refused(self, cli, image_folder: Path, tmp_path: Path) -> None:
         code, _, err = cli("shard", image_folder, tmp_path / "train.tar")
@@ -258,6 +434,16 @@ class TestS3:
         for s in got:
             data, _ = files[s["__key__"].split(".tar/", 1)[1]]
             assert s.get(".jpg", s.get(".png")) == data
+
+        code, _, err = cli("shard", f"s3://{s3_bucket}/imgs", dst, "--no-progress", *s3_options(s3_server))
+        assert code == 2 and "already exist" in err and "--overwrite" in err
+        code, out, err = cli("shard", f"s3://{s3_bucket}/imgs", dst, "--no-progress", "--overwrite",
+                             *s3_options(s3_server))
+        assert code == 0, err
+        assert f"removed 1 shard(s) of an earlier run that this run did not replace: s3://{s3_bucket}/shards/" \
+               "train-000001.tar" in err
+        fs.invalidate_cache()
+        assert fs.ls(f"{s3_bucket}/shards", detail=False) == [f"{s3_bucket}/shards/train-000000.tar"]
 
 
 class TestHelpers:

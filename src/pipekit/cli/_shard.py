@@ -19,6 +19,23 @@ Folders may be local or fsspec URLs (``s3://bucket/prefix`` with
 (``out/train-%06d.tar``, ``s3://bucket/train-%06d.tar``) or a folder, where
 the shards are named ``shard-%06d.tar``.  Each shard appears under its name
 only once complete (see :mod:`pipekit.pipes._shard_writer`).
+
+With ``--layout auto`` (the default) a folder is read as an image folder when
+every image is inside a class folder and no other file shares an image's key;
+other files (a ``README.txt``) are then ignored and listed.  Otherwise (a
+``0001.txt`` beside ``0001.jpg``, an image outside a class folder, no image) it
+is a folder of samples, and no labels are written.  The layout chosen, and why, is printed on stderr.
+
+A run never replaces an existing shard without ``--overwrite``: the first
+shard's name is checked before anything is written, and each next one before
+it is started.  With ``--overwrite``, the shards of the pattern that follow the
+last one written (up to the first missing number: what an earlier, longer run
+left) are removed once the run succeeds, each named on stderr, so a reader of
+the pattern never mixes two runs; so are the hidden temporary files a killed
+run left among them.  Shards past a gap (another job's ``--start-shard``
+range) are left alone; without ``--overwrite`` the shards that follow are named.
+A run that fails keeps the shards it finished and says which.  A source that
+gives no sample is an error, and no (empty) shard is written.
 """
 
 from __future__ import annotations
@@ -92,8 +109,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("src", metavar="SRC", help="an image folder, a folder of samples, or MODULE:FUNCTION")
     p.add_argument("dst", metavar="DST", help="a shard pattern with %%d (out/train-%%06d.tar) or a folder")
     p.add_argument("--layout", choices=["auto", "imagefolder", "samples"], default="auto",
-                   help="how to read a SRC folder (default: an image folder when every file is an image inside "
-                        "a class folder, else a folder of samples)")
+                   help="how to read a SRC folder (default: an image folder when every image is inside a class "
+                        "folder and no other file shares an image's key, other files being ignored and reported; "
+                        "else a folder of samples); the layout chosen, and why, is printed")
     p.add_argument("--maxcount", type=positive_int, default=100000,
                    help="samples per shard (default 100000)")
     p.add_argument("--maxsize", type=parse_size, default=3e9,
@@ -102,7 +120,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--shuffle", action="store_true",
                    help="write a folder's samples in a random order (recommended for training data)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="the seed of --shuffle (default 0)")
-    p.add_argument("--overwrite", action="store_true", help="replace shards that already exist")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace shards that already exist, and remove the shards of DST's pattern that follow the "
+                        "last one written, up to the first missing number (an earlier, longer run's), and the "
+                        "temporary files a killed run left among them, naming each; without it an existing shard "
+                        "makes the command fail before that shard is written")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_storage_option_argument(p)
     p.set_defaults(func=run)
@@ -202,20 +224,58 @@ def _reader(listing: Any) -> Any:
     return read
 
 
-def _is_image_folder(listing: Any) -> bool:
-    files = [name for _, name, _ in listing.files]
-    return bool(files) and all("/" in n and n.lower().endswith(_IMAGE_EXTENSIONS) for n in files)
+def _auto_layout(listing: Any) -> tuple[str, str]:
+    """``(layout, why)`` for ``--layout auto``.
+
+    A folder of samples when a file that is not an image shares its key with
+    an image (``0001.jpg`` and ``0001.txt``: a sample of several fields), when
+    an image lies outside a class folder, or when there is no image at all;
+    else an image folder, whose other files (a ``README.txt``) are ignored and
+    reported.
+    """
+    names = [name for _, name, _ in listing.files]
+    images = [n for n in names if n.lower().endswith(_IMAGE_EXTENSIONS)]
+    if not images:
+        return "samples", f"there is no image file ({', '.join(_IMAGE_EXTENSIONS)})"
+    loose = [n for n in images if "/" not in n]
+    if loose:
+        return "samples", f"{loose[0]!r} is not in a class folder (root/<class>/<image>)"
+    by_key = {_split(n)[0]: n for n in reversed(images)}  # the first image of each key
+    for name in names:
+        if not name.lower().endswith(_IMAGE_EXTENSIONS) and _split(name)[0] in by_key:
+            key = _split(name)[0]
+            return "samples", f"{by_key[key]!r} and {name!r} share the key {key!r} (a sample of several files)"
+    return "imagefolder", "every image is in a class folder and no other file shares an image's key"
+
+
+def _layout_note(layout: str, why: str | None) -> str:
+    """The line saying which layout SRC is read with, and why (``why`` is ``None`` for an explicit ``--layout``)."""
+    if layout == "imagefolder":
+        what = "root/<class>/<image>, labels from the class folders"
+        if why is None:
+            return f"layout: image folder (--layout imagefolder): {what}"
+        return f"layout: image folder ({what}): {why}; --layout samples writes each file as a field of a sample instead"
+    what = "<key>.<extension> files grouped by key"
+    if why is None:
+        return f"layout: folder of samples (--layout samples): {what}; no class labels (.cls) are written"
+    return (f"layout: folder of samples ({what}): {why}; no class labels (.cls) are written (--layout imagefolder "
+            "reads root/<class>/<image> with labels)")
 
 
 def _image_folder(src: str, listing: Any, storage_options: dict[str, Any], order: random.Random | None) -> _Source:
     from pipekit.datasets._imagefolder import _list_classes
 
     try:
-        prefix, classes, files = _list_classes(src, _IMAGE_EXTENSIONS, storage_options, allow_empty=False)
+        prefix, classes, files = _list_classes(src, _IMAGE_EXTENSIONS, storage_options, allow_empty=True)
     except FileNotFoundError as exc:
         raise CliError(one_line(exc)) from None
     if not files:
         raise CliError(f"no class folders with images (root/<class>/<image>) in {src!r}")
+    empty = sorted(set(classes) - {classes[label] for _, label in files})
+    if empty:
+        raise CliError(f"class folder {empty[0]!r} of {src!r} has no image files ({', '.join(_IMAGE_EXTENSIONS)}): "
+                       "move it out of SRC (the class numbers follow the sorted folder names, as "
+                       "pipekit.datasets.ImageFolder numbers them), or use --layout samples")
     keys: dict[str, str] = {}
     entries = []
     for url, label in files:
@@ -283,12 +343,15 @@ def _source(args: argparse.Namespace, storage_options: dict[str, Any]) -> _Sourc
     if not listing.files:
         raise CliError(f"no files in {args.src!r}")
     order = random.Random(args.seed) if args.shuffle else None
-    layout = args.layout
+    layout, why = args.layout, None
     if layout == "auto":
-        layout = "imagefolder" if _is_image_folder(listing) else "samples"
+        layout, why = _auto_layout(listing)
     if layout == "imagefolder":
-        return _image_folder(args.src, listing, storage_options, order)
-    return _sample_folder(args.src, listing, order)
+        source = _image_folder(args.src, listing, storage_options, order)
+    else:
+        source = _sample_folder(args.src, listing, order)
+    source.notes.insert(0, _layout_note(layout, why))
+    return source
 
 
 # ---------------------------------------------------------------------------
@@ -333,16 +396,48 @@ def _destination(dst: str) -> str:
     return dst.rstrip("/") + "/shard-%06d.tar"
 
 
-def _check_free(pattern: str, start: int, storage_options: dict[str, Any]) -> None:
+def _scan(pattern: str, start: int, storage_options: dict[str, Any]) -> tuple[dict[int, str], dict[int, list[str]]]:
+    """The shards of ``pattern`` from ``start`` on, and the temporary files beside them (empty when not listable)."""
+    from pipekit.pipes._shard_names import scan_shards
 
-    first = pattern % start
     try:
-        fs, path = url_to_fs(first, storage_options)
+        scan = scan_shards(pattern, start, storage_options)
+    except Exception as exc:
+        folder = pattern.rpartition("/")[0] or "."
+        raise CliError(f"cannot list {folder!r}: {type(exc).__name__}: {one_line(exc)}") from exc
+    if scan is None:
+        print(f"the shard number is in a folder name of {pattern!r}: shards of an earlier run beyond the ones this "
+              "run writes are not looked for", file=sys.stderr)
+        return {}, {}
+    return scan
+
+
+def _named(urls: list[str], most: int = 10) -> str:
+    return ", ".join(urls[:most]) + (f" ... ({len(urls)} in all)" if len(urls) > most else "")
+
+
+def _check_free(name: str, storage_options: dict[str, Any]) -> None:
+    """Refuse to replace the shard ``name`` (without ``--overwrite``)."""
+    try:
+        fs, path = url_to_fs(name, storage_options)
         exists = fs.exists(path)
     except Exception as exc:
-        raise CliError(f"cannot open {first!r}: {type(exc).__name__}: {one_line(exc)}") from exc
+        raise CliError(f"cannot open {name!r}: {type(exc).__name__}: {one_line(exc)}") from exc
     if exists:
-        raise CliError(f"{first!r} already exists; pass --overwrite to replace the shards, or write elsewhere")
+        raise CliError(f"{name!r} already exists; pass --overwrite to replace the shards, or write elsewhere")
+
+
+def _remove(urls: list[str], what: str, storage_options: dict[str, Any]) -> None:
+    """Remove ``urls`` (``what`` they are, for the messages), saying which."""
+    for url in urls:
+        try:
+            fs, path = url_to_fs(url, storage_options)
+            if fs.exists(path):
+                fs.rm(path)
+        except Exception as exc:
+            raise CliError(f"cannot remove {url!r}, {what} (readers of the pattern would read it too): "
+                           f"{type(exc).__name__}: {one_line(exc)}") from exc
+    print(f"removed {len(urls)} {what}: {_named(urls)}", file=sys.stderr)
 
 
 # ---------------------------------------------------------------------------
@@ -353,7 +448,8 @@ def _check_free(pattern: str, start: int, storage_options: dict[str, Any]) -> No
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from pipekit.pipes._shard_writer import ShardWriter, _check_pattern
+    from pipekit.pipes._shard_names import _check_pattern, following
+    from pipekit.pipes._shard_writer import ShardWriter
 
     storage_options = parse_storage_options(args.storage_option)
     pattern = _destination(args.dst)
@@ -363,21 +459,53 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(str(exc).removeprefix("pipekit shard: ")) from None
     source = _source(args, storage_options)
     if not args.overwrite:
-        _check_free(pattern, args.start_shard, storage_options)
+        _check_free(pattern % args.start_shard, storage_options)
+    shards, temporaries = _scan(pattern, args.start_shard, storage_options) if args.overwrite else ({}, {})
     for note in source.notes:
         print(note, file=sys.stderr)
     bar = tqdm(total=source.total, desc=f"writing {source.description}", unit="sample", file=sys.stderr,
                disable=args.no_progress, dynamic_ncols=True)
 
+    finished = [0]  # samples in the finished shards
+
     def done(name: str) -> None:
+        finished[0] = writer.total
         bar.set_postfix_str(f"{len(writer.shards)} shard(s), last {name.rsplit('/', 1)[-1]}", refresh=False)
 
     writer = ShardWriter(pattern, maxcount=args.maxcount, maxsize=args.maxsize, post=done,
                          start_shard=args.start_shard, verbose=0, storage_options=storage_options)
-    with bar, writer:
-        for sample in source.samples:
-            writer.write(sample)
-            bar.update(1)
-    first, last = args.start_shard, args.start_shard + len(writer.shards) - 1
+    first = args.start_shard
+    try:
+        with bar, writer:
+            for sample in source.samples:
+                if writer.tarstream is None and not args.overwrite:  # a shard starts: never over an existing one
+                    _check_free(pattern % writer.shard, storage_options)
+                writer.write(sample)
+                bar.update(1)
+            if writer.total == 0:  # not the one empty shard ShardWriter writes then: an empty data set is an error
+                writer.abort()
+                raise CliError(f"{args.src} gave no sample; no shard written")
+    except BaseException:
+        if writer.shards:  # say what the failed run leaves, so that no reader takes it for the whole data set
+            print(f"{len(writer.shards)} shard(s) with {finished[0]} sample(s) were finished before the error and "
+                  f"stay: {brace_pattern(pattern, first, first + len(writer.shards) - 1)}", file=sys.stderr)
+        left = following(shards, first + len(writer.shards))
+        if left:
+            print(f"{len(left)} shard(s) of an earlier run are left as they were: {_named(left)}", file=sys.stderr)
+        raise
+    last = first + len(writer.shards) - 1
+    if args.overwrite:
+        stale = following(shards, last + 1)
+        if stale:
+            _remove(stale, "shard(s) of an earlier run that this run did not replace", storage_options)
+        killed = [url for n, urls in sorted(temporaries.items()) if n <= last + len(stale) + 1 for url in urls]
+        if killed:
+            _remove(killed, "temporary file(s) of an interrupted run", storage_options)
+    else:
+        after = following(_scan(pattern, last + 1, storage_options)[0], last + 1)
+        if after:
+            print(f"{len(after)} shard(s) of the pattern follow the ones this run wrote, from another run: "
+                  f"{_named(after)}; readers of the pattern or the folder would read them too (--overwrite removes "
+                  "them)", file=sys.stderr)
     print(f"wrote {writer.total} sample(s) in {len(writer.shards)} shard(s): {brace_pattern(pattern, first, last)}")
     return 0

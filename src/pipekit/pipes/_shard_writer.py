@@ -57,6 +57,13 @@ from typing import IO, Any
 from pipekit._fs import url_to_fs
 from pipekit.encoders import EncodeError, encode_sample, encoder_table, field_name
 from pipekit.errors import ReadError, SkipLog, check_on_error
+from pipekit.pipes._shard_names import (
+    _check_pattern,
+    _check_writer_fields,
+    _warn_left_over,
+    _writer_pattern,
+    distributed_place,
+)
 from pipekit.pipes.base import IterDataPipe, functional_datapipe
 from pipekit.pipes.state import ResumablePipe
 
@@ -415,22 +422,6 @@ class _BytesReader:
         return chunk
 
 
-def _check_pattern(pattern: Any, start_shard: int, stage: str) -> str:
-    if isinstance(pattern, os.PathLike):
-        pattern = os.fspath(pattern)
-    if not isinstance(pattern, str):
-        raise TypeError(f"{stage}: pattern must be a str such as 'shards/train-%06d.tar', got {pattern!r}")
-    try:
-        first, second = pattern % start_shard, pattern % (start_shard + 1)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{stage}: pattern {pattern!r} must hold one %d-style field for the shard number, "
-                         f"e.g. 'shards/train-%06d.tar' ({exc})") from None
-    if first == second:
-        raise ValueError(f"{stage}: pattern {pattern!r} gives the same name for every shard; "
-                         "use a %d-style field, e.g. 'shards/train-%06d.tar'")
-    return pattern
-
-
 class ShardWriter:
     """Write sample dicts into numbered tar shards (the ``webdataset`` library's ``ShardWriter``).
 
@@ -628,7 +619,8 @@ class ShardSaver(ResumablePipe):
 
     Args:
         source_datapipe: yields sample dicts with a ``"__key__"``.
-        pattern, maxcount, maxsize, start_shard: as :class:`ShardWriter`.
+        pattern, maxcount, maxsize, start_shard: as :class:`ShardWriter`; the pattern may also
+            hold ``{worker}`` and ``{rank}`` (see below).
         encoder: as :class:`TarWriter` (use module-level functions, so the pipe pickles).
         keep_meta: write fields starting with ``_`` too.
         storage_options: fsspec options for the shard URLs.
@@ -637,8 +629,23 @@ class ShardSaver(ResumablePipe):
             ``self.skip_log`` and goes on (nothing of it is written).
         **tar_options: ``compress``, ``mtime``, ``user``, ``group``, ``mode``, ``format``.
 
-    Run it in one process (a DataLoader with ``num_workers=0``, or give each
-    worker or rank its own pattern): two writers with one pattern write the same names.
+    **Workers and ranks.**  In a DataLoader with several workers, or on several
+    distributed ranks, each process writes its own shards: put ``{worker}``
+    (the DataLoader worker id, ``0`` in the main process) and ``{rank}`` (the
+    distributed rank: the process group's, else ``$RANK``, else that of the
+    process that built the pipe; ``0`` without one) in the pattern, e.g.
+    ``"out/train-{rank}-{worker}-%06d.tar"``.  A pattern without the field
+    that tells the writers apart is refused with
+    :class:`~pipekit.errors.ConfigurationError` when the epoch starts, before
+    anything is written (one pattern in two workers would make them replace each
+    other's shards, losing half the samples).  Shard the samples upstream
+    (``.sharding_filter()``), or every worker writes all of them.
+
+    **An earlier run.**  Shards are replaced by name, as ``webdataset`` does;
+    at the end of an epoch, shards of the pattern numbered after the last one
+    written (an earlier run wrote more) are named in a ``UserWarning``, since
+    readers of the pattern or the folder would read them too (one listing of
+    the folder per epoch and writer).
 
     Resume: the pipe yields only between shards, so its checkpoint is
     ``{"shard": number of the next shard, "total": samples written}``; a
@@ -684,13 +691,16 @@ class ShardSaver(ResumablePipe):
         self.tar_options = {"encoder": encoder, "keep_meta": keep_meta, **tar_options}
         self.on_error = check_on_error(on_error)
         self.skip_log = SkipLog("write_shards")
+        if isinstance(self.pattern, str):
+            _check_writer_fields(self.pattern, "write_shards")
         self._writer()  # checks the arguments now (it opens nothing until the first sample)
         self._shard = start_shard
         self._total = 0
+        self._built_in = distributed_place()  # a DataLoader worker may not know its rank: this process's
 
-    def _writer(self) -> ShardWriter:
-        return ShardWriter(self.pattern, self.maxcount, self.maxsize, start_shard=self.start_shard, verbose=0,
-                           storage_options=self.storage_options, **self.tar_options)
+    def _writer(self, pattern: str | None = None) -> ShardWriter:
+        return ShardWriter(pattern or self.pattern, self.maxcount, self.maxsize, start_shard=self.start_shard,
+                           verbose=0, storage_options=self.storage_options, **self.tar_options)
 
     def state_dict(self) -> dict[str, Any]:
         return {"shard": self._shard, "total": self._total}
@@ -702,7 +712,7 @@ class ShardSaver(ResumablePipe):
             self._shard, self._total = int(state["shard"]), int(state["total"])
 
     def __iter__(self) -> Iterator[str]:
-        writer = self._writer()
+        writer = self._writer(_writer_pattern(self.pattern, "write_shards", self, self._built_in))
         writer.shard, writer.total = self._shard, self._total
         try:
             for sample in self.source_datapipe:
@@ -719,6 +729,7 @@ class ShardSaver(ResumablePipe):
             done = len(writer.shards)
             writer.close()
             self._shard, self._total = writer.shard, writer.total
+            _warn_left_over(writer.pattern, writer.shard, self.storage_options, "write_shards")
             if len(writer.shards) > done:
                 yield writer.shards[-1]
         except BaseException:
