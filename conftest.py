@@ -6,6 +6,11 @@ It also splits the suite in two tiers.  By default the tests marked ``slow``, ``
 (``./run test --all``, what CI runs).  A file or test named on the command line
 (``pytest tests/test_x.py``, ``tests/test_x.py::test_y``) runs in full, and a ``-m``
 expression chooses by marker on its own.
+
+Hypothesis profiles (the generative tests, e.g. ``tests/test_resume_contract.py``): ``ci`` is the default,
+derandomized (the same examples on every run) and sized for CI (``.ci/run``: ``--all``); ``deep`` draws many
+more random examples, run by hand: ``./run test --hypothesis-profile=deep tests/test_resume_contract.py``.
+Tests size themselves as a share of the profile's ``max_examples``.
 """
 
 from __future__ import annotations
@@ -13,8 +18,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, Phase, settings
 
 import pipekit  # noqa: F401
+
+_SLOW_IS_FINE = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large]
+settings.register_profile(
+    "ci", derandomize=True, database=None, max_examples=40, deadline=None, print_blob=True,
+    suppress_health_check=_SLOW_IS_FINE,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],  # a failure is reported as found, not shrunk for minutes
+)
+settings.register_profile("deep", max_examples=1500, deadline=None, print_blob=True,
+                          suppress_health_check=_SLOW_IS_FINE)
+settings.load_profile("ci")  # unless --hypothesis-profile names another (hypothesis' plugin loads it later)
 
 FULL_TIER_MARKERS = ("slow", "s3", "distributed")
 
