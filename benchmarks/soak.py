@@ -17,8 +17,8 @@ epoch ended, the most common place to save: a new loader resumed from it must de
 epoch; the epoch counted is that one) and, for the image pipeline, ``replaced`` and ``deleted`` (a
 checkpoint mid-epoch, then the shard being read is replaced by another shard's bytes under the same
 name, or a shard not read yet is deleted, and a new loader resumes from the checkpoint: it must
-deliver the rest exactly, or refuse with a pipekit error naming the shard, or say so in a warning and
-lose nothing but that shard's samples; the shard is put back after the epoch).  Every epoch uses the
+deliver the rest exactly, or refuse with a pipekit error naming the shard, or say so in a warning (or
+a skip) and lose nothing but that shard's samples; the shard is put back after the epoch).  Every epoch uses the
 same seed, so each delivers the reference epoch's samples.  Printed per epoch: samples delivered,
 duplicates (must be 0), losses (samples of the reference missing: must be 0, or the skips counted in
 the loader's ``skip_report()``), skips, peak RSS of the main process and of a worker, and the time.
@@ -367,7 +367,7 @@ def soak(name: str, loaders: dict[str, Callable[[], Any]], keys_of: Callable[[An
             # not exact: acceptable only when a pipekit error or a warning names the shard, and nothing but
             # that shard's samples is lost, duplicated or unexpected
             name = out["changed"]
-            said = any(name in m for m in [out["refused"] or "", *out["notices"]])
+            said = any(name in m for m in [out["refused"] or "", *out["notices"], *out["reasons"]])
             typed = out["refused"] is None or out["refused"].startswith("pipekit.")
             others = {k for k in (reference ^ set(keys)) if not k.startswith(name)}
             good = said and typed and dupes == 0 and not others
@@ -380,8 +380,8 @@ def soak(name: str, loaders: dict[str, Callable[[], Any]], keys_of: Callable[[An
         if out["refused"]:
             print(f"      refused: {out['refused'][:400]}")
         if out["changed"] is not None:
-            print(f"      {condition}: {out['changed']}; notices naming it: "
-                  f"{sum(out['changed'] in m for m in out['notices'])}")
+            print(f"      {condition}: {out['changed']}; warnings, logs or skips naming it: "
+                  f"{sum(out['changed'] in m for m in out['notices'] + out['reasons'])}")
         if not good:
             for reason in out["reasons"][:4]:
                 print(f"      skipped: {reason[:400]}")

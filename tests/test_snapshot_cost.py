@@ -11,7 +11,7 @@ from torch.utils.data.dataloader import _InfiniteConstantSampler
 from torchdata.stateful_dataloader import worker as td_worker
 
 import pipekit
-from pipekit._loader import _fast_try_to_serialize, _install_fast_serialize, _CheckpointedPipe
+from pipekit._loader import _CheckpointedPipe, _fast_try_to_serialize, _install_fast_serialize
 from pipekit.pipes import IterableWrapper
 from pipekit.pipes import _resume as resume
 from pipekit.pipes._resume import (
