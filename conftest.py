@@ -9,8 +9,9 @@ expression chooses by marker on its own.
 
 Hypothesis profiles (the generative tests, e.g. ``tests/test_resume_contract.py``): ``ci`` is the default,
 derandomized (the same examples on every run) and sized for CI (``.ci/run``: ``--all``); ``deep`` draws many
-more random examples, run by hand: ``./run test --hypothesis-profile=deep tests/test_resume_contract.py``.
-Tests size themselves as a share of the profile's ``max_examples``.
+more random examples (about 10 minutes for the resume contract), run by hand: ``./run test
+--hypothesis-profile=deep tests/test_resume_contract.py``.  Tests size themselves as a share of the
+profile's ``max_examples``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 import pipekit  # noqa: F401
 
@@ -28,8 +30,11 @@ settings.register_profile(
     suppress_health_check=_SLOW_IS_FINE,
     phases=[Phase.explicit, Phase.reuse, Phase.generate],  # a failure is reported as found, not shrunk for minutes
 )
-settings.register_profile("deep", max_examples=1500, deadline=None, print_blob=True,
-                          suppress_health_check=_SLOW_IS_FINE)
+# deep: random examples, and the failures it finds are replayed first next time from a database outside the clone
+settings.register_profile(
+    "deep", max_examples=200, deadline=None, print_blob=True, suppress_health_check=_SLOW_IS_FINE,
+    database=DirectoryBasedExampleDatabase(Path.home() / ".cache" / "pipekit" / "hypothesis"),
+)
 settings.load_profile("ci")  # unless --hypothesis-profile names another (hypothesis' plugin loads it later)
 
 FULL_TIER_MARKERS = ("slow", "s3", "distributed")
