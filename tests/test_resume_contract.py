@@ -9,7 +9,8 @@ point (before ``iter()``, right after it, mid-epoch, after the last batch, after
 a fault (a file deleted or replaced between checkpoint and resume, an unpicklable item, a read error under
 ``on_error="raise"`` and ``"skip"``) and checks the invariant of :mod:`contract.harness`: the resumed run
 yields exactly what the uninterrupted run yields after the checkpoint, or a typed ``PipekitError`` naming
-the cause is raised within a bounded time.
+the cause is raised within a bounded time.  The writing side (:mod:`contract.writing`): ``write_shards``
+in a DataLoader, resumed or not, leaves shards holding every sample exactly once, or raises.
 
 Profiles (root ``conftest.py``): ``ci`` (derandomized, about 2 minutes for this file on two cores; the
 default under ``--all`` and in CI) and ``deep`` (``./run test --hypothesis-profile=deep
@@ -31,6 +32,7 @@ from hypothesis import strategies as st
 from contract import harness
 from contract.harness import ContractBrokenError, run_case
 from contract.pipelines import FILE_SOURCES, POINTS, RECIPES, SOURCES, Case, Corpus, write_corpus
+from contract.writing import WriteCase, run_write_case
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -168,8 +170,16 @@ KNOWN_DEFECTS: dict[str, tuple[Callable[[Case], bool], Case]] = {
 }
 
 
-def known_defect(case: Case) -> str | None:
-    return next((name for name, (matches, _) in KNOWN_DEFECTS.items() if matches(case)), None)
+# write_shards in a DataLoader (the pinned examples run in test_known_defect_still_breaks_the_contract too)
+KNOWN_WRITING_DEFECTS: dict[str, tuple[Callable[[WriteCase], bool], WriteCase]] = {
+    # two workers write the same shard names with one pattern: half the samples are lost, silently
+    "write_shards in several workers": (lambda c: c.num_workers > 1, WriteCase(num_workers=2)),
+}
+
+
+def known_defect(case: Case | WriteCase) -> str | None:
+    table: dict[str, Any] = KNOWN_WRITING_DEFECTS if isinstance(case, WriteCase) else KNOWN_DEFECTS
+    return next((name for name, (matches, _) in table.items() if matches(case)), None)
 
 
 @pytest.fixture(scope="module")
@@ -194,15 +204,22 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> _Scratch:
     return _Scratch(tmp_path_factory.mktemp("scratch"))
 
 
-def check(case: Case, corpus: Corpus, scratch: _Scratch) -> None:
+def _run(case: Case | WriteCase, corpus: Corpus, scratch: _Scratch) -> None:
+    if isinstance(case, WriteCase):
+        run_write_case(case, scratch.next())
+    else:
+        run_case(case, corpus, scratch.next())
+
+
+def check(case: Case | WriteCase, corpus: Corpus, scratch: _Scratch) -> None:
     name = known_defect(case)
     if name is not None:
         event(f"known defect, not run: {name}")
         return
     try:
-        run_case(case, corpus, scratch.next())
+        _run(case, corpus, scratch)
     except ContractBrokenError as exc:
-        raise ContractBrokenError(f"{exc}\n  case: Case({case.short()})") from exc
+        raise ContractBrokenError(f"{exc}\n  case: {case.short() if isinstance(case, Case) else case}") from exc
 
 
 def examples(share: int) -> settings:
@@ -236,12 +253,30 @@ def test_faults_with_workers(case: Case, corpus: Corpus, scratch: _Scratch) -> N
     check(case, corpus, scratch)
 
 
-@pytest.mark.parametrize("name", sorted(KNOWN_DEFECTS))
+write_cases = st.builds(
+    WriteCase,
+    samples=st.integers(0, 20),
+    maxcount=st.integers(1, 6),
+    shuffle=st.booleans(),
+    num_workers=st.sampled_from([0, 0, 1, 2]),
+    persistent=st.booleans(),
+    stop_after=st.none() | st.integers(0, 4),
+    seed=st.integers(0, 3),
+)
+
+
+@examples(100)
+@given(case=write_cases)
+def test_written_shards_hold_every_sample_once(case: WriteCase, corpus: Corpus, scratch: _Scratch) -> None:
+    check(case, corpus, scratch)
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN_DEFECTS) + sorted(KNOWN_WRITING_DEFECTS))
 def test_known_defect_still_breaks_the_contract(name: str, corpus: Corpus, scratch: _Scratch,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """The pinned minimal example of each known defect; remove the entry when its fix lands."""
     monkeypatch.setattr(harness, "BOUND_S", 10.0)  # the hang's example waits this long
-    matches, case = KNOWN_DEFECTS[name]
+    matches, case = {**KNOWN_DEFECTS, **KNOWN_WRITING_DEFECTS}[name]
     assert matches(case), f"{name}: the pinned example does not match its own predicate"
     with pytest.raises(ContractBrokenError):
-        run_case(case, corpus, scratch.next())
+        _run(case, corpus, scratch)
