@@ -241,13 +241,13 @@ def test_resume_is_exact_with_workers(case: Case, corpus: Corpus, scratch: _Scra
     check(case, corpus, scratch)
 
 
-@examples(1000)
+@examples(2000)
 @given(case=cases(faults=("delete", "replace", "lock", "generator", "read_error")))
 def test_faults_without_workers(case: Case, corpus: Corpus, scratch: _Scratch) -> None:
     check(case, corpus, scratch)
 
 
-@examples(150)
+@examples(300)
 @given(case=cases(faults=("delete", "replace", "lock", "generator", "read_error"), workers=(1, 2)))
 def test_faults_with_workers(case: Case, corpus: Corpus, scratch: _Scratch) -> None:
     check(case, corpus, scratch)
