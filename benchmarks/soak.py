@@ -342,13 +342,14 @@ def image_keys(batch: Any) -> list[str]:
 
 def soak(name: str, loaders: dict[str, Callable[[], Any]], keys_of: Callable[[Any], list[str]],
          dropped_of: Callable[[Any], int], server: S3Server, args: argparse.Namespace) -> bool:
-    print(f"\n{name}: {args.epochs} epochs, 2 workers, checkpoint every {args.checkpoint_every} batches")
+    conditions = [c for c in CONDITIONS if "change" in loaders or c not in DATA_CHANGES]
+    epochs = len(conditions) if args.quick else args.epochs
+    print(f"\n{name}: {epochs} epochs, 2 workers, checkpoint every {args.checkpoint_every} batches")
     print(f"{'epoch':>5} {'fault':>8} {'delivered':>9} {'dupes':>5} {'losses':>6} {'skips':>5} "
           f"{'RSS main':>8} {'RSS wkr':>8} {'s':>6}")
     reference: set[str] | None = None
     ok = True
-    conditions = [c for c in CONDITIONS if "change" in loaders or c not in DATA_CHANGES]
-    for epoch in range(len(conditions) if args.quick else args.epochs):
+    for epoch in range(epochs):
         condition = conditions[epoch % len(conditions)]
         make = loaders["corrupt" if condition == "corrupt" else "clean"]
         out = run_epoch(make, keys_of, dropped_of, condition, server, args, seed=1234, change=loaders.get("change"))
