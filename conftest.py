@@ -6,6 +6,12 @@ It also splits the suite in two tiers.  By default the tests marked ``slow``, ``
 (``./run test --all``, what CI runs).  A file or test named on the command line
 (``pytest tests/test_x.py``, ``tests/test_x.py::test_y``) runs in full, and a ``-m``
 expression chooses by marker on its own.
+
+Hypothesis profiles (the generative tests, e.g. ``tests/test_resume_contract.py``): ``ci`` is the default,
+derandomized (the same examples on every run) and sized for CI (``.ci/run``: ``--all``); ``deep`` draws many
+more random examples (about 10 minutes for the resume contract), run by hand: ``./run test
+--hypothesis-profile=deep tests/test_resume_contract.py``.  Tests size themselves as a share of the
+profile's ``max_examples``.
 """
 
 from __future__ import annotations
@@ -13,8 +19,23 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 import pipekit  # noqa: F401
+
+_SLOW_IS_FINE = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large]
+settings.register_profile(
+    "ci", derandomize=True, database=None, max_examples=40, deadline=None, print_blob=True,
+    suppress_health_check=_SLOW_IS_FINE,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],  # a failure is reported as found, not shrunk for minutes
+)
+# deep: random examples, and the failures it finds are replayed first next time from a database outside the clone
+settings.register_profile(
+    "deep", max_examples=200, deadline=None, print_blob=True, suppress_health_check=_SLOW_IS_FINE,
+    database=DirectoryBasedExampleDatabase(Path.home() / ".cache" / "pipekit" / "hypothesis"),
+)
+settings.load_profile("ci")  # unless --hypothesis-profile names another (hypothesis' plugin loads it later)
 
 FULL_TIER_MARKERS = ("slow", "s3", "distributed")
 
