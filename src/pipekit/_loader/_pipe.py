@@ -14,6 +14,7 @@ torchdata's ``try_to_serialize`` for the objects a pipekit loader hands it
 
 from __future__ import annotations
 
+import functools
 import logging
 import types
 from collections.abc import Callable
@@ -23,7 +24,7 @@ import torch
 
 from pipekit._loader_seam import InfiniteConstantSampler, patch_try_to_serialize
 from pipekit._worker_states import StateChannel, WorkerStates
-from pipekit.errors import SkipLog
+from pipekit.errors import SkipLog, UnsupportedItemError
 from pipekit.pipes._resume import (
     SnapshotPlan,
     apply_seeds,
@@ -35,16 +36,23 @@ from pipekit.pipes._resume import (
     prepare_for_resume,
     restore_pipeline,
 )
-from pipekit.pipes._stream_items import find_open_stream, last_opened, stream_name
+from pipekit.pipes._stream_items import (
+    find_open_stream,
+    last_opened,
+    stream_name,
+    streams_as_bytes,
+    streams_from_bytes,
+)
 from pipekit.pipes._torch import LoaderPipeWrapper, hooked_iterator_target, loader_iteration
 from pipekit.pipes.base import IterDataPipe
 
-__all__ = ["REPORT", "REPORT_ITEMS", "fast_try_to_serialize", "install_fast_serialize", "skip_logs"]
+__all__ = ["REFUSED", "REPORT", "REPORT_ITEMS", "fast_try_to_serialize", "install_fast_serialize", "skip_logs"]
 
 logger = logging.getLogger("pipekit")
 
 REPORT = "report"  # the key of a worker's state that carries its skip counts and last file to the main process
 REPORT_ITEMS = 10  # skipped items each pipe of each worker reports in full
+REFUSED = "refused"  # the key of a worker's state saying why its position cannot be checkpointed
 
 
 def skip_logs(pipes: list[Any]) -> list[tuple[int, SkipLog]]:
@@ -55,6 +63,44 @@ def skip_logs(pipes: list[Any]) -> list[tuple[int, SkipLog]]:
 def _stage_name(pipe: Any) -> str:
     name = getattr(type(pipe), "functional_name", None)
     return f"{name} ({type(pipe).__name__})" if name else type(pipe).__name__
+
+
+def plain_position(snapshot: dict[str, Any], stages: list[str]) -> dict[str, Any]:
+    """A pipeline position (:meth:`SnapshotPlan.snapshot`, lazy or not) as plain data a checkpoint can hold.
+
+    Lazy states are rebuilt; an in-memory stream a pipe holds (a shuffle buffer
+    of archive members, which ``load_from_tar`` reads whole) becomes a record of
+    its bytes (:func:`~pipekit.pipes._stream_items.streams_as_bytes`), turned
+    back into the stream on resume.  A stream that is not in memory (an open
+    file, a lazily read member) raises
+    :class:`~pipekit.errors.UnsupportedItemError` naming the pipe (``stages``,
+    by the snapshot's pipe index) and the stream's URL.
+    """
+    snapshot = materialize_snapshot(snapshot)
+    states = snapshot.get("states")
+    if not isinstance(states, list):
+        return snapshot
+    plain = list(states)
+    for i, state in enumerate(states):
+        if state is None:
+            continue
+        stage = stages[i] if i < len(stages) else f"pipe {i}"
+        plain[i], found = streams_as_bytes(state, root=stage.split(" ", 1)[0])
+        if found is not None:
+            raise UnsupportedItemError(_refusal(stage, *found))
+    if all(a is b for a, b in zip(plain, states, strict=True)):
+        return snapshot
+    return {**snapshot, "states": plain}
+
+
+def _refusal(stage: str, path: str, stream: Any) -> str:
+    return (
+        f"pipekit.DataLoader.state_dict: cannot checkpoint the pipeline: {stage} holds an open stream "
+        f"{stream_name(stream)} (at {path}), which a checkpoint cannot hold (it is plain data; streams read "
+        "whole into memory, such as load_from_tar's members, are kept as their bytes, open files are not). "
+        "Read or decode the items before shuffling or buffering them: e.g. .read_from_stream() or .decode() "
+        "before the shuffle, so its buffer holds bytes or tensors"
+    )
 
 
 class _CheckpointedPipe(LoaderPipeWrapper):
@@ -87,6 +133,9 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         self._exhausted = False  # the current iterator has ended (its last state is sent in full)
         self._channel: StateChannel | None = None  # set by the loader while it starts workers
         self._kept: WorkerStates | None = None  # a worker's last positions, sent on request
+        self._stages: list[str] = []  # each pipe's name for messages, by snapshot index
+        self._checked_run = 0  # the iterator whose kept positions were checked for streams
+        self._refused: str | None = None  # why this iterator's positions cannot be checkpointed
 
     def __getstate__(self) -> Any:
         # The channel travels to the workers with the pipe (it is only set while the loader starts them).
@@ -114,6 +163,7 @@ class _CheckpointedPipe(LoaderPipeWrapper):
             self._pipes = pipeline_pipes(self.pipe)
             loader_iteration(self._pipes)  # items pulled here skip torch's per-item hook
             self._logs = skip_logs(self._pipes)
+            self._stages = [_stage_name(dp) for dp in self._pipes]
         self._in_worker = torch.utils.data.get_worker_info() is not None
         pending = self._pending
         self._cache = None
@@ -122,7 +172,7 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         self._yielded = 0
         self._exhausted = False
         if pending is not None and pending["mode"] == "snapshot":
-            restore_pipeline(self.pipe, pending["pipes"])
+            restore_pipeline(self.pipe, streams_from_bytes(pending["pipes"]))
             self._yielded = int(pending["yielded"])
         elif pending is not None and pending.get("seeds") is not None:
             apply_seeds(self._pipes, pending["seeds"])
@@ -193,8 +243,15 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         keep = self._in_worker and self._channel is not None and not self._exhausted
         state = self._make_state(lazy=keep)
         if keep and state["mode"] == "snapshot":
+            if self._checked_run != self._run:
+                # Once an iterator: can its positions be sent? The main process refuses a checkpoint
+                # (typed, at once) if not, rather than learn it from the answering thread.
+                self._checked_run = self._run
+                self._refused = self._refusal_of(state)
             state = self._worker_states().keep(self._run, self._yielded, state)
         state = {**state, REPORT: self._report()}
+        if keep and self._refused is not None:
+            state[REFUSED] = self._refused
         self._cache = (key, state)
         return state
 
@@ -202,8 +259,17 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         if self._kept is None:
             assert self._channel is not None
             info = torch.utils.data.get_worker_info()
-            self._kept = WorkerStates(self._channel, info.id if info is not None else 0, _materialize_state)
+            materialize = functools.partial(_materialize_state, list(self._stages))
+            self._kept = WorkerStates(self._channel, info.id if info is not None else 0, materialize)
         return self._kept
+
+    def _refusal_of(self, state: dict[str, Any]) -> str | None:
+        """Why ``state`` (a kept position) cannot be checkpointed, or ``None``."""
+        try:
+            _materialize_state(self._stages, state)
+        except UnsupportedItemError as exc:
+            return str(exc)
+        return None
 
     def _make_state(self, lazy: bool = False) -> dict[str, Any]:
         if self._since_start == 0:
@@ -224,6 +290,8 @@ class _CheckpointedPipe(LoaderPipeWrapper):
                     sorted(set(not_snapshot_capable(self.pipe))),
                 )
             return {"mode": "count", "yielded": self._yielded, "seeds": self._seeds}
+        if not lazy:
+            snap = plain_position(snap, self._stages)
         return {"mode": "snapshot", "pipes": snap, "yielded": self._yielded}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -235,11 +303,11 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         self._start()
 
 
-def _materialize_state(state: dict[str, Any]) -> dict[str, Any]:
-    """A worker's kept position as plain data (a lazy snapshot's pipes rebuilt), before it is sent."""
+def _materialize_state(stages: list[str], state: dict[str, Any]) -> dict[str, Any]:
+    """A worker's kept position as plain data (see :func:`plain_position`), before it is sent."""
     pipes = state.get("pipes")
     if state.get("mode") == "snapshot" and isinstance(pipes, dict):
-        plain = materialize_snapshot(pipes)
+        plain = plain_position(pipes, stages)
         if plain is not pipes:
             return {**state, "pipes": plain}
     return state

@@ -21,9 +21,9 @@ import time
 from typing import Any
 
 from pipekit import _shm as shm
-from pipekit._loader._pipe import REPORT
+from pipekit._loader._pipe import REFUSED, REPORT
 from pipekit._loader_seam import WorkersIterBase, worker_dataset_states
-from pipekit.errors import WorkerDiedError
+from pipekit.errors import UnsupportedItemError, WorkerDiedError
 
 __all__ = ["skip_summaries", "worker_reports"]
 
@@ -79,6 +79,15 @@ class _WorkersIter(WorkersIterBase):
         # at interpreter exit there is nothing to forget.
         if workers and not self._is_finalizing():
             self._forget_workers(w.pid for w in workers if w.pid is not None and w.exitcode is not None)
+
+    def state_dict(self) -> dict[str, Any]:
+        # A worker whose pipeline holds what a checkpoint cannot (an open file in a shuffle buffer)
+        # says so with each batch: refuse here, typed and at once, instead of asking it for a
+        # position it cannot send.
+        for wid, state in sorted(worker_dataset_states(self).items()):
+            if isinstance(state.get(REFUSED), str):
+                raise UnsupportedItemError(f"{state[REFUSED]} (DataLoader worker {wid})")
+        return super().state_dict()
 
     def get_data(self) -> Any:
         try:

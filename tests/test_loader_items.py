@@ -1,0 +1,126 @@
+"""Issue 35: items that cannot be checkpointed or cannot cross to the main process, and workers dying unseen.
+
+* a shuffle buffer holding archive-member streams (torchdata's idiom
+  ``load_from_tar().webdataset().shuffle(n).decode()``) checkpoints the members' bytes, so the resumed run
+  reads the same samples and the checkpoint loads with ``torch.load(weights_only=True)``; a buffer holding
+  streams that are not in memory (open files) is refused by ``state_dict()`` naming the pipe and the file;
+* an item that cannot be pickled to the main process, however deep, raises a typed error naming the pipe,
+  the key path and the type, in seconds, instead of hanging a loader with workers;
+* a worker killed while the main process is busy elsewhere (its training step) raises
+  :class:`~pipekit.errors.WorkerDiedError`, not torch's bare ``RuntimeError``.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import pipekit
+from pipekit.errors import UnsupportedItemError
+from pipekit.pipes import IterableWrapper
+from pipekit.synthetic import write_image_shards
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def write_files(root: Path, count: int) -> list[str]:
+    root.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(count):
+        path = root / f"f{i}.txt"
+        path.write_bytes(f"file {i}".encode())
+        paths.append(str(path))
+    return paths
+
+
+def read_pair(item: tuple[str, Any]) -> tuple[str, bytes]:
+    url, stream = item
+    try:
+        return url, stream.read()
+    finally:
+        stream.close()
+
+
+# ----------------------------------------------------------------------- a shuffle buffer holding member streams
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory) -> list[str]:
+    root = tmp_path_factory.mktemp("shards")
+    write_image_shards(root, shards=2, per_shard=8, size=16, progress=False)
+    return sorted(str(p) for p in root.glob("*.tar"))
+
+
+def key_and_image(sample: dict[str, Any]) -> tuple[str, torch.Tensor, int]:
+    return sample["__key__"], sample[".jpg"], sample[".cls"]
+
+
+def shuffled_members(urls: list[str]):
+    """torchdata's idiom: the shuffle buffer holds webdataset samples of undecoded member streams."""
+    return (
+        IterableWrapper(urls)
+        .sharding_filter()
+        .open_files_by_fsspec(mode="rb")
+        .load_from_tar()
+        .webdataset()
+        .shuffle(buffer_size=5)
+        .decode()
+        .map(key_and_image)
+    )
+
+
+def loader_of(pipe, num_workers: int, **kwargs: Any) -> pipekit.DataLoader:
+    """A loader whose workers must answer within 60 s (torch allows a timeout only with workers)."""
+    return pipekit.DataLoader(pipe, num_workers=num_workers, timeout=60 if num_workers else 0, **kwargs)
+
+
+def run_and_resume(build, num_workers: int, take: int) -> tuple[list[Any], list[Any]]:
+    """The uninterrupted run's items, and a run checkpointed after ``take`` items (saved, loaded with
+    ``weights_only=True``) and resumed in a new loader."""
+    torch.manual_seed(0)
+    full = list(loader_of(build(), num_workers))
+    torch.manual_seed(0)
+    loader = loader_of(build(), num_workers)
+    it = iter(loader)
+    head = [next(it) for _ in range(take)]
+    buffer = io.BytesIO()
+    torch.save(loader.state_dict(), buffer)
+    buffer.seek(0)
+    state = torch.load(buffer, weights_only=True)
+    resumed = loader_of(build(), num_workers)
+    resumed.load_state_dict(state)
+    return full, head + list(resumed)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_shuffled_member_streams_resume_with_their_bytes(shards, num_workers):
+    full, resumed = run_and_resume(lambda: shuffled_members(shards), num_workers, take=3)
+    assert len(full) == 16
+    assert [k for k, _, _ in resumed] == [k for k, _, _ in full]
+    for (key, image, label), (_, want_image, want_label) in zip(resumed, full, strict=True):
+        assert torch.equal(image, want_image), key
+        assert label == want_label, key
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_shuffled_open_files_are_refused_at_state_dict(tmp_path, num_workers):
+    urls = write_files(tmp_path / "files", 12)
+    pipe = IterableWrapper(urls).sharding_filter().open_files_by_fsspec(mode="rb").shuffle(buffer_size=4)
+    loader = loader_of(pipe.map(read_pair), num_workers)
+    it = iter(loader)
+    next(it)
+    started = time.monotonic()
+    with pytest.raises(UnsupportedItemError) as info:
+        loader.state_dict()
+    assert time.monotonic() - started < 30
+    message = str(info.value)
+    assert "shuffle" in message and "open stream" in message
+    assert any(repr(url) in message for url in urls), message
+    assert "before shuffling" in message or "before the shuffle" in message
+    # The run itself goes on: only the checkpoint is refused.
+    assert len([next(it), *it]) == 11
