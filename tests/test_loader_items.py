@@ -12,7 +12,9 @@
 
 from __future__ import annotations
 
+import functools
 import io
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -124,3 +126,67 @@ def test_shuffled_open_files_are_refused_at_state_dict(tmp_path, num_workers):
     assert "before shuffling" in message or "before the shuffle" in message
     # The run itself goes on: only the checkpoint is refused.
     assert len([next(it), *it]) == 11
+
+
+# ------------------------------------------------------------------- items that cannot cross to the main process
+
+
+def sample_with_stream(path: str, i: int) -> dict[str, Any]:
+    """Sample 6 holds an open file: the last of worker 0's batch [0, 2, 4, 6], not its first."""
+    return {"__key__": str(i), ".jpg": open(path, "rb") if i == 6 else b"jpeg"}
+
+
+def sample_with_generator(i: int) -> dict[str, Any]:
+    return {"__key__": str(i), "pixels": (j for j in range(i))}
+
+
+def sample_with_lock(i: int) -> dict[str, Any]:
+    return {"__key__": str(i), "meta": {"lock": threading.Lock()}}
+
+
+CASES = {
+    # (builds the pipe from a file path, the stage named, the key path, the type named)
+    "stream_in_batch": (
+        lambda path: (
+            IterableWrapper(range(8)).sharding_filter().map(functools.partial(sample_with_stream, path)).batch(4)
+        ),
+        "batch",
+        "[3]['.jpg']",
+        "BufferedReader",
+    ),
+    "generator": (
+        lambda path: IterableWrapper(range(8)).sharding_filter().map(sample_with_generator),
+        "map",
+        "['pixels']",
+        "generator",
+    ),
+    "lock_in_dict": (
+        lambda path: IterableWrapper(range(8)).sharding_filter().map(sample_with_lock),
+        "map",
+        "['meta']['lock']",
+        "lock",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_item_that_cannot_cross_raises_naming_it(tmp_path, case):
+    build, stage, path, kind = CASES[case]
+    file = tmp_path / "x.jpg"
+    file.write_bytes(b"jpeg")
+    loader = pipekit.DataLoader(build(str(file)), num_workers=2, timeout=60)
+    started = time.monotonic()
+    with pytest.raises(UnsupportedItemError) as info:
+        list(loader)
+    assert time.monotonic() - started < 30, "no error in 30 s: the item was lost on its way"
+    message = str(info.value)
+    assert "DataLoader timed out" not in message
+    assert stage in message and path in message and kind in message, message
+    assert isinstance(info.value, TypeError)
+
+
+def test_items_that_cross_are_unchanged(tmp_path):
+    pipe = IterableWrapper(range(8)).sharding_filter().map(lambda i: {"x": [i, (i, str(i))], "t": torch.tensor(i)})
+    got = sorted(pipekit.DataLoader(pipe, num_workers=2, timeout=60), key=lambda s: s["x"][0])
+    assert [(s["x"][0], tuple(s["x"][1])) for s in got] == [(i, (i, str(i))) for i in range(8)]
+    assert [int(s["t"]) for s in got] == list(range(8))

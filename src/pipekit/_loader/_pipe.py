@@ -16,13 +16,24 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
+import traceback
 import types
 from collections.abc import Callable
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
+import numpy as np
 import torch
 
-from pipekit._loader_seam import InfiniteConstantSampler, patch_try_to_serialize
+from pipekit._loader_seam import (
+    InfiniteConstantSampler,
+    on_send_failure,
+    patch_try_to_serialize,
+    send_now,
+    worker_exception,
+    worker_result_queue,
+)
 from pipekit._worker_states import StateChannel, WorkerStates
 from pipekit.errors import SkipLog, UnsupportedItemError
 from pipekit.pipes._resume import (
@@ -45,6 +56,7 @@ from pipekit.pipes._stream_items import (
 )
 from pipekit.pipes._torch import LoaderPipeWrapper, hooked_iterator_target, loader_iteration
 from pipekit.pipes.base import IterDataPipe
+from pipekit.profiling import stage_name
 
 __all__ = ["REFUSED", "REPORT", "REPORT_ITEMS", "fast_try_to_serialize", "install_fast_serialize", "skip_logs"]
 
@@ -61,8 +73,10 @@ def skip_logs(pipes: list[Any]) -> list[tuple[int, SkipLog]]:
 
 
 def _stage_name(pipe: Any) -> str:
-    name = getattr(type(pipe), "functional_name", None)
-    return f"{name} ({type(pipe).__name__})" if name else type(pipe).__name__
+    """``"batch (BatcherIterDataPipe)"``, ``"map(decode_fn) (MapperIterDataPipe)"``: a pipe in messages."""
+    cls = type(pipe).__name__
+    name = getattr(type(pipe), "functional_name", None) or stage_name(pipe)
+    return f"{name} ({cls})" if name and name != cls else cls
 
 
 def plain_position(snapshot: dict[str, Any], stages: list[str]) -> dict[str, Any]:
@@ -165,6 +179,8 @@ class _CheckpointedPipe(LoaderPipeWrapper):
             self._logs = skip_logs(self._pipes)
             self._stages = [_stage_name(dp) for dp in self._pipes]
         self._in_worker = torch.utils.data.get_worker_info() is not None
+        if self._in_worker:
+            _watch_sending(_stage_name(self.pipe))
         pending = self._pending
         self._cache = None
         self._base_state = pending
@@ -301,6 +317,86 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         self._pending = {k: v for k, v in state.items() if k != REPORT}
         # The fetcher may already hold an iterator over this object: restart it in place.
         self._start()
+
+
+# -- items a worker cannot send ------------------------------------------------------------------
+
+_watched_pid: int | None = None  # the worker process whose result queue has pipekit's handler
+
+
+def _watch_sending(stage: str) -> None:
+    """In a DataLoader worker, once: a batch its result queue cannot pickle raises in the main process.
+
+    torch's worker loop puts each batch on a queue whose feeder thread pickles
+    it; a pickling error there is printed and the batch dropped, and the main
+    process waits for it forever.  The handler sends the main process an
+    :class:`~pipekit.errors.UnsupportedItemError` for that batch instead,
+    naming ``stage`` (the pipe that yielded it), the key path of what could
+    not be pickled and its type.  Called when the pipeline starts in the
+    worker, before the worker's first batch.
+    """
+    global _watched_pid
+    if _watched_pid == os.getpid():
+        return
+    queue = worker_result_queue()
+    if queue is None:
+        return
+    _watched_pid = os.getpid()
+
+    def on_failure(error: BaseException, obj: Any) -> None:
+        try:
+            idx, (data, worker_id, state) = obj
+        except (TypeError, ValueError):  # not a batch (an acknowledgement): what the queue's own hook does
+            traceback.print_exception(error)
+            return
+        found = find_unpicklable(data, "batch" if isinstance(data, list) else "item")
+        what = "an item"
+        if found is None and state is not None:
+            found, what = find_unpicklable(state, "state"), "its position"
+        if found is None:
+            detail = f"it cannot be pickled ({type(error).__name__}: {error})"
+        else:
+            path, value, why = found
+            detail = f"{path} is a {type(value).__name__} ({why})"
+        failure = UnsupportedItemError(
+            f"pipekit.DataLoader: {stage} yielded {what} that a DataLoader worker cannot send to the main "
+            f"process: {detail}; items cross to the main process pickled: make them plain data inside the "
+            "pipeline (bytes, tensors, arrays, numbers, strings, lists, dicts): read streams (.read_from_stream(), "
+            ".decode()), and leave generators, locks and open files out of the items"
+        )
+        send_now(queue, (idx, (worker_exception(failure, worker_id), worker_id, None)))
+
+    on_send_failure(queue, on_failure)
+
+
+# Exact types that always pickle (tensors and arrays are not pickled here to find out: they would be copied).
+_PICKLABLE = frozenset({int, float, bool, str, bytes, bytearray, type(None), torch.Tensor, np.ndarray})
+
+
+def find_unpicklable(value: Any, root: str = "item") -> tuple[str, Any, str] | None:
+    """``(key path, object, why)`` of the first part of ``value`` that cannot be pickled, or ``None``.
+
+    Looks into dicts, lists and tuples; every other object is pickled on its
+    own (as the worker's queue pickles it).  For error messages: it pickles
+    what it meets.
+    """
+    stack: list[tuple[str, Any]] = [(root, value)]
+    while stack:
+        path, obj = stack.pop()
+        kind = type(obj)
+        if kind in _PICKLABLE:
+            continue
+        if isinstance(obj, dict):
+            stack += reversed([(f"{path}[{k!r}]", v) for k, v in obj.items()])
+            continue
+        if isinstance(obj, list | tuple):
+            stack += reversed([(f"{path}[{i}]", v) for i, v in enumerate(obj)])
+            continue
+        try:
+            ForkingPickler.dumps(obj)
+        except Exception as exc:
+            return path, obj, f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def _materialize_state(stages: list[str], state: dict[str, Any]) -> dict[str, Any]:
