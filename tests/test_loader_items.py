@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import functools
 import io
+import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -23,7 +25,8 @@ import pytest
 import torch
 
 import pipekit
-from pipekit.errors import UnsupportedItemError
+from pipekit._loader_seam import worker_processes
+from pipekit.errors import UnsupportedItemError, WorkerDiedError
 from pipekit.pipes import IterableWrapper
 from pipekit.synthetic import write_image_shards
 
@@ -190,3 +193,30 @@ def test_items_that_cross_are_unchanged(tmp_path):
     got = sorted(pipekit.DataLoader(pipe, num_workers=2, timeout=60), key=lambda s: s["x"][0])
     assert [(s["x"][0], tuple(s["x"][1])) for s in got] == [(i, (i, str(i))) for i in range(8)]
     assert [int(s["t"]) for s in got] == list(range(8))
+
+
+# ----------------------------------------------------------------- a worker killed while the main process is busy
+
+
+def kill_and_train(pid: int, seconds: float) -> None:
+    """Kill ``pid``, then compute for ``seconds`` (a training step: busy, not waiting on the loader)."""
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        sum(i * i for i in range(1000))
+
+
+def test_worker_killed_during_the_training_step_is_named(tmp_path):
+    urls = write_files(tmp_path / "files", 8)  # worker 1 reads f1, f3, f5, f7
+    pipe = IterableWrapper(urls).sharding_filter().open_files_by_fsspec(mode="rb").map(read_pair)
+    loader = pipekit.DataLoader(pipe, num_workers=2, prefetch_factor=1, timeout=60)
+    it = iter(loader)
+    assert [next(it)[0], next(it)[0]] == urls[:2]  # worker 1's batch (f1) has arrived
+    victim = worker_processes(it)[1]
+    with pytest.raises(WorkerDiedError) as info:
+        kill_and_train(victim.pid, seconds=30)
+    err = info.value
+    assert isinstance(err, RuntimeError)
+    assert (err.worker_id, err.signal, err.pid) == (1, "SIGKILL", victim.pid)
+    assert (err.url, err.stage) == (urls[1], "open_files_by_fsspec")
+    assert f"worker 1 (pid {victim.pid}) killed by SIGKILL" in str(err)

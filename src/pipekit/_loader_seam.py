@@ -65,6 +65,17 @@ This is the whole list; keep it true when adding one.
    pipekit's pipes are registered in torch's functional-name tables
    (``IterDataPipe.functions``, ``MapDataPipe.functions``).
 
+7. **The SIGCHLD handler** torch installs in the main process (its first
+   multi-process iterator; it raises torch's ``RuntimeError`` "DataLoader
+   worker (pid N) is killed by signal" from wherever the main thread is) is
+   wrapped, once, by :func:`wrap_sigchld_handler` (here), which
+   ``pipekit._loader._workers`` calls when a pipekit loader first takes a
+   batch from its workers: the wrapper calls the handler it replaces and turns
+   that error into :class:`~pipekit.errors.WorkerDiedError` naming the worker,
+   its signal and its last file.  Why: a worker killed while the main process
+   is busy in its training step (not waiting on the loader) raised torch's
+   bare error there.
+
 Not global, but on torch's objects: a multi-process iterator created by a
 ``pipekit.DataLoader`` gets pipekit's subclass as its class
 (:func:`switch_iterator_class`), the loader's dataset (torch's
@@ -81,7 +92,9 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import signal
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Mapping
 from multiprocessing.reduction import ForkingPickler
@@ -119,6 +132,7 @@ __all__ = [
     "on_send_failure",
     "send_now",
     "worker_exception",
+    "wrap_sigchld_handler",
 ]
 
 # ----------------------------------------------------------------------------------------- samplers
@@ -319,6 +333,40 @@ def worker_exception(error: BaseException, worker_id: int) -> Any:
     return ExceptionWrapper(
         exc_info=(type(error), error, error.__traceback__), where=f"in DataLoader worker process {worker_id}"
     )
+
+
+# --------------------------------------------------------------------------------- torch's SIGCHLD handler
+
+_sigchld_wrapped = False
+
+
+def wrap_sigchld_handler(convert: Callable[[RuntimeError], BaseException | None]) -> None:
+    """Wrap the process's SIGCHLD handler (torch's, once a multi-process iterator started), once.
+
+    Global change 7 of the module docstring.  The wrapper calls the handler it
+    replaces; a ``RuntimeError`` it raises (torch's: a worker died) becomes
+    ``convert(error)``, raised from it, unless that is ``None``.  Does nothing
+    outside the main thread (where signal handlers cannot be set) or while the
+    handler is not a Python function (torch has not installed its handler).
+    """
+    global _sigchld_wrapped
+    if _sigchld_wrapped or threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGCHLD)
+    if not callable(previous):
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        try:
+            previous(signum, frame)
+        except RuntimeError as exc:
+            typed = convert(exc)
+            if typed is None:
+                raise
+            raise typed from exc
+
+    signal.signal(signal.SIGCHLD, handler)
+    _sigchld_wrapped = True
 
 
 # ------------------------------------------------------------------------ torchdata's try_to_serialize
