@@ -220,3 +220,18 @@ def test_worker_killed_during_the_training_step_is_named(tmp_path):
     assert (err.worker_id, err.signal, err.pid) == (1, "SIGKILL", victim.pid)
     assert (err.url, err.stage) == (urls[1], "open_files_by_fsspec")
     assert f"worker 1 (pid {victim.pid}) killed by SIGKILL" in str(err)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_shuffled_unpicklable_items_are_refused_at_state_dict(num_workers):
+    pipe = IterableWrapper(range(12)).sharding_filter().map(sample_with_lock).shuffle(buffer_size=4)
+    loader = loader_of(pipe.map(lambda s: s["__key__"]), num_workers)
+    it = iter(loader)
+    next(it)
+    started = time.monotonic()
+    with pytest.raises(UnsupportedItemError) as info:
+        loader.state_dict()
+    assert time.monotonic() - started < 30
+    message = str(info.value)
+    assert "shuffle" in message and "['meta']['lock']" in message and "lock" in message, message
+    assert len([next(it), *it]) == 11

@@ -86,9 +86,10 @@ def plain_position(snapshot: dict[str, Any], stages: list[str]) -> dict[str, Any
     of archive members, which ``load_from_tar`` reads whole) becomes a record of
     its bytes (:func:`~pipekit.pipes._stream_items.streams_as_bytes`), turned
     back into the stream on resume.  A stream that is not in memory (an open
-    file, a lazily read member) raises
-    :class:`~pipekit.errors.UnsupportedItemError` naming the pipe (``stages``,
-    by the snapshot's pipe index) and the stream's URL.
+    file, a lazily read member), or anything else that cannot be pickled (a
+    lock), raises :class:`~pipekit.errors.UnsupportedItemError` naming the pipe
+    (``stages``, by the snapshot's pipe index), the key path and the stream's
+    URL or the object's type.
     """
     snapshot = materialize_snapshot(snapshot)
     states = snapshot.get("states")
@@ -99,9 +100,18 @@ def plain_position(snapshot: dict[str, Any], stages: list[str]) -> dict[str, Any
         if state is None:
             continue
         stage = stages[i] if i < len(stages) else f"pipe {i}"
-        plain[i], found = streams_as_bytes(state, root=stage.split(" ", 1)[0])
+        root = stage.split(" ", 1)[0]
+        plain[i], found = streams_as_bytes(state, root=root)
         if found is not None:
             raise UnsupportedItemError(_refusal(stage, *found))
+        bad = find_unpicklable(plain[i], root, once_per_type=True)
+        if bad is not None:
+            path, value, why = bad
+            raise UnsupportedItemError(
+                f"pipekit.DataLoader.state_dict: cannot checkpoint the pipeline: {stage} holds {path}, a "
+                f"{type(value).__name__} that cannot be pickled ({why}); a checkpoint holds what buffering pipes "
+                "hold: make the items plain data (bytes, tensors, arrays, numbers, strings, lists, dicts) before them"
+            )
     if all(a is b for a, b in zip(plain, states, strict=True)):
         return snapshot
     return {**snapshot, "states": plain}
@@ -373,29 +383,33 @@ def _watch_sending(stage: str) -> None:
 _PICKLABLE = frozenset({int, float, bool, str, bytes, bytearray, type(None), torch.Tensor, np.ndarray})
 
 
-def find_unpicklable(value: Any, root: str = "item") -> tuple[str, Any, str] | None:
+def find_unpicklable(value: Any, root: str = "item", once_per_type: bool = False) -> tuple[str, Any, str] | None:
     """``(key path, object, why)`` of the first part of ``value`` that cannot be pickled, or ``None``.
 
     Looks into dicts, lists and tuples; every other object is pickled on its
-    own (as the worker's queue pickles it).  For error messages: it pickles
-    what it meets.
+    own (as the worker's queue pickles it).  ``once_per_type``: an object of a
+    type that pickled once is taken to pickle (a checkpoint's shuffle buffer
+    of 10,000 images is checked with one pickled image).
     """
-    stack: list[tuple[str, Any]] = [(root, value)]
+    stack: list[tuple[tuple[Any, ...], Any]] = [((), value)]
+    fine: set[type] = set()
     while stack:
         path, obj = stack.pop()
         kind = type(obj)
-        if kind in _PICKLABLE:
+        if kind in _PICKLABLE or kind in fine:
             continue
         if isinstance(obj, dict):
-            stack += reversed([(f"{path}[{k!r}]", v) for k, v in obj.items()])
+            stack += reversed([((*path, k), v) for k, v in obj.items()])
             continue
         if isinstance(obj, list | tuple):
-            stack += reversed([(f"{path}[{i}]", v) for i, v in enumerate(obj)])
+            stack += reversed([((*path, i), v) for i, v in enumerate(obj)])
             continue
         try:
             ForkingPickler.dumps(obj)
         except Exception as exc:
-            return path, obj, f"{type(exc).__name__}: {exc}"
+            return root + "".join(f"[{key!r}]" for key in path), obj, f"{type(exc).__name__}: {exc}"
+        if once_per_type:
+            fine.add(kind)
     return None
 
 
