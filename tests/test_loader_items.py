@@ -235,3 +235,20 @@ def test_shuffled_unpicklable_items_are_refused_at_state_dict(num_workers):
     message = str(info.value)
     assert "shuffle" in message and "['meta']['lock']" in message and "lock" in message, message
     assert len([next(it), *it]) == 11
+
+
+def lock_from_20(i: int) -> dict[str, Any]:
+    return sample_with_lock(i) if i >= 20 else {"__key__": str(i)}
+
+
+def test_unpicklable_items_arriving_later_fail_the_checkpoint_in_seconds():
+    """Workers check an iterator's first position only; a later one that cannot be sent still fails, bounded."""
+    pipe = IterableWrapper(range(40)).sharding_filter().map(lock_from_20).shuffle(buffer_size=4)
+    loader = loader_of(pipe.map(lambda s: s["__key__"]), 2)
+    it = iter(loader)
+    for _ in range(24):
+        next(it)
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"shuffle .*\['meta'\]\['lock'\], a lock that cannot be pickled"):
+        loader.state_dict()
+    assert time.monotonic() - started < 30

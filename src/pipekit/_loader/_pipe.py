@@ -6,7 +6,14 @@ every worker and is the iterator its fetcher pulls items from.
 position instead of replaying items, keeps a worker's positions for
 :mod:`pipekit._worker_states`, sends each worker's skip counts and last file
 with its state (:data:`REPORT`), and refuses items holding open streams in a
-worker.  :func:`fast_try_to_serialize` is the shortcut pipekit puts in front of
+worker.  A position leaves the pipeline as plain data (:func:`plain_position`):
+in-memory archive members a buffer holds as their bytes, and anything else
+that cannot be pickled refused, naming the pipe and the key path (with
+workers, each says so with its batches: :data:`REFUSED`).  In a worker, an
+item its result queue cannot pickle raises in the main process
+(:func:`_watch_sending`) instead of being dropped.
+
+:func:`fast_try_to_serialize` is the shortcut pipekit puts in front of
 torchdata's ``try_to_serialize`` for the objects a pipekit loader hands it
 (installed by :func:`install_fast_serialize`, through
 :func:`pipekit._loader_seam.patch_try_to_serialize`).
