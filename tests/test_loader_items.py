@@ -252,3 +252,28 @@ def test_unpicklable_items_arriving_later_fail_the_checkpoint_in_seconds():
     with pytest.raises(RuntimeError, match=r"shuffle .*\['meta'\]\['lock'\], a lock that cannot be pickled"):
         loader.state_dict()
     assert time.monotonic() - started < 30
+
+
+def test_stream_records_round_trip():
+    from pipekit.pipes._archives import _MemberBytes
+    from pipekit.pipes._stream_items import streams_as_bytes, streams_from_bytes
+    from pipekit.pipes.base import StreamWrapper
+
+    member = StreamWrapper(_MemberBytes(b"jpeg bytes"), name="s.tar/0.jpg")
+    member.read()
+    member.close()  # read and closed downstream since the position was kept: its bytes are still there
+    plain = {"keep": [1, "a"], "buffer": [("s.tar/0.jpg", member), {"raw": io.BytesIO(b"raw")}]}
+    converted, found = streams_as_bytes(plain)
+    assert found is None
+    assert converted["keep"] is plain["keep"]  # nothing copied where there is no stream
+    buffer = io.BytesIO()
+    torch.save(converted, buffer)
+    buffer.seek(0)
+    back = streams_from_bytes(torch.load(buffer, weights_only=True))
+    url, stream = back["buffer"][0]
+    assert url == "s.tar/0.jpg" and isinstance(stream, StreamWrapper) and stream.name == "s.tar/0.jpg"
+    assert type(stream.file_obj) is _MemberBytes and stream.read() == b"jpeg bytes"
+    assert type(back["buffer"][1]["raw"]) is io.BytesIO and back["buffer"][1]["raw"].read() == b"raw"
+    with open(__file__, "rb") as f:
+        _, found = streams_as_bytes({"buffer": [f]}, root="shuffle")
+    assert found is not None and found[0] == "shuffle['buffer'][0]" and found[1] is f
