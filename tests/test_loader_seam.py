@@ -133,6 +133,12 @@ ALLOWED = {
     "_workers_status",
     "_index_queues",
     "_worker_snapshots",
+    # the worker's result queue: found in torch's worker loop; multiprocessing's feeder hook and sending
+    "_worker_loop",
+    "_on_queue_feeder_error",
+    "_sem",
+    "_wlock",
+    "_send_bytes",
     # torchdata's worker states
     "try_to_serialize",
     "fetcher_state",

@@ -65,23 +65,43 @@ This is the whole list; keep it true when adding one.
    pipekit's pipes are registered in torch's functional-name tables
    (``IterDataPipe.functions``, ``MapDataPipe.functions``).
 
+7. **The SIGCHLD handler** torch installs in the main process (its first
+   multi-process iterator; it raises torch's ``RuntimeError`` "DataLoader
+   worker (pid N) is killed by signal" from wherever the main thread is) is
+   wrapped, once, by :func:`wrap_sigchld_handler` (here), which
+   ``pipekit._loader._workers`` calls when a pipekit loader first takes a
+   batch from its workers: the wrapper calls the handler it replaces and turns
+   that error into :class:`~pipekit.errors.WorkerDiedError` naming the worker,
+   its signal and its last file.  Why: a worker killed while the main process
+   is busy in its training step (not waiting on the loader) raised torch's
+   bare error there.
+
 Not global, but on torch's objects: a multi-process iterator created by a
 ``pipekit.DataLoader`` gets pipekit's subclass as its class
-(:func:`switch_iterator_class`), and the loader's dataset (torch's
+(:func:`switch_iterator_class`), the loader's dataset (torch's
 serialization wrapper) is replaced after ``StatefulDataLoader.__init__``
-(:meth:`LoaderBase.replace_dataset`).
+(:meth:`LoaderBase.replace_dataset`), and in each worker the result queue
+torch's worker loop sends batches on gets pipekit's handler for an item its
+feeder thread cannot pickle (:func:`on_send_failure`; the queue's own hook
+prints the error and drops the batch, and the main process waits for it
+forever).
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import inspect
+import signal
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Mapping
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import torch
+from torch._utils import ExceptionWrapper
 from torch.utils.data._utils import collate as _torch_collate
 from torch.utils.data.dataloader import _InfiniteConstantSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
@@ -108,6 +128,11 @@ __all__ = [
     "storage_use_count",
     "torch_storage_reducer",
     "register_storage_reducer",
+    "worker_result_queue",
+    "on_send_failure",
+    "send_now",
+    "worker_exception",
+    "wrap_sigchld_handler",
 ]
 
 # ----------------------------------------------------------------------------------------- samplers
@@ -250,6 +275,98 @@ def worker_dataset_states(iterator: Any) -> dict[int, Any]:
         if isinstance(mine, dict):
             out[int(str(key).rsplit("_", 1)[-1])] = mine
     return out
+
+
+# ------------------------------------------------------------------------------- the worker's result queue
+
+
+def worker_result_queue() -> Any | None:
+    """In a DataLoader worker, the queue its worker loop sends batches to the main process on; else ``None``.
+
+    torch's (and torchdata's) worker loop holds it as ``data_queue``; pipekit's
+    pipe is iterated from inside that loop, so it is found on the call stack.
+    """
+    frame = inspect.currentframe()
+    try:
+        while frame is not None:
+            if frame.f_code.co_name == "_worker_loop" and "data_queue" in frame.f_code.co_varnames:
+                return frame.f_locals.get("data_queue")
+            frame = frame.f_back
+    finally:
+        del frame
+    return None
+
+
+def on_send_failure(queue: Any, handler: Callable[[BaseException, Any], None]) -> None:
+    """Make ``handler(error, obj)`` what ``queue``'s feeder thread calls when pickling ``obj`` fails.
+
+    A ``multiprocessing`` queue pickles what is put on it in a feeder thread;
+    when that fails its hook prints the traceback and drops the object, so the
+    process waiting for it waits forever.  Takes effect when the feeder thread
+    starts (the queue's first put): call it before.
+    """
+    queue._on_queue_feeder_error = handler
+
+
+def send_now(queue: Any, obj: Any) -> None:
+    """Send ``obj`` on ``queue`` at once, ahead of everything it still holds unsent.
+
+    For a handler of :func:`on_send_failure` (it runs in the queue's feeder
+    thread): what replaces the object that could not be sent must arrive
+    before what the process put after it (a worker's end-of-data message would
+    otherwise reach the main process first, and torch would skip the batch it
+    still waits for from that worker).  Sent as the feeder sends, under the
+    queue's write lock (other processes write to it too).
+    """
+    data = ForkingPickler.dumps(obj)
+    queue._sem.acquire(False)  # what put() takes for each object (the feeder gave back the failed one's)
+    lock = queue._wlock
+    if lock is None:
+        queue._send_bytes(data)
+        return
+    with lock:
+        queue._send_bytes(data)
+
+
+def worker_exception(error: BaseException, worker_id: int) -> Any:
+    """``error`` as torch's workers send an exception, which the main process re-raises as ``type(error)``."""
+    return ExceptionWrapper(
+        exc_info=(type(error), error, error.__traceback__), where=f"in DataLoader worker process {worker_id}"
+    )
+
+
+# --------------------------------------------------------------------------------- torch's SIGCHLD handler
+
+_sigchld_wrapped = False
+
+
+def wrap_sigchld_handler(convert: Callable[[RuntimeError], BaseException | None]) -> None:
+    """Wrap the process's SIGCHLD handler (torch's, once a multi-process iterator started), once.
+
+    Global change 7 of the module docstring.  The wrapper calls the handler it
+    replaces; a ``RuntimeError`` it raises (torch's: a worker died) becomes
+    ``convert(error)``, raised from it, unless that is ``None``.  Does nothing
+    outside the main thread (where signal handlers cannot be set) or while the
+    handler is not a Python function (torch has not installed its handler).
+    """
+    global _sigchld_wrapped
+    if _sigchld_wrapped or threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGCHLD)
+    if not callable(previous):
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        try:
+            previous(signum, frame)
+        except RuntimeError as exc:
+            typed = convert(exc)
+            if typed is None:
+                raise
+            raise typed from exc
+
+    signal.signal(signal.SIGCHLD, handler)
+    _sigchld_wrapped = True
 
 
 # ------------------------------------------------------------------------ torchdata's try_to_serialize

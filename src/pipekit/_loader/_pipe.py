@@ -6,7 +6,14 @@ every worker and is the iterator its fetcher pulls items from.
 position instead of replaying items, keeps a worker's positions for
 :mod:`pipekit._worker_states`, sends each worker's skip counts and last file
 with its state (:data:`REPORT`), and refuses items holding open streams in a
-worker.  :func:`fast_try_to_serialize` is the shortcut pipekit puts in front of
+worker.  A position leaves the pipeline as plain data (:func:`plain_position`):
+in-memory archive members a buffer holds as their bytes, and anything else
+that cannot be pickled refused, naming the pipe and the key path (with
+workers, each says so with its batches: :data:`REFUSED`).  In a worker, an
+item its result queue cannot pickle raises in the main process
+(:func:`_watch_sending`) instead of being dropped.
+
+:func:`fast_try_to_serialize` is the shortcut pipekit puts in front of
 torchdata's ``try_to_serialize`` for the objects a pipekit loader hands it
 (installed by :func:`install_fast_serialize`, through
 :func:`pipekit._loader_seam.patch_try_to_serialize`).
@@ -14,16 +21,28 @@ torchdata's ``try_to_serialize`` for the objects a pipekit loader hands it
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
+import traceback
 import types
 from collections.abc import Callable
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
+import numpy as np
 import torch
 
-from pipekit._loader_seam import InfiniteConstantSampler, patch_try_to_serialize
+from pipekit._loader_seam import (
+    InfiniteConstantSampler,
+    on_send_failure,
+    patch_try_to_serialize,
+    send_now,
+    worker_exception,
+    worker_result_queue,
+)
 from pipekit._worker_states import StateChannel, WorkerStates
-from pipekit.errors import SkipLog
+from pipekit.errors import SkipLog, UnsupportedItemError
 from pipekit.pipes._resume import (
     SnapshotPlan,
     apply_seeds,
@@ -35,16 +54,24 @@ from pipekit.pipes._resume import (
     prepare_for_resume,
     restore_pipeline,
 )
-from pipekit.pipes._stream_items import find_open_stream, last_opened, stream_name
+from pipekit.pipes._stream_items import (
+    find_open_stream,
+    last_opened,
+    stream_name,
+    streams_as_bytes,
+    streams_from_bytes,
+)
 from pipekit.pipes._torch import LoaderPipeWrapper, hooked_iterator_target, loader_iteration
 from pipekit.pipes.base import IterDataPipe
+from pipekit.profiling import stage_name
 
-__all__ = ["REPORT", "REPORT_ITEMS", "fast_try_to_serialize", "install_fast_serialize", "skip_logs"]
+__all__ = ["REFUSED", "REPORT", "REPORT_ITEMS", "fast_try_to_serialize", "install_fast_serialize", "skip_logs"]
 
 logger = logging.getLogger("pipekit")
 
 REPORT = "report"  # the key of a worker's state that carries its skip counts and last file to the main process
 REPORT_ITEMS = 10  # skipped items each pipe of each worker reports in full
+REFUSED = "refused"  # the key of a worker's state saying why its position cannot be checkpointed
 
 
 def skip_logs(pipes: list[Any]) -> list[tuple[int, SkipLog]]:
@@ -53,8 +80,58 @@ def skip_logs(pipes: list[Any]) -> list[tuple[int, SkipLog]]:
 
 
 def _stage_name(pipe: Any) -> str:
-    name = getattr(type(pipe), "functional_name", None)
-    return f"{name} ({type(pipe).__name__})" if name else type(pipe).__name__
+    """``"batch (BatcherIterDataPipe)"``, ``"map(decode_fn) (MapperIterDataPipe)"``: a pipe in messages."""
+    cls = type(pipe).__name__
+    name = getattr(type(pipe), "functional_name", None) or stage_name(pipe)
+    return f"{name} ({cls})" if name and name != cls else cls
+
+
+def plain_position(snapshot: dict[str, Any], stages: list[str]) -> dict[str, Any]:
+    """A pipeline position (:meth:`SnapshotPlan.snapshot`, lazy or not) as plain data a checkpoint can hold.
+
+    Lazy states are rebuilt; an in-memory stream a pipe holds (a shuffle buffer
+    of archive members, which ``load_from_tar`` reads whole) becomes a record of
+    its bytes (:func:`~pipekit.pipes._stream_items.streams_as_bytes`), turned
+    back into the stream on resume.  A stream that is not in memory (an open
+    file, a lazily read member), or anything else that cannot be pickled (a
+    lock), raises :class:`~pipekit.errors.UnsupportedItemError` naming the pipe
+    (``stages``, by the snapshot's pipe index), the key path and the stream's
+    URL or the object's type.
+    """
+    snapshot = materialize_snapshot(snapshot)
+    states = snapshot.get("states")
+    if not isinstance(states, list):
+        return snapshot
+    plain = list(states)
+    for i, state in enumerate(states):
+        if state is None:
+            continue
+        stage = stages[i] if i < len(stages) else f"pipe {i}"
+        root = stage.split(" ", 1)[0]
+        plain[i], found = streams_as_bytes(state, root=root)
+        if found is not None:
+            raise UnsupportedItemError(_refusal(stage, *found))
+        bad = find_unpicklable(plain[i], root, once_per_type=True)
+        if bad is not None:
+            path, value, why = bad
+            raise UnsupportedItemError(
+                f"pipekit.DataLoader.state_dict: cannot checkpoint the pipeline: {stage} holds {path}, a "
+                f"{type(value).__name__} that cannot be pickled ({why}); a checkpoint holds what buffering pipes "
+                "hold: make the items plain data (bytes, tensors, arrays, numbers, strings, lists, dicts) before them"
+            )
+    if all(a is b for a, b in zip(plain, states, strict=True)):
+        return snapshot
+    return {**snapshot, "states": plain}
+
+
+def _refusal(stage: str, path: str, stream: Any) -> str:
+    return (
+        f"pipekit.DataLoader.state_dict: cannot checkpoint the pipeline: {stage} holds an open stream "
+        f"{stream_name(stream)} (at {path}), which a checkpoint cannot hold (it is plain data; streams read "
+        "whole into memory, such as load_from_tar's members, are kept as their bytes, open files are not). "
+        "Read or decode the items before shuffling or buffering them: e.g. .read_from_stream() or .decode() "
+        "before the shuffle, so its buffer holds bytes or tensors"
+    )
 
 
 class _CheckpointedPipe(LoaderPipeWrapper):
@@ -87,6 +164,9 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         self._exhausted = False  # the current iterator has ended (its last state is sent in full)
         self._channel: StateChannel | None = None  # set by the loader while it starts workers
         self._kept: WorkerStates | None = None  # a worker's last positions, sent on request
+        self._stages: list[str] = []  # each pipe's name for messages, by snapshot index
+        self._checked_run = 0  # the iterator whose kept positions were checked for streams
+        self._refused: str | None = None  # why this iterator's positions cannot be checkpointed
 
     def __getstate__(self) -> Any:
         # The channel travels to the workers with the pipe (it is only set while the loader starts them).
@@ -114,7 +194,10 @@ class _CheckpointedPipe(LoaderPipeWrapper):
             self._pipes = pipeline_pipes(self.pipe)
             loader_iteration(self._pipes)  # items pulled here skip torch's per-item hook
             self._logs = skip_logs(self._pipes)
+            self._stages = [_stage_name(dp) for dp in self._pipes]
         self._in_worker = torch.utils.data.get_worker_info() is not None
+        if self._in_worker:
+            _watch_sending(_stage_name(self.pipe))
         pending = self._pending
         self._cache = None
         self._base_state = pending
@@ -122,7 +205,7 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         self._yielded = 0
         self._exhausted = False
         if pending is not None and pending["mode"] == "snapshot":
-            restore_pipeline(self.pipe, pending["pipes"])
+            restore_pipeline(self.pipe, streams_from_bytes(pending["pipes"]))
             self._yielded = int(pending["yielded"])
         elif pending is not None and pending.get("seeds") is not None:
             apply_seeds(self._pipes, pending["seeds"])
@@ -193,8 +276,15 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         keep = self._in_worker and self._channel is not None and not self._exhausted
         state = self._make_state(lazy=keep)
         if keep and state["mode"] == "snapshot":
+            if self._checked_run != self._run:
+                # Once an iterator: can its positions be sent? The main process refuses a checkpoint
+                # (typed, at once) if not, rather than learn it from the answering thread.
+                self._checked_run = self._run
+                self._refused = self._refusal_of(state)
             state = self._worker_states().keep(self._run, self._yielded, state)
         state = {**state, REPORT: self._report()}
+        if keep and self._refused is not None:
+            state[REFUSED] = self._refused
         self._cache = (key, state)
         return state
 
@@ -202,8 +292,17 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         if self._kept is None:
             assert self._channel is not None
             info = torch.utils.data.get_worker_info()
-            self._kept = WorkerStates(self._channel, info.id if info is not None else 0, _materialize_state)
+            materialize = functools.partial(_materialize_state, list(self._stages))
+            self._kept = WorkerStates(self._channel, info.id if info is not None else 0, materialize)
         return self._kept
+
+    def _refusal_of(self, state: dict[str, Any]) -> str | None:
+        """Why ``state`` (a kept position) cannot be checkpointed, or ``None``."""
+        try:
+            _materialize_state(self._stages, state)
+        except UnsupportedItemError as exc:
+            return str(exc)
+        return None
 
     def _make_state(self, lazy: bool = False) -> dict[str, Any]:
         if self._since_start == 0:
@@ -224,6 +323,8 @@ class _CheckpointedPipe(LoaderPipeWrapper):
                     sorted(set(not_snapshot_capable(self.pipe))),
                 )
             return {"mode": "count", "yielded": self._yielded, "seeds": self._seeds}
+        if not lazy:
+            snap = plain_position(snap, self._stages)
         return {"mode": "snapshot", "pipes": snap, "yielded": self._yielded}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -235,11 +336,95 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         self._start()
 
 
-def _materialize_state(state: dict[str, Any]) -> dict[str, Any]:
-    """A worker's kept position as plain data (a lazy snapshot's pipes rebuilt), before it is sent."""
+# -- items a worker cannot send ------------------------------------------------------------------
+
+_watched_pid: int | None = None  # the worker process whose result queue has pipekit's handler
+
+
+def _watch_sending(stage: str) -> None:
+    """In a DataLoader worker, once: a batch its result queue cannot pickle raises in the main process.
+
+    torch's worker loop puts each batch on a queue whose feeder thread pickles
+    it; a pickling error there is printed and the batch dropped, and the main
+    process waits for it forever.  The handler sends the main process an
+    :class:`~pipekit.errors.UnsupportedItemError` for that batch instead,
+    naming ``stage`` (the pipe that yielded it), the key path of what could
+    not be pickled and its type.  Called when the pipeline starts in the
+    worker, before the worker's first batch.
+    """
+    global _watched_pid
+    if _watched_pid == os.getpid():
+        return
+    queue = worker_result_queue()
+    if queue is None:
+        return
+    _watched_pid = os.getpid()
+
+    def on_failure(error: BaseException, obj: Any) -> None:
+        try:
+            idx, (data, worker_id, state) = obj
+        except (TypeError, ValueError):  # not a batch (an acknowledgement): what the queue's own hook does
+            traceback.print_exception(error)
+            return
+        found = find_unpicklable(data, "batch" if isinstance(data, list) else "item")
+        what = "an item"
+        if found is None and state is not None:
+            found, what = find_unpicklable(state, "state"), "its position"
+        if found is None:
+            detail = f"it cannot be pickled ({type(error).__name__}: {error})"
+        else:
+            path, value, why = found
+            detail = f"{path} is a {type(value).__name__} ({why})"
+        failure = UnsupportedItemError(
+            f"pipekit.DataLoader: {stage} yielded {what} that a DataLoader worker cannot send to the main "
+            f"process: {detail}; items cross to the main process pickled: make them plain data inside the "
+            "pipeline (bytes, tensors, arrays, numbers, strings, lists, dicts): read streams (.read_from_stream(), "
+            ".decode()), and leave generators, locks and open files out of the items"
+        )
+        send_now(queue, (idx, (worker_exception(failure, worker_id), worker_id, None)))
+
+    on_send_failure(queue, on_failure)
+
+
+# Exact types that always pickle (tensors and arrays are not pickled here to find out: they would be copied).
+_PICKLABLE = frozenset({int, float, bool, str, bytes, bytearray, type(None), torch.Tensor, np.ndarray})
+
+
+def find_unpicklable(value: Any, root: str = "item", once_per_type: bool = False) -> tuple[str, Any, str] | None:
+    """``(key path, object, why)`` of the first part of ``value`` that cannot be pickled, or ``None``.
+
+    Looks into dicts, lists and tuples; every other object is pickled on its
+    own (as the worker's queue pickles it).  ``once_per_type``: an object of a
+    type that pickled once is taken to pickle (a checkpoint's shuffle buffer
+    of 10,000 images is checked with one pickled image).
+    """
+    stack: list[tuple[tuple[Any, ...], Any]] = [((), value)]
+    fine: set[type] = set()
+    while stack:
+        path, obj = stack.pop()
+        kind = type(obj)
+        if kind in _PICKLABLE or kind in fine:
+            continue
+        if isinstance(obj, dict):
+            stack += reversed([((*path, k), v) for k, v in obj.items()])
+            continue
+        if isinstance(obj, list | tuple):
+            stack += reversed([((*path, i), v) for i, v in enumerate(obj)])
+            continue
+        try:
+            ForkingPickler.dumps(obj)
+        except Exception as exc:
+            return root + "".join(f"[{key!r}]" for key in path), obj, f"{type(exc).__name__}: {exc}"
+        if once_per_type:
+            fine.add(kind)
+    return None
+
+
+def _materialize_state(stages: list[str], state: dict[str, Any]) -> dict[str, Any]:
+    """A worker's kept position as plain data (see :func:`plain_position`), before it is sent."""
     pipes = state.get("pipes")
     if state.get("mode") == "snapshot" and isinstance(pipes, dict):
-        plain = materialize_snapshot(pipes)
+        plain = plain_position(pipes, stages)
         if plain is not pipes:
             return {**state, "pipes": plain}
     return state

@@ -18,12 +18,13 @@ import re
 import signal
 import sys
 import time
+import weakref
 from typing import Any
 
 from pipekit import _shm as shm
-from pipekit._loader._pipe import REPORT
-from pipekit._loader_seam import WorkersIterBase, worker_dataset_states
-from pipekit.errors import WorkerDiedError
+from pipekit._loader._pipe import REFUSED, REPORT
+from pipekit._loader_seam import WorkersIterBase, worker_dataset_states, wrap_sigchld_handler
+from pipekit.errors import UnsupportedItemError, WorkerDiedError
 
 __all__ = ["skip_summaries", "worker_reports"]
 
@@ -80,9 +81,24 @@ class _WorkersIter(WorkersIterBase):
         if workers and not self._is_finalizing():
             self._forget_workers(w.pid for w in workers if w.pid is not None and w.exitcode is not None)
 
+    def state_dict(self) -> dict[str, Any]:
+        # A worker whose pipeline holds what a checkpoint cannot (an open file in a shuffle buffer)
+        # says so with each batch: refuse here, typed and at once, instead of asking it for a
+        # position it cannot send.
+        for wid, state in sorted(worker_dataset_states(self).items()):
+            if isinstance(state.get(REFUSED), str):
+                raise UnsupportedItemError(f"{state[REFUSED]} (DataLoader worker {wid})")
+        return super().state_dict()
+
     def get_data(self) -> Any:
+        if "_pipekit_watched" not in self.__dict__:  # once: a death while the main process is elsewhere is named too
+            self._pipekit_watched = True
+            _RUNNING.add(self)
+            wrap_sigchld_handler(_typed_death)
         try:
             return super().get_data()
+        except WorkerDiedError:  # named already (the SIGCHLD handler, see _typed_death)
+            raise
         except RuntimeError as exc:
             died = self._describe_death(exc)
             if died is None:
@@ -94,6 +110,8 @@ class _WorkersIter(WorkersIterBase):
             # torch has reaped the worker. Give the death a moment to show, then name it.
             try:
                 dead = self._dead_workers(wait=_DEATH_GRACE_S)
+            except WorkerDiedError as named:  # the SIGCHLD handler, wrapped (see _typed_death)
+                died = named
             except RuntimeError as signalled:  # torch's SIGCHLD handler: "DataLoader worker (pid N) is killed by ..."
                 died = self._describe_death(signalled)
             else:
@@ -147,6 +165,26 @@ class _WorkersIter(WorkersIterBase):
                     "stage": last[1] if last else None,
                 }
         return WorkerDiedError(f"{message}: {'; '.join(parts)}", **fields)
+
+
+# The iterators that have taken a batch from their workers: who owns a pid torch's SIGCHLD handler names.
+_RUNNING: weakref.WeakSet[_WorkersIter] = weakref.WeakSet()
+
+
+def _typed_death(exc: RuntimeError) -> WorkerDiedError | None:
+    """torch's error for a dead worker, raised by its SIGCHLD handler, as the error of the iterator that owns it.
+
+    The handler raises wherever the main thread is (often the user's training
+    step, not the loader); ``None`` when no pipekit iterator owns the pid named.
+    """
+    if isinstance(exc, WorkerDiedError):
+        return None
+    found = re.search(r"\(pid(?:\(s\))? ([\d, ]+)\)", str(exc))
+    pids = {int(p) for p in re.findall(r"\d+", found.group(1))} if found else set()
+    for iterator in list(_RUNNING):
+        if any(w.pid in pids for w in iterator.processes()):
+            return iterator._describe_death(exc)
+    return None
 
 
 _SIGNALS = frozenset(int(s) for s in signal.Signals)

@@ -49,6 +49,7 @@ from pipekit.pipes._fsspec_io import RetryingFile
 from pipekit.pipes._stream_items import (
     CORRUPT,
     ChunkedReader,
+    MemoryMember,
     check_pair,
     is_seekable,
     note_opened,
@@ -468,12 +469,13 @@ def _octal(field: bytes) -> int | None:
         return None
 
 
-class _MemberBytes(io.BytesIO):
+class _MemberBytes(MemoryMember):
     """An archive member :class:`_PlainMembers` read whole: in memory, but still an archive member stream.
 
     Not a plain ``io.BytesIO``, so the DataLoader's open-stream check treats it
     like ``tarfile``'s member streams: a pipeline that sends member streams
-    from its workers gets the same error whichever path read the archive.
+    from its workers gets the same error whichever path read the archive.  A
+    checkpoint holding it (a shuffle buffer of members) holds its bytes.
     """
 
 

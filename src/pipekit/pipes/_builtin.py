@@ -291,7 +291,12 @@ class ResumableShuffler(ResumablePipe, ShufflerIterDataPipe):
     Not registered under a functional name: :mod:`pipekit.pipes._resume`
     switches ``shuffle`` pipes to this class when a pipeline is checkpointed.
     The snapshot holds the buffer's items and the RNG state, so shuffle
-    *before* expensive decoding to keep checkpoints small.
+    *before* expensive decoding to keep checkpoints small.  A checkpoint is
+    plain data: :class:`pipekit.DataLoader` keeps buffered archive members that
+    ``load_from_tar`` read into memory as their bytes (the resumed buffer gets
+    the same member streams back), and refuses at ``state_dict()`` a buffer
+    holding open files or anything else that cannot be pickled, naming this
+    pipe: read or decode before shuffling those.
 
     :class:`pipekit.DataLoader`'s workers, which take a position after every
     batch and send one only for a checkpoint, take it with

@@ -10,6 +10,9 @@
   readers that seek and read it in small pieces (``load_from_tar``);
 * :func:`find_open_stream` finds an open stream in an item (DataLoader workers
   refuse to hand those to the main process);
+* :func:`streams_as_bytes` / :func:`streams_from_bytes`: a checkpoint holds an
+  in-memory stream (an archive member read whole) as its bytes, and a resumed
+  pipeline gets the stream back;
 * :func:`note_opened` / :func:`last_opened`: the last file or member this
   process's file pipes opened, which ``pipekit.DataLoader`` reports when a
   worker dies.
@@ -35,6 +38,7 @@ from pipekit.pipes.state import find_reopen
 __all__ = [
     "CORRUPT",
     "ChunkedReader",
+    "MemoryMember",
     "check_pair",
     "find_open_stream",
     "is_seekable",
@@ -44,6 +48,8 @@ __all__ = [
     "reason",
     "reopen_stream",
     "stream_name",
+    "streams_as_bytes",
+    "streams_from_bytes",
 ]
 
 # Errors that reading a damaged archive or compressed stream can raise.
@@ -287,6 +293,138 @@ def find_open_stream(item: Any) -> Any:
             return value
         batch = False  # only the first element of a batch is looked into
     return None
+
+
+# -- streams in checkpoints ----------------------------------------------------------------------------
+
+
+class MemoryMember(io.BytesIO):
+    """An archive member read whole into memory, as a stream (``load_from_tar``'s members).
+
+    Keeps its ``content`` after it is read and closed, so a checkpoint that
+    still refers to it (a position a DataLoader worker kept) can hold its bytes.
+    Not a plain ``io.BytesIO``: a DataLoader worker refuses to send it to the
+    main process unread, as it refuses any open stream.
+    """
+
+    def __init__(self, content: bytes) -> None:
+        super().__init__(content)
+        self.content = content
+
+
+#: The key of the plain record that stands for an in-memory stream in a checkpoint.
+STREAM_RECORD = "__pipekit_stream__"
+
+
+def _path(path: tuple[Any, ...], root: str) -> str:
+    return root + "".join(f"[{key!r}]" for key in path)
+
+
+def streams_as_bytes(value: Any, root: str = "state") -> tuple[Any, tuple[str, Any] | None]:
+    """``value`` with every in-memory stream in it replaced by a plain record of its bytes.
+
+    A checkpoint must be plain data (it loads with ``torch.load(weights_only=True)``),
+    and a stream buffered in a pipe (a shuffle buffer of archive members, which
+    ``load_from_tar`` reads whole into memory) is not: it becomes
+    ``{STREAM_RECORD: name, "bytes": content, "wrapped": ..., "member": ...}``,
+    which :func:`streams_from_bytes` turns back into the same stream, to be
+    read from its start (a buffered stream has not been read yet).  The bytes
+    are already in memory: the record holds a reference to them until it is
+    pickled, no more.  A :class:`MemoryMember` keeps its content after it was
+    read and closed downstream (a DataLoader worker's kept position refers to
+    items its pipeline has consumed since); a plain ``io.BytesIO`` must still
+    be open.
+
+    Looks into dicts, lists and tuples (and their subclasses, rebuilt as their
+    base type when they cannot be rebuilt as their own); containers holding no
+    stream are returned as they are, not copied.
+
+    Returns:
+        the converted value, and ``(key path, stream)`` of the first stream that
+        is not in memory (an open file, a lazy archive member): it is left as it
+        is, and the caller refuses the checkpoint.
+    """
+    found: list[tuple[str, Any]] = []
+    out = _as_bytes(value, (), root, found)
+    return out, (found[0] if found else None)
+
+
+def _as_bytes(value: Any, path: tuple[Any, ...], root: str, found: list[tuple[str, Any]]) -> Any:
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    if isinstance(value, dict):
+        items = {k: _as_bytes(v, (*path, k), root, found) for k, v in value.items()}
+        if all(items[k] is v for k, v in value.items()):
+            return value
+        return _rebuilt(kind, items, dict)
+    if isinstance(value, list | tuple):
+        items_list = [_as_bytes(v, (*path, i), root, found) for i, v in enumerate(value)]
+        if all(a is b for a, b in zip(items_list, value, strict=True)):
+            return value
+        return _rebuilt(kind, items_list, tuple if isinstance(value, tuple) else list)
+    if not isinstance(value, _STREAM_TYPES):
+        return value
+    inner = value.file_obj if isinstance(value, StreamWrapper) else value
+    data = inner.content if isinstance(inner, MemoryMember) else None
+    if data is None and type(inner) is io.BytesIO and not inner.closed:
+        data = inner.getvalue()
+    if data is not None:
+        name = getattr(value, "name", None)
+        return {
+            STREAM_RECORD: name if isinstance(name, str) else None,
+            "bytes": data,
+            "wrapped": isinstance(value, StreamWrapper),
+            "member": isinstance(inner, MemoryMember),
+        }
+    if not found:
+        found.append((_path(path, root), value))
+    return value
+
+
+def _rebuilt(kind: type, items: Any, base: type) -> Any:
+    if kind is base:
+        return items
+    try:
+        return kind(items)
+    except Exception:
+        return base(items)
+
+
+def streams_from_bytes(value: Any) -> Any:
+    """``value`` with every record of :func:`streams_as_bytes` turned back into its stream.
+
+    A record of an archive member becomes the in-memory member stream
+    ``load_from_tar`` yields (which a DataLoader worker still refuses to send
+    to the main process unread), at its start.
+    """
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    if isinstance(value, dict):
+        if STREAM_RECORD in value and isinstance(value.get("bytes"), bytes):
+            return _stream_of(value)
+        items = {k: streams_from_bytes(v) for k, v in value.items()}
+        return value if all(items[k] is v for k, v in value.items()) else _rebuilt(kind, items, dict)
+    if isinstance(value, list | tuple):
+        items_list = [streams_from_bytes(v) for v in value]
+        if all(a is b for a, b in zip(items_list, value, strict=True)):
+            return value
+        return _rebuilt(kind, items_list, tuple if isinstance(value, tuple) else list)
+    return value
+
+
+def _stream_of(record: dict[str, Any]) -> Any:
+    if record.get("member"):
+        from pipekit.pipes._archives import _MemberBytes  # here: the archives import this module
+
+        inner: io.BytesIO = _MemberBytes(record["bytes"])
+    else:
+        inner = io.BytesIO(record["bytes"])
+    name = record[STREAM_RECORD]
+    if not record.get("wrapped"):
+        return inner
+    return StreamWrapper(inner, name=name) if name is not None else StreamWrapper(inner)
 
 
 def stream_name(stream: Any) -> str:
