@@ -133,13 +133,6 @@ KNOWN_DEFECTS: dict[str, tuple[Callable[[Case], bool], Case]] = {
         lambda c: c.point == "last" or _has(c, "header", "cycle", "zip", "fork_zip"),
         Case("ints", ops=(("header", 7), ("shuffle", 8)), fraction=0.5),
     ),
-    # load_from_tar().webdataset().shuffle(n).decode(): the buffer holds lazy member streams; the resumed run
-    # fails in decode (AttributeError: '_MemberBytes' object has no attribute 'parent_stream'), and the
-    # checkpoint does not load with torch.load(weights_only=True)
-    "shuffle buffer of lazy archive streams": (
-        lambda c: c.source == "tar_shuffled_streams" and c.point in ("mid", "last"),
-        Case("tar_shuffled_streams", shard_at=-1, point="mid"),
-    ),
     # a buffer of batches (shuffle or cache after batch) holds torch's DataChunk lists: the checkpoint does not
     # load with torch.load(weights_only=True) ("Weights only load failed"), which the reliability guide promises
     "buffered batches in a checkpoint do not load with weights_only=True": (
@@ -159,17 +152,6 @@ KNOWN_DEFECTS: dict[str, tuple[Callable[[Case], bool], Case]] = {
     "changed files between checkpoint and resume": (
         lambda c: c.fault in ("delete", "replace"),
         Case("imagefolder", shard_at=None, point="mid", fraction=0.3, fault="delete", victim=6),
-    ),
-    # a lock or a generator nested in a dict cannot cross from a worker: the loader hangs (no item, no error)
-    "unpicklable nested item in a worker (hang)": (
-        lambda c: c.fault in ("lock", "generator") and c.num_workers > 0,
-        Case("ints", ops=(("lock",),), num_workers=1, fault="lock"),
-    ),
-    # 0 workers: a buffered unpicklable item is returned in state_dict(); saving the checkpoint fails with an
-    # untyped TypeError ("cannot pickle '_thread.lock' object") naming neither the pipe nor the item
-    "unpicklable buffered item in a checkpoint": (
-        lambda c: c.fault in ("lock", "generator") and c.num_workers == 0 and _buffered_after_fault(c),
-        Case("ints", ops=(("lock",), ("shuffle", 8)), fault="lock"),
     ),
 }
 
