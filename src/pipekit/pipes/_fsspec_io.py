@@ -36,7 +36,7 @@ from pipekit.pipes._builtin import IterableWrapper
 from pipekit.pipes._stream_items import note_opened
 from pipekit.pipes.base import IterDataPipe, StreamWrapper, functional_datapipe
 from pipekit.pipes.state import ResumablePipe
-from pipekit.retry import RetryPolicy, resolve_retry
+from pipekit.retry import RetryPolicy, resolve_retry, with_timeouts
 
 # RetryingFile is imported from this module, not re-exported by pipekit.pipes (whose export list is locked)
 __all__ = ["FSSpecFileLister", "FSSpecFileOpener", "FSSpecSaver", "Saver", "StreamWrapper"]
@@ -58,11 +58,13 @@ _OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "ad
 def _detach_inherited_session_finalizers() -> None:  # runs in a forked child
     registry = getattr(weakref.finalize, "_registry", None)
     if not isinstance(registry, dict):
+        _S3_FILESYSTEMS.clear()
         return
     for finalizer, info in list(registry.items()):
         func = getattr(info, "func", None)
         if getattr(func, "__module__", "").startswith("s3fs") and getattr(func, "__name__", "") == "close_session":
             finalizer.detach()
+    _S3_FILESYSTEMS.clear()  # the parent's (their loop and sessions are the parent's), finalizers detached
 
 
 if hasattr(os, "register_at_fork"):
@@ -87,6 +89,33 @@ def _storage_options(storage_options: dict[str, Any] | None, kwargs: dict[str, A
     if storage_options is not None and not isinstance(storage_options, dict):
         raise TypeError(f"storage_options must be a dict or None, got {type(storage_options).__name__}")
     return {**(storage_options or {}), **kwargs}
+
+
+# s3fs filesystems of the listing and opening pipes, per process and storage options (see _remote_fs)
+_S3_FILESYSTEMS: dict[tuple[int, str], Any] = {}
+
+
+def _remote_fs(url: str, storage_options: dict[str, Any]) -> tuple[Any, str]:
+    """``(filesystem, path)`` for ``url``, reads bounded by :func:`pipekit.retry.with_timeouts`.
+
+    A plain ``s3://`` URL gets a filesystem of its own (one per process and storage options) that
+    tries each request once: s3fs retries a timed-out request 5 times, and 5 times more around
+    each file read, so a silent server held a read for 25 read timeouts before pipekit's
+    :class:`~pipekit.retry.RetryPolicy` (with its warning) could act; here a try is one request.
+    fsspec's shared instance, which the user's own code may hold, is left as it is.
+    """
+    options = with_timeouts(url, storage_options)
+    if "::" in url or not url.startswith(("s3://", "s3a://")):
+        return url_to_fs(url, options)
+    from fsspec.utils import tokenize
+
+    key = (os.getpid(), tokenize(options))
+    fs = _S3_FILESYSTEMS.get(key)
+    if fs is None:
+        fs, _ = url_to_fs(url, {**options, "skip_instance_cache": True})
+        fs.retries = 1  # an instance attribute over s3fs's class default of 5
+        _S3_FILESYSTEMS[key] = fs
+    return fs, fs._strip_protocol(url)
 
 
 def _join_url(root: str, name: str) -> str:
@@ -273,7 +302,7 @@ class FSSpecFileLister(ResumablePipe):
                 if urls is not None:
                     return urls
         try:
-            fs, path = url_to_fs(root, self.kwargs_for_connection)
+            fs, path = _remote_fs(root, self.kwargs_for_connection)
             try:
                 info = fs.info(path)
             except FileNotFoundError:
@@ -558,7 +587,7 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
                 # resolving a filesystem per URL, and just as seekable.
                 file = open(local, self.mode, **self.kwargs_for_open)  # noqa: SIM115 - closed downstream
             else:
-                fs, path = url_to_fs(url, self.kwargs_for_connection)
+                fs, path = _remote_fs(url, self.kwargs_for_connection)
                 if (fs_is_local(fs) or "memory" in _protocols(fs) or self.retry.attempts == 1
                         or "compression" in self.kwargs_for_open):
                     file = fs.open(path, self.mode, **self.kwargs_for_open)
