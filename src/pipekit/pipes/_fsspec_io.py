@@ -234,6 +234,10 @@ class FSSpecFileLister(ResumablePipe):
                     return urls
         try:
             fs, path = _remote_fs(root, self.kwargs_for_connection)
+            if not fs_is_local(fs):
+                # each listing asks the store: a listing cached by an earlier epoch (or by the checkpointed
+                # run, in a resume) would hide files added, deleted or replaced since, and their new ETags
+                fs.invalidate_cache(path)
             try:
                 info = fs.info(path)
             except FileNotFoundError:
