@@ -225,6 +225,7 @@ class TestHttp:
 class TestGdal:
     """GDAL's /vsis3/ and /vsicurl/ reads of a geo dataset, through its opener."""
 
+    @pytest.mark.slow
     def test_vsis3(self, silent: SilentServer, short_timeouts: None, caplog: pytest.LogCaptureFixture) -> None:
         pytest.importorskip("rasterio")
         from pipekit.geo import RasterOpener
