@@ -141,6 +141,12 @@ class FSSpecFileLister(ResumablePipe):
             an int (attempts), ``False`` (never) or ``None`` (the default
             policy, see :mod:`pipekit.retry`).  A missing root is not retried.
         storage_options: fsspec storage options (merged with ``kwargs``).
+            ``s3://`` and ``http(s)://`` reads wait at most 5 s to connect and
+            15 s for the next bytes (:data:`pipekit.retry.DEFAULT_CONNECT_TIMEOUT`,
+            :data:`~pipekit.retry.DEFAULT_READ_TIMEOUT`, set by ``PIPEKIT_CONNECT_TIMEOUT``
+            and ``PIPEKIT_READ_TIMEOUT``; per pipe by s3fs's ``config_kwargs``
+            ``connect_timeout``/``read_timeout`` or HTTP's ``client_kwargs["timeout"]``),
+            then fail the try, which ``retry`` retries (see :func:`pipekit.retry.with_timeouts`).
         kwargs: more storage options (credentials, ``client_kwargs``...).
 
     A root that is an empty folder, or whose files all miss ``masks``, yields
@@ -500,6 +506,12 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
             read reopens the file and continues at the byte it had reached.
             Local files are opened directly.  A missing file is not retried.
         storage_options: fsspec storage options (merged with ``kwargs``).
+            ``s3://`` and ``http(s)://`` reads wait at most 5 s to connect and
+            15 s for the next bytes (:data:`pipekit.retry.DEFAULT_CONNECT_TIMEOUT`,
+            :data:`~pipekit.retry.DEFAULT_READ_TIMEOUT`, set by ``PIPEKIT_CONNECT_TIMEOUT``
+            and ``PIPEKIT_READ_TIMEOUT``; per pipe by s3fs's ``config_kwargs``
+            ``connect_timeout``/``read_timeout`` or HTTP's ``client_kwargs["timeout"]``),
+            then fail the try, which ``retry`` retries (see :func:`pipekit.retry.with_timeouts`).
         kwargs: more storage options (credentials, ``client_kwargs``...).
 
     The pipe is stateless for resume (one stream per URL).  Pipes that need
