@@ -15,6 +15,18 @@ about 30 s.  Set it for the whole process with the environment variables
 turns retrying off), or per pipe with ``retry=``: a :class:`RetryPolicy`, an
 int (attempts), ``False`` (no retries) or ``None`` (the default).
 
+A server that accepts a connection and then stops answering must not hang a
+read: every remote read pipekit makes (s3fs and HTTP through fsspec,
+``read_from_http``, GDAL's ``/vsis3/`` and ``/vsicurl/``) waits at most
+:data:`DEFAULT_CONNECT_TIMEOUT` (5 s) for a connection and
+:data:`DEFAULT_READ_TIMEOUT` (15 s) for the next bytes of an answer; a try
+that times out is a transient failure, retried under the policy above.  Set
+them for the process with ``PIPEKIT_CONNECT_TIMEOUT`` and
+``PIPEKIT_READ_TIMEOUT`` (seconds), or per pipe: s3fs's
+``storage_options={"config_kwargs": {"connect_timeout": ..., "read_timeout": ...}}``,
+HTTP's ``client_kwargs={"timeout": aiohttp.ClientTimeout(...)}``, ``read_from_http(timeout=...)``,
+a geo dataset's ``gdal_options={"GDAL_HTTP_CONNECTTIMEOUT": ..., "GDAL_HTTP_LOW_SPEED_TIME": ...}``.
+
 Example:
     >>> calls = []
     >>> def flaky() -> str:
@@ -48,7 +60,17 @@ from typing import Any, TypeVar
 
 from pipekit.errors import ReadError, StageError
 
-__all__ = ["RetryPolicy", "default_policy", "is_transient", "resolve_retry"]
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_READ_TIMEOUT",
+    "RetryPolicy",
+    "Timeouts",
+    "default_policy",
+    "default_timeouts",
+    "is_transient",
+    "resolve_retry",
+    "with_timeouts",
+]
 
 logger = logging.getLogger("pipekit.retry")
 
@@ -140,11 +162,22 @@ def is_transient(exc: BaseException) -> bool:
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         if isinstance(current, _PERMANENT):
-            return False
+            # fsspec's HTTP filesystem reports any failure to stat a URL, a timeout included, as
+            # FileNotFoundError raised from it: the failure it was raised from decides
+            return _masked_failure(current) is not None
         if not isinstance(current, StageError) and _is_transient_one(current):
             return True
         current = current.__cause__ if current.__cause__ is not None else current.__context__
     return False
+
+
+def _masked_failure(exc: BaseException) -> BaseException | None:
+    """The transient network failure a ``FileNotFoundError`` was raised from (``raise ... from``), if any."""
+    cause = exc.__cause__
+    if type(exc) is FileNotFoundError and cause is not None and not isinstance(cause, _PERMANENT) \
+            and is_transient(cause):
+        return cause
+    return None
 
 
 def _env_number(name: str, kind: type, default: Any) -> Any:
@@ -239,12 +272,106 @@ class RetryPolicy:
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, StageError):
         return exc.reason
+    masked = _masked_failure(exc) if isinstance(exc, FileNotFoundError) else None
+    if masked is not None:
+        exc = masked
     return f"{type(exc).__name__}: {exc}"
 
 
 def default_policy() -> RetryPolicy:
     """The process-wide default: :meth:`RetryPolicy.from_env`."""
     return RetryPolicy.from_env()
+
+
+#: Seconds a remote read waits for the server to accept a connection (``PIPEKIT_CONNECT_TIMEOUT``).
+DEFAULT_CONNECT_TIMEOUT = 5.0
+#: Seconds a remote read waits for the next bytes of an answer (``PIPEKIT_READ_TIMEOUT``).
+DEFAULT_READ_TIMEOUT = 15.0
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """How long a remote read waits for a connection (``connect``) and for the next bytes (``read``), in seconds.
+
+    Example:
+        >>> Timeouts(connect=2, read=10).read
+        10
+    """
+
+    connect: float = DEFAULT_CONNECT_TIMEOUT
+    read: float = DEFAULT_READ_TIMEOUT
+
+    def __post_init__(self) -> None:
+        for name in ("connect", "read"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ValueError(f"{name} timeout must be a positive number of seconds, got {value!r}")
+
+    @classmethod
+    def from_env(cls) -> Timeouts:
+        """The timeouts set by ``PIPEKIT_CONNECT_TIMEOUT`` and ``PIPEKIT_READ_TIMEOUT`` (defaults otherwise)."""
+        return cls(
+            connect=_env_number("PIPEKIT_CONNECT_TIMEOUT", float, cls.connect),
+            read=_env_number("PIPEKIT_READ_TIMEOUT", float, cls.read),
+        )
+
+
+def default_timeouts() -> Timeouts:
+    """The process-wide remote read timeouts: :meth:`Timeouts.from_env`."""
+    return Timeouts.from_env()
+
+
+_S3_PROTOCOLS = frozenset({"s3", "s3a"})
+_HTTP_PROTOCOLS = frozenset({"http", "https"})
+
+
+def with_timeouts(url: str, storage_options: dict[str, Any]) -> dict[str, Any]:
+    """``storage_options`` for opening ``url`` with fsspec, with the remote read timeouts filled in.
+
+    For ``s3://`` (s3fs): ``config_kwargs`` ``connect_timeout`` and
+    ``read_timeout`` from :func:`default_timeouts`, and botocore's own retries
+    off (``retries={"total_max_attempts": 1}``: s3fs retries a timed-out
+    request 5 times, then :class:`RetryPolicy` takes over with its warning;
+    botocore's 5 tries inside each of s3fs's made a dead server cost over 6
+    minutes a call).  For ``http(s)://``: ``client_kwargs["timeout"]`` an
+    ``aiohttp.ClientTimeout`` bounding connecting and each read (not a whole
+    download).  What the caller set is kept; other protocols are returned
+    unchanged.  In a chained URL (``simplecache::s3://...``) the options go to
+    the remote protocol's own entry.
+
+    Example:
+        >>> with_timeouts("s3://bucket/key", {})["config_kwargs"]["read_timeout"] == default_timeouts().read
+        True
+        >>> with_timeouts("s3://b/k", {"config_kwargs": {"read_timeout": 2}})["config_kwargs"]["read_timeout"]
+        2
+        >>> with_timeouts("/local/file", {})
+        {}
+    """
+    if "://" not in url:
+        return storage_options
+    chained = "::" in url
+    inner = url.rsplit("::", 1)[-1] if chained else url
+    protocol = inner.split("://", 1)[0].lower()
+    if protocol not in _S3_PROTOCOLS and protocol not in _HTTP_PROTOCOLS:
+        return storage_options
+    own = dict(storage_options.get(protocol) or {}) if chained else dict(storage_options)
+    timeouts = default_timeouts()
+    if protocol in _S3_PROTOCOLS:
+        config = dict(own.get("config_kwargs") or {})
+        config.setdefault("connect_timeout", timeouts.connect)
+        config.setdefault("read_timeout", timeouts.read)
+        config.setdefault("retries", {"total_max_attempts": 1})
+        own["config_kwargs"] = config
+    else:
+        client = dict(own.get("client_kwargs") or {})
+        if "timeout" not in client:
+            import aiohttp
+
+            client["timeout"] = aiohttp.ClientTimeout(
+                total=None, sock_connect=timeouts.connect, sock_read=timeouts.read
+            )
+        own["client_kwargs"] = client
+    return {**storage_options, protocol: own} if chained else own
 
 
 def resolve_retry(retry: RetryPolicy | int | bool | None) -> RetryPolicy:

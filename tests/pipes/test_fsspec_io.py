@@ -173,9 +173,11 @@ class TestFSSpecFileLister:
         for n in (0, 1, 3, 5, 6, total - 1, total):
             assert_resumes(make, n)
 
-    def test_resume_continues_after_last_url_when_files_change(self, tree: Path) -> None:
+    def test_resume_refuses_a_changed_listing(self, tree: Path) -> None:
+        # Issue 35: the lister alone could continue after its last URL by name, but the positions
+        # downstream (a shuffle's, each worker's share of the listing) count files of the old listing.
         def make():
-            return FSSpecFileLister(str(tree))
+            return FSSpecFileLister(str(tree), on_error="skip")
 
         pipe = make()
         it = iter(pipe)
@@ -184,8 +186,10 @@ class TestFSSpecFileLister:
         (tree / "0-new.txt").write_bytes(b"sorts first")  # would shift a position count
         fresh = make()
         restore_pipeline(fresh, state)
-        assert list(fresh) == [str(tree / "b.txt"), str(tree / "c.csv")]
-        assert next(iter(fresh)) == str(tree / "0-new.txt")  # the next epoch starts over
+        with pytest.raises(ReadError, match=r"tree' in list_files_by_fsspec: the files under it changed .*3 files "
+                                             r"then, 4 now"):
+            list(fresh)  # even with on_error="skip": nothing would be skipped, files would be repeated
+        assert next(iter(make())) == str(tree / "0-new.txt")  # an epoch started over lists the new files
 
     def test_loaded_state_is_reported_until_the_lister_starts(self, tree: Path) -> None:
         dp = FSSpecFileLister(str(tree))

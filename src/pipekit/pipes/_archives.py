@@ -32,8 +32,10 @@ import bz2
 import gzip
 import io
 import lzma
+import os
 import posixpath
 import re
+import stat
 import tarfile
 import zipfile
 import zlib
@@ -104,9 +106,16 @@ class ArchiveLoader(ResumablePipe):
     (directories and refused members included).
 
     Resume: the checkpoint is ``{"url": archive being read or None,
-    "entries": entries of it gone through}``.  A restored loader opens that
-    archive again (see the module docstring), skips those entries, yields the
-    rest, then goes on with the next archives from upstream.
+    "entries": entries of it gone through, "stamp": what the archive was}``
+    (``"size:ETag"``, ``"size:mtime"``... from the open stream, without a
+    request or ``stat`` of its own; left out where the stream tells nothing,
+    a decompressed or in-memory one).  A restored loader opens that archive
+    again (see the module docstring), and if the reopened file's stamp is
+    not the checkpoint's (the file was replaced or rewritten) raises
+    :class:`~pipekit.errors.ArchiveError` naming the archive, both stamps
+    and the stage, whatever ``on_error`` says: the entry count would land
+    inside another file.  Otherwise it skips those entries, yields the rest,
+    then goes on with the next archives from upstream.
 
     Args:
         datapipe: a pipe yielding ``(url, binary stream)`` tuples.
@@ -127,7 +136,8 @@ class ArchiveLoader(ResumablePipe):
         self.skip_log = SkipLog(self.stage)
         self._url: str | None = None
         self._entries = 0
-        self._resume: tuple[str, int] | None = None
+        self._stamp: str | None = None  # _url's stamp (see _stream_stamp)
+        self._resume: tuple[str, int, str | None] | None = None
 
     @property
     def datapipe(self) -> Iterable[tuple[str, Any]]:
@@ -137,7 +147,9 @@ class ArchiveLoader(ResumablePipe):
     # -- resume --------------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        return {"url": self._url, "entries": self._entries}
+        if self._stamp is None:
+            return {"url": self._url, "entries": self._entries}
+        return {"url": self._url, "entries": self._entries, "stamp": self._stamp}
 
     def check_state(self, state: dict[str, Any]) -> None:
         if state["url"] is not None and not isinstance(state["url"], str):
@@ -148,11 +160,12 @@ class ArchiveLoader(ResumablePipe):
             raise ValueError(f"not a {type(self).__name__} state (entries is not a count): {state!r:.200}") from None
 
     def restore(self, state: dict[str, Any] | None) -> None:
-        self._url, self._entries = None, 0
+        self._url, self._entries, self._stamp = None, 0, None
         if state is None or state["url"] is None:
             self._resume = None
         else:
-            self._resume = (state["url"], int(state["entries"]))
+            stamp = state.get("stamp")
+            self._resume = (state["url"], int(state["entries"]), stamp if isinstance(stamp, str) else None)
 
     # -- iteration -----------------------------------------------------------------------------------
 
@@ -169,8 +182,9 @@ class ArchiveLoader(ResumablePipe):
             return url + "/" + name  # a plain file name: normpath would return it as it is
         return url + "/" + posixpath.normpath(name.replace("\\", "/")).lstrip("/")
 
-    def _load(self, url: str, stream: Any, skip: int) -> Iterator[tuple[str, Any]]:
+    def _load(self, url: str, stream: Any, skip: int, stamp: str | None = None) -> Iterator[tuple[str, Any]]:
         self._url, self._entries = url, skip
+        self._stamp = stamp if stamp is not None else _stream_stamp(stream)
         note_opened(url, self.stage)
         try:
             yield from self._members(url, stream, skip)
@@ -179,7 +193,7 @@ class ArchiveLoader(ResumablePipe):
         finally:
             if isinstance(stream, StreamWrapper):
                 stream.autoclose()  # closes now, or when the last member stream is closed
-        self._url, self._entries = None, 0
+        self._url, self._entries, self._stamp = None, 0, None
 
     def __iter__(self) -> Iterator[tuple[str, StreamWrapper]]:
         yield from self._archive_members()
@@ -192,13 +206,22 @@ class ArchiveLoader(ResumablePipe):
         """
         resume, self._resume = self._resume, None  # the archive to continue, set by restore()
         if resume is not None:
-            url, entries = resume
+            url, entries, stamp = resume
             try:
                 stream = reopen_stream(self.source_datapipe, url, self.stage)
             except ArchiveError as exc:
                 self._fail(exc)
             else:
-                yield from self._load(url, stream, entries)
+                now = _stream_stamp(stream) if stamp is not None else None
+                if now is not None and now != stamp:
+                    stream.close()
+                    raise ArchiveError(
+                        "resume archive", url, self.stage,
+                        f"the file changed since the checkpoint (size:version {stamp} then, {now} now): its "
+                        f"{entries} entries gone through would be counted in another file; resume from a "
+                        "checkpoint taken on this file, or start the epoch over",
+                    )
+                yield from self._load(url, stream, entries, now)
         for item in self.source_datapipe:
             url, stream = check_pair(item, self.stage)
             yield from self._load(url, stream, 0)
@@ -207,6 +230,38 @@ class ArchiveLoader(ResumablePipe):
         if self.length == -1:
             raise TypeError(f"{type(self).__name__} instance doesn't have valid length")
         return self.length
+
+
+def _stream_stamp(stream: Any) -> str | None:
+    """``"size:version"`` of the file under ``stream``, from what its open already knows, or ``None``.
+
+    fsspec's remote files (s3fs, HTTP, GCS...) carry the ``info()`` their open fetched: the size and the
+    ETag (else the modification time); a local file gets one ``fstat`` of its descriptor.  Wrappers
+    (:class:`StreamWrapper`, buffered and text readers, :class:`RetryingFile`) are looked through.
+    """
+    obj = stream
+    for _ in range(8):
+        if isinstance(obj, StreamWrapper):
+            obj = obj.file_obj
+            continue
+        details = getattr(obj, "details", None)
+        if isinstance(details, dict):
+            version = next((details[k] for k in ("ETag", "etag", "generation", "LastModified", "mtime", "updated")
+                            if details.get(k) not in (None, "")), None)
+            size = details.get("size")
+            return None if version is None and size is None else f"{size}:{version}"
+        try:
+            st = os.fstat(obj.fileno())
+        except (OSError, ValueError, AttributeError, TypeError):  # io.UnsupportedOperation is both
+            pass
+        else:
+            if stat.S_ISREG(st.st_mode):
+                return f"{st.st_size}:{st.st_mtime_ns}"
+        inner = getattr(obj, "raw", None) or getattr(obj, "buffer", None)
+        if inner is None or inner is obj:
+            return None
+        obj = inner
+    return None
 
 
 @functional_datapipe("load_from_tar")

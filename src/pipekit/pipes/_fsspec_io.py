@@ -16,11 +16,9 @@ when the wrapper is closed or garbage collected.
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import io
 import os
 import posixpath
-import re
 import stat
 import uuid
 import warnings
@@ -33,10 +31,11 @@ from fsspec.implementations.local import LocalFileSystem as _LocalFileSystem
 from pipekit._fs import fs_is_local, local_path, url_to_fs
 from pipekit.errors import ReadError, SkipLog, check_on_error
 from pipekit.pipes._builtin import IterableWrapper
+from pipekit.pipes._list_match import _join_url, _listing_digest, _matcher, _scan_local
 from pipekit.pipes._stream_items import note_opened
 from pipekit.pipes.base import IterDataPipe, StreamWrapper, functional_datapipe
 from pipekit.pipes.state import ResumablePipe
-from pipekit.retry import RetryPolicy, resolve_retry
+from pipekit.retry import RetryPolicy, resolve_retry, with_timeouts
 
 # RetryingFile is imported from this module, not re-exported by pipekit.pipes (whose export list is locked)
 __all__ = ["FSSpecFileLister", "FSSpecFileOpener", "FSSpecSaver", "Saver", "StreamWrapper"]
@@ -58,11 +57,13 @@ _OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "ad
 def _detach_inherited_session_finalizers() -> None:  # runs in a forked child
     registry = getattr(weakref.finalize, "_registry", None)
     if not isinstance(registry, dict):
+        _S3_FILESYSTEMS.clear()
         return
     for finalizer, info in list(registry.items()):
         func = getattr(info, "func", None)
         if getattr(func, "__module__", "").startswith("s3fs") and getattr(func, "__name__", "") == "close_session":
             finalizer.detach()
+    _S3_FILESYSTEMS.clear()  # the parent's (their loop and sessions are the parent's), finalizers detached
 
 
 if hasattr(os, "register_at_fork"):
@@ -89,83 +90,31 @@ def _storage_options(storage_options: dict[str, Any] | None, kwargs: dict[str, A
     return {**(storage_options or {}), **kwargs}
 
 
-def _join_url(root: str, name: str) -> str:
-    """Turn a path listed by fsspec back into a URL in the same form as ``root``.
+# s3fs filesystems of the listing and opening pipes, per process and storage options (see _remote_fs)
+_S3_FILESYSTEMS: dict[tuple[int, str], Any] = {}
 
-    fsspec lists paths without their protocol (``bucket/key``, ``/dir/file``);
-    the protocol, and any chained URL around it, is taken from ``root``.
+
+def _remote_fs(url: str, storage_options: dict[str, Any]) -> tuple[Any, str]:
+    """``(filesystem, path)`` for ``url``, reads bounded by :func:`pipekit.retry.with_timeouts`.
+
+    A plain ``s3://`` URL gets a filesystem of its own (one per process and storage options) that
+    tries each request once: s3fs retries a timed-out request 5 times, and 5 times more around
+    each file read, so a silent server held a read for 25 read timeouts before pipekit's
+    :class:`~pipekit.retry.RetryPolicy` (with its warning) could act; here a try is one request.
+    fsspec's shared instance, which the user's own code may hold, is left as it is.
     """
-    if "://" in name:  # http(s) listings already give full URLs
-        return name
-    parts = root.split("::")
-    # The part that carries the path: the first one with a "://", or the last (a bare path).
-    idx = next((i for i, p in enumerate(parts) if "://" in p), len(parts) - 1)
-    scheme = parts[idx].split("://", 1)[0] + "://" if "://" in parts[idx] else ""
-    parts[idx] = scheme + name
-    return "::".join(parts)
+    options = with_timeouts(url, storage_options)
+    if "::" in url or not url.startswith(("s3://", "s3a://")):
+        return url_to_fs(url, options)
+    from fsspec.utils import tokenize
 
-
-def _matcher(masks: Sequence[str]) -> Callable[[str], bool]:
-    """A test of listed names against ``masks``, compiled once per listing.
-
-    A name is kept if any mask matches: masks without ``/`` are matched
-    against the name's last part, masks with ``/`` against the whole name, as
-    by ``fnmatch.fnmatch``, which normalizes the case of both sides (``os.path.normcase``,
-    which only changes anything on Windows) and looks its compiled pattern up
-    in a cache on every call; this does the same normalization on the pattern
-    once and on each name as it comes.
-    """
-    if not masks:
-        return lambda name: True
-    by_name = [re.compile(fnmatch.translate(os.path.normcase(m))).match for m in masks if "/" not in m]
-    by_path = [re.compile(fnmatch.translate(os.path.normcase(m))).match for m in masks if "/" in m]
-    normcase = os.path.normcase
-    if normcase is posixpath.normcase:  # str -> the same str: skip the call per name
-        normcase = str
-
-    def match(name: str) -> bool:
-        if by_name:
-            base = normcase(name.rstrip("/").rsplit("/", 1)[-1])
-            for fn in by_name:
-                if fn(base) is not None:
-                    return True
-        if by_path:
-            path = normcase(name)
-            for fn in by_path:
-                if fn(path) is not None:
-                    return True
-        return False
-
-    return match
-
-
-def _scan_local(path: str, recursive: bool) -> list[str] | None:
-    """The non-directory entries under the local directory ``path``, as fsspec's local filesystem lists them.
-
-    The same names as ``LocalFileSystem.find(path, withdirs=False)`` (with
-    ``recursive``) or the non-directory entries of ``LocalFileSystem.ls(path)``:
-    ``path`` joined with each entry's name, symbolic links (to files or to
-    directories) and other special files included as files, directories
-    followed only when they are real directories.  One ``os.scandir`` per
-    directory, no ``stat`` per file (fsspec builds a full ``info`` dict per
-    entry).  Returns ``None`` when a directory cannot be read (fsspec then
-    decides what that means: an error for the root, an empty sub-directory
-    for ``find``), so the caller lists through fsspec instead.
-    """
-    names: list[str] = []
-    todo = [path]
-    try:
-        while todo:
-            with os.scandir(todo.pop()) as entries:
-                for entry in entries:
-                    if entry.is_dir(follow_symlinks=False):
-                        if recursive:
-                            todo.append(entry.path)
-                    else:
-                        names.append(entry.path)
-    except OSError:
-        return None
-    return names
+    key = (os.getpid(), tokenize(options))
+    fs = _S3_FILESYSTEMS.get(key)
+    if fs is None:
+        fs, _ = url_to_fs(url, {**options, "skip_instance_cache": True})
+        fs.retries = 1  # an instance attribute over s3fs's class default of 5
+        _S3_FILESYSTEMS[key] = fs
+    return fs, fs._strip_protocol(url)
 
 
 @functional_datapipe("list_files_by_fsspec")
@@ -192,6 +141,12 @@ class FSSpecFileLister(ResumablePipe):
             an int (attempts), ``False`` (never) or ``None`` (the default
             policy, see :mod:`pipekit.retry`).  A missing root is not retried.
         storage_options: fsspec storage options (merged with ``kwargs``).
+            ``s3://`` and ``http(s)://`` reads wait at most 5 s to connect and
+            15 s for the next bytes (:data:`pipekit.retry.DEFAULT_CONNECT_TIMEOUT`,
+            :data:`~pipekit.retry.DEFAULT_READ_TIMEOUT`, set by ``PIPEKIT_CONNECT_TIMEOUT``
+            and ``PIPEKIT_READ_TIMEOUT``; per pipe by s3fs's ``config_kwargs``
+            ``connect_timeout``/``read_timeout`` or HTTP's ``client_kwargs["timeout"]``),
+            then fail the try, which ``retry`` retries (see :func:`pipekit.retry.with_timeouts`).
         kwargs: more storage options (credentials, ``client_kwargs``...).
 
     A root that is an empty folder, or whose files all miss ``masks``, yields
@@ -200,9 +155,18 @@ class FSSpecFileLister(ResumablePipe):
     not mistaken for an empty epoch.
 
     Resume: the checkpoint is ``{"root": the root being listed, "last": the
-    last URL yielded}``; a restored copy lists that root again, continues
-    after that URL (so files added or removed meanwhile do not shift the
-    position), then lists the next roots.
+    last URL yielded, "digest": a 128-bit hash of that root's listing,
+    "count": its number of files}`` (a digest, not the listing: the
+    checkpoint stays small for any number of files); a restored copy lists
+    that root again, continues after that URL, then lists the next roots.
+    If the root's listing is not the one the checkpoint was taken on (a file
+    added, deleted or renamed, read or not), resuming raises
+    :class:`~pipekit.errors.ReadError` naming the root and the counts, even
+    with ``on_error="skip"``: the positions of the pipes downstream (a
+    shuffle's, each DataLoader worker's share of the files) count files of
+    that listing, and would repeat some and skip others.  A checkpoint
+    without a digest (taken before it was recorded) resumes by name, as
+    before.
 
     Example:
         >>> import fsspec
@@ -251,7 +215,9 @@ class FSSpecFileLister(ResumablePipe):
         self._warned_empty: set[str] = set()  # roots already reported as holding no (matching) file
         self._root: str | None = None
         self._last: str | None = None
-        self._resume: tuple[str, str | None] | None = None
+        self._urls: list[str] = []  # the listing of _root
+        self._digest: str | None = None  # its digest, computed by the first state_dict() that needs it
+        self._resume: tuple[str, str | None, str | None, int | None] | None = None
 
     @property
     def datapipe(self) -> IterDataPipe:
@@ -273,7 +239,11 @@ class FSSpecFileLister(ResumablePipe):
                 if urls is not None:
                     return urls
         try:
-            fs, path = url_to_fs(root, self.kwargs_for_connection)
+            fs, path = _remote_fs(root, self.kwargs_for_connection)
+            if not fs_is_local(fs):
+                # each listing asks the store: a listing cached by an earlier epoch (or by the checkpointed
+                # run, in a resume) would hide files added, deleted or replaced since, and their new ETags
+                fs.invalidate_cache(path)
             try:
                 info = fs.info(path)
             except FileNotFoundError:
@@ -325,22 +295,33 @@ class FSSpecFileLister(ResumablePipe):
         return sorted([n for n in names if match(n)])
 
     def state_dict(self) -> dict[str, Any]:
-        return {"root": self._root, "last": self._last}
+        if self._root is None:
+            return {"root": None, "last": None}
+        if self._digest is None:  # once per root: later checkpoints of the same listing reuse it
+            self._digest = _listing_digest(self._urls)
+        return {"root": self._root, "last": self._last, "digest": self._digest, "count": len(self._urls)}
 
     def restore(self, state: dict[str, Any] | None) -> None:
         self._root = self._last = None
-        self._resume = None if state is None or state["root"] is None else (state["root"], state["last"])
+        self._urls, self._digest = [], None
+        if state is None or state["root"] is None:
+            self._resume = None
+        else:
+            self._resume = (state["root"], state["last"], state.get("digest"), state.get("count"))
 
     def __iter__(self) -> Iterator[str]:
         resume, self._resume = self._resume, None  # the root to continue, set by restore()
         if resume is not None:
-            yield from self._yield_root(resume[0], after=resume[1])
+            yield from self._yield_root(resume[0], after=resume[1], expected=resume[2:])
         for root in self.source_datapipe:
             yield from self._yield_root(root, after=None)
         self._root = self._last = None
+        self._urls, self._digest = [], None
 
-    def _yield_root(self, root: str, after: str | None) -> Iterator[str]:
+    def _yield_root(self, root: str, after: str | None,
+                    expected: tuple[str | None, int | None] = (None, None)) -> Iterator[str]:
         self._root, self._last = root, after
+        self._urls, self._digest = [], None
         try:
             urls = self._list(root)
         except ReadError as exc:
@@ -348,6 +329,9 @@ class FSSpecFileLister(ResumablePipe):
                 raise
             self.skip_log.record(exc)
             return
+        self._urls = urls
+        if expected[0] is not None:
+            self._check_listing(root, after, urls, *expected)
         if not urls and root not in self._warned_empty:
             self._warned_empty.add(root)
             matching = f" matching masks {self.masks}" if self.masks else ""
@@ -362,6 +346,21 @@ class FSSpecFileLister(ResumablePipe):
                 continue
             self._last = url
             yield url
+
+    def _check_listing(self, root: str, last: str | None, urls: list[str], digest: str, count: int | None) -> None:
+        """Refuse to resume ``root`` when its listing is not the one the checkpoint's positions count."""
+        self._digest = _listing_digest(urls)
+        if self._digest == digest:
+            return
+        then = f"{count} files then" if isinstance(count, int) else "another listing then"
+        gone = f"; {last!r}, the last file read, is gone" if last is not None and last not in set(urls) else ""
+        raise ReadError(
+            "resume listing", root, "list_files_by_fsspec",
+            f"the files under it changed since the checkpoint ({then}, {len(urls)} now{gone}): the positions "
+            "downstream (a shuffle's, each DataLoader worker's share) count files of the old listing and would "
+            "repeat some files and skip others; resume from a checkpoint taken on these files, or start the "
+            "epoch over",
+        )
 
 
 _BUILTIN_OPEN_KWARGS = {"encoding", "errors", "newline"}
@@ -507,6 +506,12 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
             read reopens the file and continues at the byte it had reached.
             Local files are opened directly.  A missing file is not retried.
         storage_options: fsspec storage options (merged with ``kwargs``).
+            ``s3://`` and ``http(s)://`` reads wait at most 5 s to connect and
+            15 s for the next bytes (:data:`pipekit.retry.DEFAULT_CONNECT_TIMEOUT`,
+            :data:`~pipekit.retry.DEFAULT_READ_TIMEOUT`, set by ``PIPEKIT_CONNECT_TIMEOUT``
+            and ``PIPEKIT_READ_TIMEOUT``; per pipe by s3fs's ``config_kwargs``
+            ``connect_timeout``/``read_timeout`` or HTTP's ``client_kwargs["timeout"]``),
+            then fail the try, which ``retry`` retries (see :func:`pipekit.retry.with_timeouts`).
         kwargs: more storage options (credentials, ``client_kwargs``...).
 
     The pipe is stateless for resume (one stream per URL).  Pipes that need
@@ -558,7 +563,7 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
                 # resolving a filesystem per URL, and just as seekable.
                 file = open(local, self.mode, **self.kwargs_for_open)  # noqa: SIM115 - closed downstream
             else:
-                fs, path = url_to_fs(url, self.kwargs_for_connection)
+                fs, path = _remote_fs(url, self.kwargs_for_connection)
                 if (fs_is_local(fs) or "memory" in _protocols(fs) or self.retry.attempts == 1
                         or "compression" in self.kwargs_for_open):
                     file = fs.open(path, self.mode, **self.kwargs_for_open)

@@ -26,6 +26,7 @@ from fsspec.asyn import sync
 from pipekit.errors import ReadError, SkipLog, check_on_error
 from pipekit.pipes._fsspec_io import open_each
 from pipekit.pipes.base import IterDataPipe, StreamWrapper, functional_datapipe
+from pipekit.retry import default_timeouts
 
 __all__ = ["HttpReader", "HTTPReader"]
 
@@ -114,10 +115,15 @@ class HttpReader(IterDataPipe[tuple[str, StreamWrapper]]):
     Args:
         source_datapipe: a pipe yielding ``http://`` or ``https://`` URLs.
         timeout: seconds to wait to connect and, afterwards, between two
-            reads of the body (like ``requests``' timeout); ``None`` waits
-            forever.  It does not bound a whole download.  (An
+            reads of the body (like ``requests``' timeout).  It does not
+            bound a whole download.  ``None`` (the default) waits
+            :data:`pipekit.retry.DEFAULT_CONNECT_TIMEOUT` (5 s) to connect and
+            :data:`pipekit.retry.DEFAULT_READ_TIMEOUT` (15 s) between reads
+            (``PIPEKIT_CONNECT_TIMEOUT``, ``PIPEKIT_READ_TIMEOUT``), so a server
+            that accepts the connection and never answers fails the URL with
+            :class:`~pipekit.errors.ReadError` instead of hanging.  (An
             ``aiohttp.ClientTimeout`` in ``client_kwargs["timeout"]`` may be
-            given instead.)
+            given instead; ``aiohttp.ClientTimeout(total=None)`` waits forever.)
         skip_on_error: ``False`` (default) raises
             :class:`~pipekit.errors.ReadError` naming the URL, the stage and
             the reason (``HTTP 404 Not Found``, a timeout...); ``True`` skips
@@ -220,8 +226,23 @@ class HttpReader(IterDataPipe[tuple[str, StreamWrapper]]):
         if self.timeout is not None or "timeout" not in (self.query_params.get("client_kwargs") or {}):
             # Like requests, bound connecting and each read, not the whole body (aiohttp's session
             # default would cut every download at 5 minutes).
-            out["timeout"] = aiohttp.ClientTimeout(total=None, sock_connect=self.timeout, sock_read=self.timeout)
+            connect, read = self._timeouts()
+            out["timeout"] = aiohttp.ClientTimeout(total=None, sock_connect=connect, sock_read=read)
         return out
+
+    def _timeouts(self) -> tuple[float | None, float | None]:
+        """(connect, read) seconds: ``timeout`` for both, else pipekit's defaults; (None, None) when
+        ``client_kwargs["timeout"]`` decides."""
+        if self.timeout is not None:
+            return self.timeout, self.timeout
+        if "timeout" in (self.query_params.get("client_kwargs") or {}):
+            return None, None
+        timeouts = default_timeouts()
+        return timeouts.connect, timeouts.read
+
+    def _shown_timeout(self) -> float | None:
+        connect, read = self._timeouts()
+        return None if read is None else (read if connect == read else max(connect or 0, read))
 
     def reopen(self, url: str) -> StreamWrapper:
         """Fetch ``url`` again with this pipe's timeout and request options."""
@@ -238,8 +259,9 @@ class HttpReader(IterDataPipe[tuple[str, StreamWrapper]]):
         except TypeError:
             raise
         except Exception as exc:
-            raise ReadError("fetch", url, _STAGE, _reason(exc, self.timeout)) from exc
-        return StreamWrapper(io.BufferedReader(_HttpRaw(file, url, self.timeout), buffer_size=1 << 16), name=url)
+            raise ReadError("fetch", url, _STAGE, _reason(exc, self._shown_timeout())) from exc
+        raw = _HttpRaw(file, url, self._shown_timeout())
+        return StreamWrapper(io.BufferedReader(raw, buffer_size=1 << 16), name=url)
 
     def __iter__(self) -> Iterator[tuple[str, StreamWrapper]]:
         yield from open_each(self.source_datapipe, self.reopen, self.on_error, self.skip_log)

@@ -15,7 +15,7 @@ from typing import Any
 from rasterio.env import set_gdal_config
 
 from pipekit import malloc
-from pipekit.retry import RetryPolicy
+from pipekit.retry import RetryPolicy, default_timeouts
 
 __all__ = ["GDAL_OPTIONS", "REMOTE_GDAL_OPTIONS"]
 
@@ -41,7 +41,8 @@ REMOTE_GDAL_OPTIONS: dict[str, Any] = {
     "GDAL_HTTP_MERGE_CONSECUTIVE_RANGES": "YES",
     "CPL_VSIL_CURL_USE_HEAD": "NO",
     # GDAL's own HTTP retries (GDAL_HTTP_MAX_RETRY, GDAL_HTTP_RETRY_DELAY, GDAL_HTTP_RETRY_CODES)
-    # come from pipekit's retry budget: see _gdal_retry_options()
+    # come from pipekit's retry budget, its timeouts (GDAL_HTTP_CONNECTTIMEOUT, GDAL_HTTP_LOW_SPEED_TIME)
+    # from pipekit's remote read timeouts: see _gdal_retry_options()
 }
 
 # HTTP answers GDAL retries by itself: throttling and server errors (never 403/404)
@@ -49,11 +50,25 @@ _GDAL_RETRY_CODES = "429,500,502,503,504"
 
 
 def _gdal_retry_options(policy: RetryPolicy) -> dict[str, str]:
-    """GDAL's HTTP retry options for ``policy``: its attempts, its first delay (GDAL doubles it each time)."""
+    """GDAL's HTTP retry and timeout options: ``policy``'s attempts and first delay (GDAL doubles it each
+    time), and :func:`pipekit.retry.default_timeouts`.
+
+    A server that accepts the connection and never answers would otherwise hold a ``/vsis3/`` or
+    ``/vsicurl/`` read for minutes: ``GDAL_HTTP_CONNECTTIMEOUT`` is the connect timeout (default 5 s,
+    ``PIPEKIT_CONNECT_TIMEOUT``), and a request that receives no byte for ``GDAL_HTTP_LOW_SPEED_TIME``
+    seconds (``GDAL_HTTP_LOW_SPEED_LIMIT`` 1 byte/s; the read timeout, default 15 s,
+    ``PIPEKIT_READ_TIMEOUT``) fails as a transient error, retried under ``policy``.  ``GDAL_HTTP_TIMEOUT``
+    (a bound on a whole request, large reads included) is left unset.  A dataset's ``gdal_options``
+    override any of them.
+    """
+    timeouts = default_timeouts()
     return {
         "GDAL_HTTP_MAX_RETRY": str(max(0, min(policy.attempts - 1, 3))),  # pipekit retries around it
         "GDAL_HTTP_RETRY_DELAY": f"{max(policy.base_delay, 0.1):g}",
         "GDAL_HTTP_RETRY_CODES": _GDAL_RETRY_CODES,
+        "GDAL_HTTP_CONNECTTIMEOUT": f"{timeouts.connect:g}",
+        "GDAL_HTTP_LOW_SPEED_TIME": f"{max(1, round(timeouts.read)):d}",  # curl counts whole seconds
+        "GDAL_HTTP_LOW_SPEED_LIMIT": "1",
     }
 
 

@@ -28,7 +28,10 @@ _S3_OPTION_KEYS = {
     "aws_access_key_id",
     "aws_secret_access_key",
     "aws_session_token",
+    "config_kwargs",
 }
+# botocore Config options GDAL has an equivalent of: the timeouts
+_CONFIG_KWARGS = {"connect_timeout", "read_timeout"}
 # s3fs options that only tune s3fs itself: harmless to leave out of GDAL's configuration.
 _S3FS_ONLY_KEYS = {
     "skip_instance_cache",
@@ -66,7 +69,12 @@ class _Credentials(rasterio.session.Session):
 
 
 def _s3_gdal_options(storage_options: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str]] | None:
-    """GDAL (config, credential) options equivalent to s3fs ``storage_options``, or ``None`` if not expressible."""
+    """GDAL (config, credential) options equivalent to s3fs ``storage_options``, or ``None`` if not expressible.
+
+    ``config_kwargs`` may hold botocore's ``connect_timeout`` and ``read_timeout`` (they become
+    ``GDAL_HTTP_CONNECTTIMEOUT`` and ``GDAL_HTTP_LOW_SPEED_TIME``); other botocore options send the file
+    to fsspec.
+    """
     config: dict[str, str] = {}
     creds: dict[str, str] = {}
     client_kwargs = dict(storage_options.get("client_kwargs") or {})
@@ -75,6 +83,15 @@ def _s3_gdal_options(storage_options: Mapping[str, Any]) -> tuple[dict[str, str]
             return None
     if set(client_kwargs) - {"endpoint_url", "region_name"}:
         return None
+    config_kwargs = dict(storage_options.get("config_kwargs") or {})
+    if set(config_kwargs) - _CONFIG_KWARGS:
+        return None
+    # s3fs's timeouts as GDAL's: connecting, and no byte received for read_timeout seconds
+    if config_kwargs.get("connect_timeout") is not None:
+        config["GDAL_HTTP_CONNECTTIMEOUT"] = f"{float(config_kwargs['connect_timeout']):g}"
+    if config_kwargs.get("read_timeout") is not None:
+        config["GDAL_HTTP_LOW_SPEED_TIME"] = f"{max(1, round(float(config_kwargs['read_timeout']))):d}"
+        config["GDAL_HTTP_LOW_SPEED_LIMIT"] = "1"
     key = storage_options.get("key", storage_options.get("aws_access_key_id"))
     secret = storage_options.get("secret", storage_options.get("aws_secret_access_key"))
     token = storage_options.get("token", storage_options.get("aws_session_token"))
