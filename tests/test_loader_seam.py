@@ -44,6 +44,7 @@ PRIVATE_PREFIXES = ("torch._C",)
 # Used anywhere but the seam (as an attribute, a method defined, an imported name or a string) they fail.
 KNOWN_PRIVATE = {
     # torch.utils.data.dataloader and torchdata's stateful_dataloader
+    "_iterator_finished",
     "_InfiniteConstantSampler",
     "_DatasetKind",
     "_BaseDataLoaderIter",
@@ -119,6 +120,8 @@ ALLOWED = {
     "torchdata.stateful_dataloader.worker",
     # the sampler torch gives iterable datasets
     "_InfiniteConstantSampler",
+    # the key of torchdata's state saying the epoch had ended
+    "_iterator_finished",
     # the loader's hooks and fields
     "_get_iterator",
     "_iterator",

@@ -108,6 +108,8 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.stateful_dataloader import _StatefulMultiProcessingDataLoaderIter
 
 __all__ = [
+    "ITERATOR_FINISHED",
+    "state_finished",
     "InfiniteConstantSampler",
     "LoaderBase",
     "WorkersIterBase",
@@ -227,6 +229,15 @@ class WorkersIterBase(_StatefulMultiProcessingDataLoaderIter):
     def tell_worker_to_exit(self, worker_id: int) -> None:
         """Put the exit signal on the worker's index queue (raises if the queue is closed)."""
         self._index_queues[worker_id].put(None)
+
+
+#: The key of a StatefulDataLoader state saying its iterator had finished (the epoch had ended).
+ITERATOR_FINISHED = "_iterator_finished"
+
+
+def state_finished(state: Any) -> bool:
+    """Whether a StatefulDataLoader ``state`` was taken after its iterator finished (torchdata's own key)."""
+    return isinstance(state, dict) and state.get(ITERATOR_FINISHED) is True
 
 
 def is_workers_iterator(iterator: Any) -> bool:

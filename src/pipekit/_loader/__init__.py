@@ -76,11 +76,13 @@ from pipekit._loader._pipe import REPORT_ITEMS, _CheckpointedPipe, install_fast_
 from pipekit._loader._pipe import fast_try_to_serialize as _fast_try_to_serialize  # noqa: F401 -- see below
 from pipekit._loader._workers import _WorkersIter, skip_summaries
 from pipekit._loader_seam import (
+    ITERATOR_FINISHED,
     LoaderBase,
     has_worker_states,
     ignore_set_vital_warning,
     is_workers_iterator,
     shut_down_workers,
+    state_finished,
     switch_iterator_class,
     worker_processes,
 )
@@ -106,7 +108,6 @@ STATE_TIMEOUT_S = 60.0
 CHECKPOINT_KEY = "pipekit"
 _RECORD_VERSION = 1
 # torchdata's key, in every state_dict() of its loader, for "the iterator has run out" (the epoch ended).
-_TORCHDATA_FINISHED = "_iterator_finished"
 _WHERE = "pipekit.DataLoader"
 
 # Moved to pipekit._loader._pipe; kept importable here for the tests that reach them through pipekit._loader.
@@ -407,14 +408,14 @@ class DataLoader(LoaderBase):
         with self._next_epoch_seeded():
             state = super().state_dict()
         record = self._record()
-        if isinstance(self.dataset, _CheckpointedPipe) and state.get(_TORCHDATA_FINISHED) is True:
+        if isinstance(self.dataset, _CheckpointedPipe) and state_finished(state):
             # The epoch ended: the workers may be gone (persistent_workers=False) and their positions
             # are those of an empty rest. What comes next is the next epoch, from these seeds.
             if self._next_epoch_rng is None:
                 generator = self.generator if self.generator is not None else torch.default_generator
                 self._next_epoch_rng = generator.get_state()
             record["next_epoch_rng"] = self._next_epoch_rng.clone()
-            return {_TORCHDATA_FINISHED: True, CHECKPOINT_KEY: record}
+            return {ITERATOR_FINISHED: True, CHECKPOINT_KEY: record}
         state = resolve_deferred(state, getattr(self, "_state_channel", None), self._worker_alive, self.state_timeout)
         return {**state, CHECKPOINT_KEY: record}
 
@@ -429,7 +430,7 @@ class DataLoader(LoaderBase):
         record = self._check_checkpoint(state_dict)
         state = {k: v for k, v in state_dict.items() if k != CHECKPOINT_KEY}
         self._next_epoch_rng = None
-        if isinstance(self.dataset, _CheckpointedPipe) and state.get(_TORCHDATA_FINISHED) is True:
+        if isinstance(self.dataset, _CheckpointedPipe) and state_finished(state):
             # Taken at the end of an epoch: the next iter() starts the next epoch (from the checkpoint's
             # random state, when it has one), instead of restoring positions at the end of the old one.
             super().load_state_dict({})
@@ -466,7 +467,7 @@ class DataLoader(LoaderBase):
             )
         record = state.get(CHECKPOINT_KEY)
         if record is None:
-            if _TORCHDATA_FINISHED not in state:
+            if ITERATOR_FINISHED not in state:
                 raise CheckpointError(
                     f"{where}: not a checkpoint of a DataLoader (its keys: {sorted(map(str, state))[:8]}); pass "
                     "what loader.state_dict() returned"
