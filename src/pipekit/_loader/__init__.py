@@ -86,6 +86,7 @@ from pipekit._loader_seam import (
     switch_iterator_class,
     worker_processes,
 )
+from pipekit._seeds import draw_seed
 from pipekit._validate import check_int
 from pipekit._worker_states import StateChannel, resolve_deferred
 from pipekit.collate import use_shared_buffers_in_default_collate
@@ -339,7 +340,7 @@ class DataLoader(LoaderBase):
         if draws:
             self._next_epoch_rng = None
             for _ in range(draws):
-                torch.empty((), dtype=torch.int64).random_(generator=target)
+                draw_seed(target)
 
     def new_iterator(self) -> Any:
         # Keep what the workers of the iterator being replaced reported (persistent_workers=False
@@ -575,7 +576,7 @@ def _draws_between(start: torch.Tensor, generator: torch.Generator, most: int = 
     for draws in range(most):
         if torch.equal(probe.get_state(), end):
             return draws
-        torch.empty((), dtype=torch.int64).random_(generator=probe)
+        draw_seed(probe)
     return most
 
 
