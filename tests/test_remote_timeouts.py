@@ -188,6 +188,7 @@ class TestDefaults:
         assert with_timeouts("http://host/a", {"client_kwargs": {"timeout": mine}})["client_kwargs"]["timeout"] is mine
 
 
+@pytest.mark.slow  # each waits out real timeouts against a silent server
 @pytest.mark.timeout(90)
 class TestFsspecS3:
     def test_open_against_a_silent_server(self, silent: SilentServer, short_timeouts: None,
@@ -233,6 +234,7 @@ list(lister)
         assert out.startswith("ReadError:") and re.search(r"s3://bucket/train.*list_files_by_fsspec", out), out
 
 
+@pytest.mark.slow  # each waits out real timeouts against a silent server
 @pytest.mark.timeout(60)
 class TestHttp:
     def test_fsspec_http_open(self, silent: SilentServer, short_timeouts: None,
@@ -253,6 +255,7 @@ list(dp)
         assert time.monotonic() - start < 30
 
 
+@pytest.mark.slow  # each waits out real timeouts against a silent server
 @pytest.mark.timeout(90)
 class TestGdal:
     """GDAL's /vsis3/ and /vsicurl/ reads of a geo dataset, through its opener."""
