@@ -20,7 +20,7 @@ Example:
 from __future__ import annotations
 
 import numbers
-from typing import Any, overload
+from typing import Any, Literal, overload
 
 __all__ = ["check_int"]
 
@@ -36,7 +36,13 @@ def _what(minimum: int | None, allow_none: bool) -> str:
 
 
 @overload
-def check_int(value: Any, name: str, where: str, *, minimum: int | None = ..., allow_none: bool = False) -> int: ...
+def check_int(
+    value: Any, name: str, where: str, *, minimum: int | None = ..., allow_none: Literal[False] = ...
+) -> int: ...
+
+
+@overload
+def check_int(value: Any, name: str, where: str, *, minimum: int | None = ..., allow_none: bool) -> int | None: ...
 
 
 def check_int(value: Any, name: str, where: str, *, minimum: int | None = None, allow_none: bool = False) -> int | None:
