@@ -373,12 +373,12 @@ DATASET_SPLIT_NAMES = [
 
 def test_dataset_split_names():
     import pipekit.datasets
-    import pipekit.datasets._splits
+    import pipekit.datasets.splits
 
-    assert pipekit.datasets._splits.__all__ == DATASET_SPLIT_NAMES
+    assert pipekit.datasets.splits.__all__ == DATASET_SPLIT_NAMES
     for name in DATASET_SPLIT_NAMES:
         assert name in pipekit.datasets.__all__
-        assert getattr(pipekit.datasets, name) is getattr(pipekit.datasets._splits, name)
+        assert getattr(pipekit.datasets, name) is getattr(pipekit.datasets.splits, name)
 
 
 CHIP_DATASET_NAMES = ["NonGeoDataset", "NonGeoClassificationDataset", "ChipRecipe", "EuroSAT", "COCODetection"]
@@ -405,6 +405,7 @@ PUBLIC_MODULES = [
     "pipekit.collate",
     "pipekit.dataloader2",
     "pipekit.datasets",
+    "pipekit.datasets.splits",
     "pipekit.datasets.utils",
     "pipekit.decoders",
     "pipekit.device",

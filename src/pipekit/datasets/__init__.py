@@ -12,7 +12,7 @@ Code written for TorchGeo ports by changing its imports
 * :class:`BoundingBox`, :data:`GeoSlice`, the collate functions
   (:func:`stack_samples`, :func:`concat_samples`, :func:`merge_samples`,
   :func:`unbind_samples`), :class:`DatasetNotFoundError` and :mod:`~pipekit.datasets.utils`;
-* the splits of :mod:`~pipekit.datasets._splits` (:func:`random_bbox_assignment`,
+* the splits of :mod:`~pipekit.datasets.splits` (:func:`random_bbox_assignment`,
   :func:`random_bbox_splitting`, :func:`random_grid_cell_assignment`,
   :func:`roi_split`, :func:`time_series_split`).
 
@@ -61,7 +61,7 @@ if TYPE_CHECKING:  # loaded on first use, see _LAZY below; named here for type c
     from pipekit.datasets._naip import NAIP
     from pipekit.datasets._nongeo import ChipRecipe, NonGeoClassificationDataset, NonGeoDataset
     from pipekit.datasets._sentinel2 import Sentinel2
-    from pipekit.datasets._splits import (
+    from pipekit.datasets.splits import (
         random_bbox_assignment,
         random_bbox_splitting,
         random_grid_cell_assignment,
@@ -133,11 +133,11 @@ _LAZY = {
     "NonGeoClassificationDataset": "pipekit.datasets._nongeo",
     "NonGeoDataset": "pipekit.datasets._nongeo",
     "Sentinel2": "pipekit.datasets._sentinel2",
-    "random_bbox_assignment": "pipekit.datasets._splits",
-    "random_bbox_splitting": "pipekit.datasets._splits",
-    "random_grid_cell_assignment": "pipekit.datasets._splits",
-    "roi_split": "pipekit.datasets._splits",
-    "time_series_split": "pipekit.datasets._splits",
+    "random_bbox_assignment": "pipekit.datasets.splits",
+    "random_bbox_splitting": "pipekit.datasets.splits",
+    "random_grid_cell_assignment": "pipekit.datasets.splits",
+    "roi_split": "pipekit.datasets.splits",
+    "time_series_split": "pipekit.datasets.splits",
     "BoundingBox": "pipekit.geo._bbox",
     "GeoSlice": "pipekit.geo._bbox",
     "concat_samples": "pipekit.geo._collate",
