@@ -441,6 +441,7 @@ PUBLIC_MODULES = [
     "pipekit.transforms.index_kernels",
     "pipekit.transforms.indices",
     "pipekit.transforms.seeding",
+    "pipekit.webdataset",
 ]
 
 GEO_ALL = [

@@ -138,3 +138,10 @@ __all__ = sorted(
         *zipping.__all__,
     }
 )
+
+
+def __getattr__(name: str) -> object:
+    """A torchdata name pipekit deliberately lacks raises ``AttributeError`` naming what to use instead."""
+    from pipekit.pipes._missing import missing_name
+
+    raise missing_name("torchdata", __name__, name)

@@ -29,3 +29,10 @@ def _fill() -> None:
 
 
 _fill()
+
+
+def __getattr__(name: str) -> object:
+    """A torchdata name pipekit deliberately lacks raises ``AttributeError`` naming what to use instead."""
+    from pipekit.pipes._missing import missing_name
+
+    raise missing_name("torchdata", __name__, name)
