@@ -299,3 +299,18 @@ def test_missing_names_point_to_the_replacement(library, name):
             getattr(module, name)
         assert REPLACEMENTS[library, name] in str(info.value) and f"{library}'s {name}" in str(info.value)
         assert not hasattr(module, name)
+
+
+# ------------------------------------------------------------------------------------------------ the recipe
+
+
+def test_recipe_on_mixed_size_images_says_to_pass_size(tmp_path):
+    from pipekit import datasets
+
+    with wds.ShardWriter(str(tmp_path / "s-%02d.tar"), maxcount=10, verbose=0) as sink:
+        for i, size in enumerate([(8, 6), (5, 7)]):
+            sink.write({"__key__": f"k{i}", "jpg": _png(i, size), "cls": i})
+    with pytest.raises(ValueError, match=r"different sizes.*datasets\.WebDataset\(urls, size=224\).*pad_collate"):
+        list(datasets.WebDataset(str(tmp_path / "s-00.tar"), batch_size=2, train=False))
+    batch = next(iter(datasets.WebDataset(str(tmp_path / "s-00.tar"), batch_size=2, train=False, size=4)))
+    assert batch[".jpg"].shape == (2, 3, 4, 4)

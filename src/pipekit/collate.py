@@ -307,6 +307,11 @@ def _stack(tensors: list[torch.Tensor], name: str, stage: str, pin_memory: bool 
     if len(shapes) > 1:
         hint = "list it in keys to pad it" if stage == _STAGE else "use pad_collate to pad them"
         listed = sorted(tuple(shape) for shape in shapes)
+        if stage != _STAGE and _images_of_sizes(listed):
+            hint = (
+                "images of different sizes: resize them to one size, with the recipe's size= "
+                "(datasets.WebDataset(urls, size=224)) or a Resize transform, or use pad_collate to pad them"
+            )
         raise ValueError(f"{stage}: cannot stack {name}: its tensors have different shapes {listed[:4]}; {hint}")
     dtypes = {t.dtype for t in tensors}
     if len(dtypes) == 1:  # the usual case: no conversion (``t.to`` of its own dtype is ``t`` anyway)
@@ -321,6 +326,11 @@ def _stack(tensors: list[torch.Tensor], name: str, stage: str, pin_memory: bool 
         return torch.stack(ts)  # ordinary memory: torch allocates it (faster than stacking into ``out=``)
     except RuntimeError as exc:  # tensors on different devices...
         raise ValueError(f"{stage}: cannot stack {name}: {exc}") from exc
+
+
+def _images_of_sizes(shapes: list[tuple[int, ...]]) -> bool:
+    """Whether ``shapes`` are those of ``[C, H, W]`` images with the same channels and different sizes."""
+    return all(len(s) == 3 and s[0] in (1, 3, 4) for s in shapes) and len({s[0] for s in shapes}) == 1
 
 
 def _special_memory(pin_memory: bool) -> bool:
