@@ -25,6 +25,7 @@ __all__ = [
     "IMAGE_EXTENSIONS",
     "file_kind",
     "one_line",
+    "credentials_hint",
 ]
 
 
@@ -163,13 +164,21 @@ def list_files(root: str, storage_options: dict[str, Any] | None = None) -> List
     def url(p: str) -> str:
         return p if local else fs.unstrip_protocol(p)
 
-    if fs.isfile(path):
-        info = fs.info(path)
-        return Listing(text, fs, path, [(url(path), path.rsplit("/", 1)[-1], int(info.get("size") or 0))], True)
-    if not fs.isdir(path):
-        raise CliError(f"no such file or directory: {text!r}")
-    base = path.rstrip("/")
-    found = fs.find(base, detail=True)
+    try:
+        if fs.isfile(path):
+            info = fs.info(path)
+            return Listing(text, fs, path, [(url(path), path.rsplit("/", 1)[-1], int(info.get("size") or 0))], True)
+        if not fs.isdir(path):
+            raise CliError(f"no such file or directory: {text!r}")
+        base = path.rstrip("/")
+        found = fs.find(base, detail=True)
+    except CliError:
+        raise
+    except Exception as exc:
+        hint = credentials_hint(exc, text)
+        if hint is None:
+            raise
+        raise CliError(hint) from exc
     files = []
     for p, info in sorted(found.items()):
         if info.get("type", "file") != "file":
@@ -179,6 +188,39 @@ def list_files(root: str, storage_options: dict[str, Any] | None = None) -> List
             continue  # hidden files and folders (.complete markers, .git...)
         files.append((url(p), rel, int(info.get("size") or 0)))
     return Listing(text, fs, base, files, False)
+
+
+_NO_CREDENTIALS = ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError", "NoAuthTokenError")
+_REFUSED = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "AccessDenied")
+
+
+def credentials_hint(exc: BaseException, url: str) -> str | None:
+    """A message saying how to pass credentials when ``exc`` (or its cause) is a credentials error, else ``None``.
+
+    Example:
+        >>> credentials_hint(ValueError("bad range"), "s3://b/x") is None
+        True
+    """
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return None
+        name, text = type(seen).__name__, str(seen)
+        if name in _NO_CREDENTIALS:
+            what = f"no credentials ({name}: {one_line(seen)})"
+            break
+        if any(code in text for code in _REFUSED):
+            what = f"the credentials were refused ({name}: {one_line(seen)})"
+            break
+        seen = seen.__cause__ or seen.__context__
+    else:
+        return None
+    return (
+        f"cannot read {url!r}: {what}. Pass them: -o anon=true for a public bucket; the AWS_ACCESS_KEY_ID and "
+        "AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) or AWS_PROFILE environment variables, with AWS_ENDPOINT_URL "
+        "for a server other than AWS; or -o key=... -o secret=... (-o client_kwargs.endpoint_url=...). In Python, "
+        'the same as storage_options={"anon": True} or {"key": ..., "secret": ...}'
+    )
 
 
 def one_line(exc: BaseException) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 from pipekit.cli._common import (
     CliError,
     add_storage_option_argument,
+    credentials_hint,
     file_kind,
     list_files,
     parse_storage_options,
@@ -84,14 +85,22 @@ def run(args: argparse.Namespace) -> int:
         # shards first (they hold the images), then the most common kind (rasters on a tie)
         kind = "shards" if kinds["shard"] else max(("rasters", "images", "vectors"),
                                                     key=lambda k: (kinds[k[:-1]], k == "rasters"))
-    if kind == "rasters":
-        report = inspect_rasters(listing, args.product, storage_options)
-    elif kind == "vectors":
-        report = inspect_vectors(listing, storage_options)
-    elif kind == "images":
-        report = inspect_images(listing, args.sample)
-    else:
-        report = inspect_shards(listing, args.sample)
+    try:
+        if kind == "rasters":
+            report = inspect_rasters(listing, args.product, storage_options)
+        elif kind == "vectors":
+            report = inspect_vectors(listing, storage_options)
+        elif kind == "images":
+            report = inspect_images(listing, args.sample)
+        else:
+            report = inspect_shards(listing, args.sample)
+    except CliError:
+        raise
+    except Exception as exc:  # credentials that list but cannot read: say how to pass others
+        hint = credentials_hint(exc, args.path)
+        if hint is None:
+            raise
+        raise CliError(hint) from exc
     if args.json:
         print(json.dumps(report.as_dict(), indent=2, default=str))
     else:
