@@ -108,9 +108,9 @@ class TestReadmePort:
 # ------------------------------------------------------------------------------------------------ resume
 
 
-def _pipeline(shards: str):
+def _pipeline(shards: str, resampled: bool = False):
     return (
-        wds.WebDataset(shards, shardshuffle=True)
+        wds.WebDataset(shards, shardshuffle=True, resampled=resampled)
         .shuffle(6)
         .decode("torchrgb8")
         .to_tuple("png", "json")
@@ -141,10 +141,31 @@ def test_dataloader_resumes_mid_epoch_exactly(shards, workers):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("workers", [0, 2])
-def test_webloader_with_main_process_stages_resumes_exactly(shards, workers):
+def test_resampled_epochs_resume_exactly(shards, workers):
+    def make():
+        return pipekit.DataLoader(_pipeline(shards, resampled=True).with_epoch(3), num_workers=workers)
+
+    torch.manual_seed(5)
+    loader = make()
+    first = list(loader)
+    it = iter(loader)  # the second epoch: other draws
+    head = [next(it) for _ in range(2)]
+    state = loader.state_dict()
+    rest = list(it)
+    assert len(first) == len(head) + len(rest) == 3 * max(workers, 1)
+    assert _labels(first) != _labels(head + rest)
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert _labels(resumed) == _labels(rest)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("buffer", [5, 100])  # 100: the main-process shuffle holds the loader's whole epoch
+def test_webloader_with_main_process_stages_resumes_exactly(shards, workers, buffer):
     def make():
         torch.manual_seed(3)
-        return wds.WebLoader(_pipeline(shards), num_workers=workers).unbatched().shuffle(5).batched(4)
+        return wds.WebLoader(_pipeline(shards), num_workers=workers).unbatched().shuffle(buffer).batched(4)
 
     loader = make()
     it = iter(loader)
@@ -314,3 +335,40 @@ def test_recipe_on_mixed_size_images_says_to_pass_size(tmp_path):
         list(datasets.WebDataset(str(tmp_path / "s-00.tar"), batch_size=2, train=False))
     batch = next(iter(datasets.WebDataset(str(tmp_path / "s-00.tar"), batch_size=2, train=False, size=4)))
     assert batch[".jpg"].shape == (2, 3, 4, 4)
+
+
+@pytest.mark.s3
+@pytest.mark.timeout(180)
+def test_training_script_on_s3_resumes_exactly(s3_server, shards, monkeypatch):
+    """A library user's script (S3 shards, resampled, with_epoch, to_tuple, WebLoader, 2 workers), imports changed."""
+    bucket = s3_server.create_bucket()
+    fs = s3_server.fs()
+    for s in range(N_SHARDS):
+        fs.put(shards.replace("{000000..000002}", f"{s:06d}"), f"{bucket}/train-{s:06d}.tar")
+    for name, value in [("AWS_ACCESS_KEY_ID", s3_server.key), ("AWS_SECRET_ACCESS_KEY", s3_server.secret),
+                        ("AWS_ENDPOINT_URL", s3_server.endpoint_url), ("AWS_DEFAULT_REGION", s3_server.region)]:
+        monkeypatch.setenv(name, value)
+    url = f"s3://{bucket}/train-{{000000..000002}}.tar"
+
+    def make():
+        dataset = (
+            wds.WebDataset(url, resampled=True, shardshuffle=True, nodesplitter=wds.split_by_node)
+            .shuffle(8)
+            .decode("torchrgb8")
+            .to_tuple("png", "cls")
+            .batched(2)
+            .with_epoch(3)
+        )
+        return wds.WebLoader(dataset, batch_size=None, num_workers=2).unbatched().shuffle(4).batched(3)
+
+    torch.manual_seed(11)
+    loader = make()
+    it = iter(loader)
+    head = [next(it) for _ in range(2)]
+    state = loader.state_dict()
+    rest = list(it)
+    assert sum(len(labels) for _, labels in head + rest) == 2 * 3 * 2  # workers x batches x batch size
+    assert head[0][0].shape == (3, 3, 6, 8)
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert [labels.tolist() for _, labels in resumed] == [labels.tolist() for _, labels in rest]

@@ -19,23 +19,36 @@ __all__ = ["WebLoader"]
 
 
 class LoaderSource(ResumablePipe):
-    """The batches of a DataLoader, as the source of the main-process stages.  Resume: the loader's state."""
+    """The batches of a DataLoader, as the source of the main-process stages.
 
-    state_keys = ("loader",)
+    Resume: the loader's state, and whether this pass had already read the loader's whole epoch (a
+    main-process shuffle buffer can hold all of it): then the restored pass yields nothing more from the
+    loader, whose state has become the next epoch's start.
+    """
+
+    state_keys = ("loader", "done")
 
     def __init__(self, loader: DataLoader) -> None:
         super().__init__()
         self.loader = loader
+        self._done = False
+        self._skip = False
 
     def state_dict(self) -> dict[str, Any]:
-        return {"loader": self.loader.state_dict()}
+        return {"loader": self.loader.state_dict(), "done": self._done}
 
     def restore(self, state: dict[str, Any] | None) -> None:
+        self._done = False
+        self._skip = state is not None and bool(state["done"])
         if state is not None:
             self.loader.load_state_dict(state["loader"])
 
     def __iter__(self) -> Iterator[Any]:
+        if self._skip:  # the checkpointed pass had read the whole epoch already
+            self._skip, self._done = False, True
+            return
         yield from self.loader
+        self._done = True
 
 
 class _EpochCut:
