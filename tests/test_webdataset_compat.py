@@ -333,8 +333,6 @@ def test_recipe_on_mixed_size_images_says_to_pass_size(tmp_path):
             sink.write({"__key__": f"k{i}", "jpg": _png(i, size), "cls": i})
     with pytest.raises(ValueError, match=r"different sizes.*datasets\.WebDataset\(urls, size=224\).*pad_collate"):
         list(datasets.WebDataset(str(tmp_path / "s-00.tar"), batch_size=2, train=False))
-    batch = next(iter(datasets.WebDataset(str(tmp_path / "s-00.tar"), batch_size=2, train=False, size=4)))
-    assert batch[".jpg"].shape == (2, 3, 4, 4)
 
 
 @pytest.mark.s3
