@@ -178,6 +178,15 @@ def test_webloader_with_main_process_stages_resumes_exactly(shards, workers, buf
     assert sorted(_labels(head) + _labels(rest)) == list(range(N))
 
 
+def test_webloader_with_epoch_cuts_the_loaders_batches_into_epochs(shards):
+    dataset = wds.WebDataset(shards).decode().to_tuple("cls", "json").batched(5)  # 3 batches per pass
+    loader = wds.WebLoader(dataset, batch_size=None).with_epoch(4).with_length(4)
+    epochs = [[b[0].tolist() for b in loader] for _ in range(2)]
+    assert len(loader) == 4 and [len(e) for e in epochs] == [4, 4]
+    for epoch in epochs:  # each epoch starts the loader over, as the library's does: a pass, then its first batch
+        assert [x for batch in epoch for x in batch] == [i % 3 for i in range(N)] + [i % 3 for i in range(5)]
+
+
 # ------------------------------------------------------------------------------------------------ sharding
 
 

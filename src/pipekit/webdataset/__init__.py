@@ -50,9 +50,8 @@ from pipekit.webdataset._fluid import (
     tarfile_to_samples,
 )
 from pipekit.webdataset._loader import WebLoader
+from pipekit.webdataset._shardlists import ResampledShards, SimpleShardList
 from pipekit.webdataset._stages import (
-    ResampledShards,
-    SimpleShardList,
     batched,
     default_collation_fn,
     ignore_and_continue,

@@ -16,6 +16,7 @@ from pipekit.pipes.state import ResumablePipe
 from pipekit.webdataset import _stages as st
 from pipekit.webdataset._decode import decode as _decode_stage
 from pipekit.webdataset._reading import PipeOpener, WdsSamples
+from pipekit.webdataset._shardlists import ResampledShards, SimpleShardList
 
 __all__ = [
     "DataPipeline",
@@ -155,6 +156,8 @@ class tarfile_to_samples:  # noqa: N801  (the library's name)
     (``storage_options=``), from a local copy with ``cache_dir=``.
     """
 
+    is_pipe_stage = True
+
     def __init__(self, handler: Any = st.reraise_exception, cache_dir: str | os.PathLike[str] | None = None,
                  storage_options: Mapping[str, Any] | None = None) -> None:
         self.handler = st._check_handler(handler, "tarfile_to_samples")
@@ -201,7 +204,7 @@ class _StopOnError(IterDataPipe):
 
 
 def _apply(stage: Any, pipe: IterDataPipe, urls: bool = False) -> IterDataPipe:
-    if isinstance(stage, st.Stage | tarfile_to_samples) or stage in _URL_STAGES:
+    if getattr(stage, "is_pipe_stage", False) or stage in _URL_STAGES:  # pipe -> pipe
         return stage(pipe)
     if isinstance(stage, IterDataPipe):
         raise TypeError(f"pipekit.webdataset: a pipe can only be the first stage of a pipeline, got {stage!r:.80}")
@@ -427,9 +430,9 @@ class WebDataset(DataPipeline):
         if isinstance(urls, IterDataPipe):
             pipe: IterDataPipe = urls
         elif resampled:
-            pipe = st.ResampledShards(urls, seed=seed)  # type: ignore[arg-type]
+            pipe = ResampledShards(urls, seed=seed)  # type: ignore[arg-type]
         else:
-            pipe = st.SimpleShardList(urls, seed=seed, shuffle=bool(shardshuffle))  # type: ignore[arg-type]
+            pipe = SimpleShardList(urls, seed=seed, shuffle=bool(shardshuffle))  # type: ignore[arg-type]
         if not resampled:
             for splitter in (nodesplitter, workersplitter):
                 if splitter is not None:

@@ -54,6 +54,8 @@ class LoaderSource(ResumablePipe):
 class _EpochCut:
     """``with_epoch(n)`` on a loader: the loader's batches over and over, ``n`` per epoch."""
 
+    is_pipe_stage = True
+
     def __init__(self, n: int) -> None:
         self.n = n
 

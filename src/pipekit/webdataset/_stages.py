@@ -19,11 +19,9 @@ import torch
 
 from pipekit.errors import ParseError, SkipLog
 from pipekit.pipes.base import IterDataPipe
-from pipekit.pipes.state import PermutationSource, ResumablePipe, SeededPipe
+from pipekit.pipes.state import ResumablePipe
 
 __all__ = [
-    "ResampledShards",
-    "SimpleShardList",
     "Stage",
     "batched",
     "default_collation_fn",
@@ -44,7 +42,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger("pipekit")
-_builtin_map, _builtin_slice = map, slice
+_builtin_slice = slice
 
 
 # ------------------------------------------------------------------------------------------------ handlers
@@ -99,6 +97,8 @@ def _sample_name(sample: Any) -> str:
 
 class Stage:
     """A pipeline stage: ``stage(pipe) -> pipe``, picklable (the library's ``pipelinefilter`` result)."""
+
+    is_pipe_stage = True  # called with the pipe itself (other callables are generator functions over items)
 
     def __init__(self, cls: type, *args: Any, **kwargs: Any) -> None:
         self.cls, self.args, self.kwargs = cls, args, kwargs
@@ -488,91 +488,6 @@ class GeneratorStage(IterDataPipe):
             return
         for out in self.f({"url": url} for url in self.source_datapipe):
             yield out["url"] if isinstance(out, dict) else out
-
-
-# ------------------------------------------------------------------------------------------------ shard lists
-
-
-class SimpleShardList(PermutationSource):
-    """The shard URLs, in order, or shuffled as a whole each epoch (``shardshuffle``).
-
-    Brace patterns are expanded (``"s-{000..009}.tar"``); globs and folders are listed.  The permutation is
-    drawn from the epoch seed shared by all workers and ranks, before the split by node and worker, so every
-    shard is read once per epoch.  Resume: ``{"seed", "yielded"}``.
-
-    Example:
-        >>> list(SimpleShardList("s-{0..2}.tar"))
-        ['s-0.tar', 's-1.tar', 's-2.tar']
-    """
-
-    def __init__(self, urls: str | Sequence[str], seed: int | None = None, shuffle: bool = False) -> None:
-        super().__init__(expand_urls(urls), shuffle=shuffle)
-        if seed is not None:
-            self.set_seed(seed)
-
-
-class ResampledShards(SeededPipe):
-    """An endless stream of shards drawn at random, with replacement (``resampled=True``).
-
-    Each worker and rank draws its own stream (the epoch seed is mixed with the worker id and rank), so no
-    split is needed and every process reads as many samples as ``with_epoch`` asks for: equal-length epochs
-    across ranks.  Resume: the draws made, and the generator's state.
-
-    Example:
-        >>> shards = ResampledShards("s-{0..3}.tar", nshards=5).set_seed(0)
-        >>> len(list(shards)), set(shards) <= {"s-0.tar", "s-1.tar", "s-2.tar", "s-3.tar"}
-        (5, True)
-    """
-
-    seed_per_worker = True
-    state_keys = ("count",)
-
-    def __init__(self, urls: str | Sequence[str], nshards: int = sys.maxsize, seed: int | None = None,
-                 deterministic: bool = False) -> None:
-        super().__init__()
-        self.urls = expand_urls(urls)
-        if not self.urls:
-            raise ValueError("pipekit.webdataset.ResampledShards: no shard URLs")
-        self.nshards = nshards
-        self._count = 0
-        if seed is not None:
-            self.set_seed(seed)
-
-    def apply_sharding(self, num_of_instances: int, instance_id: int, sharding_group: Any = None) -> None:
-        """Each process draws its own shards: nothing to split (this makes the source a sharding point)."""
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"count": self._count}
-
-    def restore(self, state: dict[str, Any] | None) -> None:
-        self._count = 0 if state is None else int(state["count"])
-
-    def __iter__(self) -> Iterator[str]:
-        while self._count < self.nshards:
-            self._count += 1
-            yield self.rng.choice(self.urls)
-
-
-def expand_urls(urls: str | Sequence[str]) -> list[str]:
-    """Shard URLs from a brace pattern, a ``::``-separated string or a list; ``pipe:`` URLs are only brace-expanded."""
-    import os
-
-    from pipekit.datasets._tar_shards import expand_shard_urls
-    from pipekit.pipes._webdataset import shard_expand
-    from pipekit.webdataset._reading import check_pipe_url
-
-    if isinstance(urls, str | os.PathLike):
-        urls = os.fspath(urls).split("::")
-    if not isinstance(urls, Sequence) or not urls:
-        raise TypeError(f"pipekit.webdataset: urls must be a shard URL, brace pattern or list of them, got {urls!r}")
-    out: list[str] = []
-    for url in _builtin_map(os.fspath, urls):
-        if url.startswith("pipe:"):
-            out.extend(shard_expand(url))
-            check_pipe_url(url)  # shell syntax is refused now, naming the URL, not when a worker opens it
-        else:
-            out.extend(expand_shard_urls([url]))
-    return out
 
 
 # ------------------------------------------------------------------------------------------------ the filters
