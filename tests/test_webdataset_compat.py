@@ -379,3 +379,22 @@ def test_training_script_on_s3_resumes_exactly(s3_server, shards, monkeypatch):
     resumed = make()
     resumed.load_state_dict(state)
     assert [labels.tolist() for _, labels in resumed] == [labels.tolist() for _, labels in rest]
+
+
+def test_reading_handlers_on_a_truncated_shard(tmp_path):
+    from pipekit.errors import ArchiveError
+
+    with wds.ShardWriter(str(tmp_path / "s-%02d.tar"), maxcount=3, verbose=0) as sink:
+        for i in range(6):
+            sink.write({"__key__": f"k{i}", "txt": "x" * 2000, "cls": i})
+    cut = tmp_path / "s-00.tar"
+    cut.write_bytes(cut.read_bytes()[:5000])  # inside the second sample's txt member: it keeps its cls
+    urls = str(tmp_path / "s-{00..01}.tar")
+    with pytest.raises(ArchiveError, match=r"s-00\.tar"):
+        list(wds.WebDataset(urls).to_tuple("cls"))
+    skipping = wds.WebDataset(urls, handler=wds.ignore_and_continue).to_tuple("cls")
+    assert [int(c) for (c,) in skipping] == [0, 1, 3, 4, 5]
+    loader = pipekit.DataLoader(wds.WebDataset(urls, handler=wds.ignore_and_continue))
+    assert len(list(loader)) == 5 and loader.skip_report().counts == {"load_from_tar": 1}
+    stopping = wds.WebDataset(urls, handler=wds.ignore_and_stop).to_tuple("cls")
+    assert [int(c) for (c,) in stopping] == [0]  # the error ends the epoch (sample 1 was incomplete)
