@@ -98,6 +98,11 @@ class TestReadmePort:
         loader = loader.unbatched().shuffle(100).batched(4)
         assert [len(labels) for _, labels in loader] == [4, 2]
 
+    def test_the_librarys_submodules_are_namespaces(self):
+        assert wds.handlers.warn_and_continue is wds.warn_and_continue
+        assert wds.shardlists.split_by_node is wds.split_by_node and wds.filters.to_tuple is wds.to_tuple
+        assert wds.autodecode.ImageHandler is wds.ImageHandler and wds.writer.ShardWriter is wds.ShardWriter
+
     def test_samples_are_the_librarys_dicts(self, shards):
         sample = next(iter(wds.WebDataset(shards)))
         assert sample["__key__"] == "sample0000" and sample["__url__"].endswith("train-000000.tar")

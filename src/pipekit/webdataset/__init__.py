@@ -37,6 +37,8 @@ resizing, batching in one call); this module is for code written against the lib
 
 from __future__ import annotations
 
+from types import SimpleNamespace as _SimpleNamespace
+
 from pipekit.pipes._shard_writer import ShardWriter, TarWriter
 from pipekit.webdataset._decode import Decoder, ImageHandler, basichandlers, decode, imagehandler
 from pipekit.webdataset._fluid import (
@@ -106,6 +108,28 @@ __all__ = [
     "warn_and_continue",
     "warn_and_stop",
 ]
+
+
+# The library's submodules, as namespaces, for code that writes ``wds.handlers.warn_and_continue`` or
+# ``wds.shardlists.split_by_node`` (``from webdataset.shardlists import ...`` becomes ``from pipekit.webdataset
+# import ...``).
+handlers = _SimpleNamespace(
+    reraise_exception=reraise_exception, ignore_and_continue=ignore_and_continue,
+    warn_and_continue=warn_and_continue, ignore_and_stop=ignore_and_stop, warn_and_stop=warn_and_stop,
+)
+shardlists = _SimpleNamespace(
+    SimpleShardList=SimpleShardList, ResampledShards=ResampledShards, split_by_node=split_by_node,
+    split_by_worker=split_by_worker, single_node_only=single_node_only,
+)
+filters = _SimpleNamespace(
+    batched=batched, unbatched=unbatched, shuffle=shuffle, map=map, map_dict=map_dict, map_tuple=map_tuple,
+    to_tuple=to_tuple, select=select, rename=rename, slice=slice, decode=decode,
+    default_collation_fn=default_collation_fn, **vars(handlers),
+)
+autodecode = _SimpleNamespace(Decoder=Decoder, ImageHandler=ImageHandler, imagehandler=imagehandler,
+                              basichandlers=basichandlers)
+tariterators = _SimpleNamespace(tarfile_to_samples=tarfile_to_samples)
+writer = _SimpleNamespace(ShardWriter=ShardWriter, TarWriter=TarWriter)
 
 
 def __getattr__(name: str) -> object:
