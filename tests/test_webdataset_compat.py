@@ -75,6 +75,21 @@ class TestReadmePort:
         images, targets = next(iter(dataloader))
         assert images.shape == (5, 6, 8, 3) and len(targets) == 5
 
+    @pytest.mark.timeout(60)
+    def test_torch_dataloader_workers_split_the_shards(self, shards):
+        dataset = wds.WebDataset(shards).decode().to_tuple("json", "cls").map_tuple(_label).batched(2)
+        loader = torch.utils.data.DataLoader(dataset, num_workers=2, batch_size=None)
+        assert sorted(int(i) for ids, _ in loader for i in ids) == list(range(N))
+
+    def test_generator_function_stages(self, shards):
+        def labels(samples):
+            for sample in samples:
+                yield int(sample["cls"])
+
+        assert sorted(wds.DataPipeline(wds.SimpleShardList(shards), wds.tarfile_to_samples(), labels)) == sorted(
+            i % 3 for i in range(N)
+        )
+
     def test_data_pipeline(self, shards):
         dataset = wds.DataPipeline(
             wds.SimpleShardList(shards),
