@@ -20,7 +20,7 @@ from rasterio.crs import CRS
 
 from pipekit.errors import DatasetNotFoundError, ReadError, SkipLog, StageError
 from pipekit.geo import io as geo_io
-from pipekit.geo._read import transform_bounds_fast
+from pipekit.geo._antimeridian import footprint_parts
 from pipekit.geo._reader import EntryLabel
 from pipekit.geo._stac_items import (
     ItemRecord,
@@ -33,7 +33,7 @@ from pipekit.geo._stac_items import (
 from pipekit.geo._stac_search import ItemFilter
 from pipekit.geo.catalog._headers import RasterHeader, read_header
 from pipekit.geo.catalog._stac_assets import _still_selects, header_from_proj, select_assets
-from pipekit.geo.catalog._table import _FileTable
+from pipekit.geo.catalog._table import _FileTable, join_parts
 
 __all__ = ["STACCatalog", "describe_source"]
 
@@ -266,17 +266,34 @@ class STACCatalog:
         return parts, EntryLabel(f"item {self.table.path(row)!r}", [key for key, _ in layout])
 
     def footprints(self, crs: CRS) -> np.ndarray:
-        """``[n, 4]`` footprints of the items in ``crs``, each distinct grid reprojected once (shared by a tile)."""
+        """``[n, 4]`` footprints of the items in ``crs`` (an item split at the antimeridian gives its first part)."""
+        return self.footprint_entries(crs)[0][: len(self.table)]
+
+    def footprint_entries(self, crs: CRS) -> tuple[np.ndarray, np.ndarray | None]:
+        """``([m, 4] footprints, [m] rows)`` of the items in ``crs``: one per item, then second parts.
+
+        Each distinct grid is reprojected once (shared by a tile's items).
+        An item crossing the antimeridian has two footprints in a CRS cut
+        there (``EPSG:4326``, ``EPSG:3857``), one on each side, as the STAC
+        specification splits such a geometry; in its own UTM zone, one.
+        ``rows`` is ``None`` when no footprint is split.
+        """
         table = self.table
         keys = np.column_stack([table.crs_ids, table.transforms, table.shapes]).astype(np.float64)
         unique, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
         footprints = np.empty((len(unique), 4), dtype=np.float64)
+        split: dict[int, list[tuple[float, float, float, float]]] = {}
         for k, row in enumerate(first.tolist()):
             left, bottom, right, top = table.native_bounds(row)
             if table.crs(row) != crs:
-                left, bottom, right, top = transform_bounds_fast(table.crs(row), crs, left, bottom, right, top)
+                (left, bottom, right, top), *rest = footprint_parts(table.crs(row), crs, left, bottom, right, top)
+                if rest:
+                    split[k] = [(w, e, s, n) for w, s, e, n in rest]
             footprints[k] = (left, right, bottom, top)
-        return footprints[inverse.reshape(-1)]
+        rows = [row for row, k in enumerate(inverse.tolist()) if k in split for _ in split[k]] if split else []
+        extra = [box for k in inverse.tolist() if k in split for box in split[k]] if split else []
+        return join_parts(footprints[inverse], rows, extra)
 
     def frame_columns(self, rows: np.ndarray) -> dict[str, list[str]]:
         """``dataset.index``'s columns for ``rows``: ``filepath`` (the item ids) and ``href`` (the first asset's)."""
