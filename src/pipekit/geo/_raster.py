@@ -400,11 +400,16 @@ class RasterDataset(GeoDataset):
         self._np_dtype = _fill_dtype(native, fill)
 
     def _build_index(self, crs: CRS) -> GeoIndex:
-        boxes = np.empty((len(self._files), 6), dtype=np.float64)
-        boxes[:, :4] = self._catalog.footprints(crs)
-        boxes[:, 4:] = self._files.times
-        if self._rows is not None:
-            boxes = boxes[self._rows]
+        """The index in ``crs``: a footprint per file, two for a file split at the antimeridian (``_rows`` maps)."""
+        entries = getattr(self._catalog, "footprint_entries", None)
+        footprints, rows = entries(crs) if entries is not None else (self._catalog.footprints(crs), None)
+        if self.__dict__.get("_cut") and self._rows is not None:  # the rows of a filtered index: one footprint each
+            footprints, rows = footprints[: len(self._files)][self._rows], self._rows
+        else:
+            self._rows = rows
+        boxes = np.empty((len(footprints), 6), dtype=np.float64)
+        boxes[:, :4] = footprints
+        boxes[:, 4:] = self._files.times if rows is None else self._files.times[rows]
         return GeoIndex._from_array(boxes)  # a new array: not copied again
 
     def _frame(self) -> Any:
@@ -530,6 +535,8 @@ class RasterDataset(GeoDataset):
             return None
         if self._rows is not None:
             hits = self._rows[hits]
+            if len(hits) > 1:  # both parts of a file split at the antimeridian: read it once
+                hits = hits[np.sort(np.unique(hits, return_index=True)[1])]
         return self._mosaic(hits, grid, track_valid)
 
     def _getitem(self, bbox: BoundingBox, grid: Grid, bounds: Any) -> Sample:
