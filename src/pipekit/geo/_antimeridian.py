@@ -33,16 +33,22 @@ Box = tuple[float, float, float, float]
 _LONLAT = CRS.from_epsg(4326)
 
 
+_RINGS: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
 def _edges(left: float, bottom: float, right: float, top: float, n: int) -> tuple[np.ndarray, np.ndarray]:
     """The box's boundary as a ring of ``4 * n`` points: bottom, right edge up, top right to left, left down."""
-    xs = np.linspace(left, right, n)
-    ys = np.linspace(bottom, top, n)
-    ex = np.concatenate([xs, np.full(n, right), xs[::-1], np.full(n, left)])
-    ey = np.concatenate([np.full(n, bottom), ys, np.full(n, top), ys[::-1]])
-    return ex, ey
+    ring = _RINGS.get(n)
+    if ring is None:  # the unit square's ring, made once per density
+        t = np.linspace(0.0, 1.0, n)
+        u = np.concatenate([t, np.ones(n), t[::-1], np.zeros(n)])
+        v = np.concatenate([np.zeros(n), t, np.ones(n), t[::-1]])
+        ring = _RINGS[n] = (u, v)
+    u, v = ring
+    return left + u * (right - left), bottom + v * (top - bottom)
 
 
-def wraps(xs: np.ndarray) -> bool:
+def wraps(xs: np.ndarray, span: float | None = None) -> bool:
     """Whether x coordinates of a ring's points (in order) jump across the world: one step over half their span.
 
     Example:
@@ -51,11 +57,12 @@ def wraps(xs: np.ndarray) -> bool:
         >>> wraps(np.array([10.0, 10.5, 11.0, 11.5, 11.0, 10.5]))
         False
     """
-    span = float(xs.max() - xs.min())
+    if span is None:
+        span = float(xs.max() - xs.min())
     if not span > 0:
         return False
-    steps = np.abs(np.diff(np.append(xs, xs[0])))
-    return bool(steps.max() > 0.5 * span)
+    steps = np.abs(np.diff(xs))
+    return bool(steps.max() > 0.5 * span or abs(float(xs[-1] - xs[0])) > 0.5 * span)
 
 
 def _lonlat_parts(src_crs: CRS, ex: np.ndarray, ey: np.ndarray) -> list[Box]:
@@ -102,20 +109,23 @@ def footprint_parts(
     n = densify_pts + 2
     ex, ey = _edges(left, bottom, right, top, n)
     try:
-        tx, ty = (np.asarray(v, dtype=np.float64) for v in warp_transform(src_crs, dst_crs, ex, ey))
+        tx, ty = warp_transform(src_crs, dst_crs, ex, ey)
+        tx, ty = np.asarray(tx, dtype=np.float64), np.asarray(ty, dtype=np.float64)
+        xmin, xmax, ymin, ymax = tx.min(), tx.max(), ty.min(), ty.max()
+        finite = bool(np.isfinite(xmin + xmax + ymin + ymax))  # a NaN or inf anywhere shows in the extremes
     except Exception:
-        tx = ty = None
-    if tx is None or not (np.isfinite(tx).all() and np.isfinite(ty).all()):
+        finite = False
+    if not finite:
         # some edge points do not transform: GDAL's own bounds (which report a wrap as left > right)
         west, south, east, north = transform_bounds(src_crs, dst_crs, left, bottom, right, top, densify_pts=densify_pts)
         if dst_crs.is_geographic and west > east:
             return [(west, south, 180.0, north), (-180.0, south, east, north)]
         return [(west, south, east, north)]
-    if not wraps(tx):
-        return [_bounds_of(tx, ty)]
+    if not wraps(tx, float(xmax - xmin)):
+        return [(float(xmin), float(ymin), float(xmax), float(ymax))]
     lonlat = _lonlat_parts(src_crs, ex, ey)
     if len(lonlat) < 2:
-        return [_bounds_of(tx, ty)]
+        return [(float(xmin), float(ymin), float(xmax), float(ymax))]
     if dst_crs == _LONLAT:
         return lonlat
     out = []
