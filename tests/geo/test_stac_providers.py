@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import rasterio
+import torch
 from affine import Affine
 from rasterio.warp import Resampling, reproject
 
@@ -140,3 +141,74 @@ def _abs(fiji, key: str) -> dict:
     folder = fiji["root"] / key
     return {k: a | {"href": str(folder / a["href"][2:])} if a["href"].startswith("./") else a
             for k, a in fiji[key]["assets"].items()}
+
+
+ES_STAC11 = "earth-search-c1-stac11-S2B_T31UFU_20240601T103629_L2A.json"
+CDSE_S1 = "copernicus-cdse-stac11-sentinel-1-global-mosaics-33UUP.json"
+
+
+def with_absolute_hrefs(item: dict, folder: Path) -> dict:
+    assets = {k: a | {"href": str(folder / a["href"][2:])} if a["href"].startswith("./") else a
+              for k, a in item["assets"].items()}
+    return item | {"assets": assets}
+
+
+@pytest.fixture(scope="module")
+def stac11(tmp_path_factory):
+    import rustac
+
+    root = tmp_path_factory.mktemp("stac11")
+    out = {"root": root}
+    for key, name in (("es", ES_STAC11), ("s1", CDSE_S1)):
+        item = write_item(name, root / key, seed=2)
+        out[key] = root / key / name
+        out[f"{key}_parquet"] = str(root / f"{key}.parquet")
+        rustac.write_sync(out[f"{key}_parquet"], [with_absolute_hrefs(item, root / key)])
+    return out
+
+
+class TestStac11AssetFields:
+    """STAC 1.1 puts ``data_type`` and ``nodata`` on the asset (common metadata), not in ``raster:bands``."""
+
+    @pytest.mark.parametrize("form", ["json", "parquet"])
+    def test_visual_asset_level_data_type_gives_its_native_dtype(self, stac11, form):
+        source = str(stac11["es"]) if form == "json" else stac11["es_parquet"]
+        ds = STACDataset(source, assets=["visual"], dtype="native")
+        sample = ds[ds.bounds]
+        assert sample["image"].dtype == torch.uint8 and sample["image"].shape[0] == 3
+        with rasterio.open(stac11["root"] / "es" / "TCI.tif") as src:
+            assert np.array_equal(sample["image"].numpy(), src.read())
+        assert STACDataset(source, assets=["red"], dtype="native")[ds.bounds]["image"].dtype == torch.uint16
+
+    @pytest.mark.parametrize("form", ["json", "parquet"])
+    def test_sentinel1_mosaic_fills_outside_the_scene_with_the_asset_nodata(self, stac11, form):
+        source = str(stac11["s1"]) if form == "json" else stac11["s1_parquet"]
+        ds = STACDataset(source, assets=["VV", "VH"], dtype="native")
+        image = ds[280_000:320_000, 5_460_000:5_500_000]["image"].numpy()  # the west half is outside the scene
+        assert image.dtype == np.int16
+        assert (image[:, :, :10] == -32768).all()
+        assert (image[:, :, 10:] != -32768).all()
+
+    def test_precedence_band_then_asset_then_item(self):
+        """Each place the 1.0 and 1.1 specifications allow, the most specific first (docs/guides/stac.md's table)."""
+        from pipekit.geo._stac_items import record_from_dict
+        from pipekit.geo.catalog._stac_assets import header_from_proj
+
+        def item(props: dict, asset: dict) -> dict:
+            grid = {"proj:code": "EPSG:32633", "proj:transform": [10, 0, 0, 0, -10, 0], "proj:shape": [4, 4]}
+            return {"type": "Feature", "id": "x", "properties": {"datetime": "2024-01-01T00:00:00Z", **grid, **props},
+                    "assets": {"VV": {"href": "vv.tif", **asset}}}
+
+        cases = [  # (item properties, asset fields, expected (dtype, nodata))
+            ({"data_type": "float64", "nodata": 1}, {}, ("float64", 1.0)),
+            ({"data_type": "float64", "nodata": 1}, {"data_type": "int16", "nodata": -32768}, ("int16", -32768.0)),
+            ({}, {"data_type": "int16", "nodata": -32768, "bands": [{"name": "VV", "nodata": -9999}]},
+             ("int16", -9999.0)),
+            ({}, {"nodata": 5, "bands": [{"nodata": 6}], "raster:bands": [{"nodata": 7, "data_type": "uint8"}]},
+             ("uint8", 7.0)),
+            ({}, {"bands": [{"name": "VV", "nodata": "nan", "data_type": "float32"}]}, ("float32", None)),
+        ]
+        for props, asset, (dtype, nodata) in cases:
+            header = header_from_proj(record_from_dict(item(props, asset)), "VV", "vv.tif")
+            assert header.dtype == dtype
+            assert (np.isnan(header.nodata) if nodata is None else header.nodata == nodata), (props, asset)

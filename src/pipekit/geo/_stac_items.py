@@ -43,6 +43,9 @@ __all__ = [
 
 #: item properties kept from each item (the projection extension's, STAC 1.0 and 1.1 spellings)
 PROJ_KEYS = ("proj:epsg", "proj:code", "proj:transform", "proj:shape", "proj:wkt2", "proj:projjson")
+#: item properties kept besides: STAC 1.1 common metadata an asset may inherit (its own comes first)
+COMMON_KEYS = ("data_type", "nodata")
+ITEM_KEYS = PROJ_KEYS + COMMON_KEYS
 
 
 @dataclass
@@ -53,9 +56,10 @@ class ItemRecord:
         id: the item id.
         collection: its collection id (``None`` if it names none).
         start, end: its time interval, POSIX seconds (``datetime`` gives a zero-length one).
-        proj: its projection-extension properties (``proj:code``/``proj:epsg``, ``proj:transform``, ``proj:shape``).
+        proj: its projection-extension properties (``proj:code``/``proj:epsg``, ``proj:transform``, ``proj:shape``)
+            and the common metadata its assets inherit (``data_type``, ``nodata``).
         assets: asset key -> asset fields (``href`` absolute; ``eo:bands``/``bands``,
-            ``raster:bands``, asset-level ``proj:*`` kept).
+            ``raster:bands``, asset-level ``proj:*``, ``data_type`` and ``nodata`` kept).
         href: where the item was read from (for error messages), if known.
     """
 
@@ -128,7 +132,7 @@ def record_from_dict(item: Mapping[str, Any], base: str | None = None) -> ItemRe
         fields = dict(asset)
         fields["href"] = _absolute(str(asset.get("href", "")), base)
         assets[key] = fields
-    proj = {k: props[k] for k in PROJ_KEYS if props.get(k) is not None}
+    proj = {k: props[k] for k in ITEM_KEYS if props.get(k) is not None}
     return ItemRecord(item_id, item.get("collection"), start, end, proj, assets, base)
 
 
@@ -158,7 +162,7 @@ def records_from_items(items: Iterable[Any], keep: ItemFilter | None = None) -> 
                 assets[key] = fields
             if keep and not keep.matches(item.to_dict(include_self_link=False, transform_hrefs=False), (start, end)):
                 continue
-            proj = {k: props[k] for k in PROJ_KEYS if props.get(k) is not None}
+            proj = {k: props[k] for k in ITEM_KEYS if props.get(k) is not None}
             records.append(ItemRecord(item.id, item.collection_id, start, end, proj, assets, item.get_self_href()))
         elif isinstance(item, Mapping):
             record = record_from_dict(item)
@@ -381,7 +385,7 @@ def search_api(
 # ---------------------------------------------------------------------------------------------
 # stac-geoparquet
 
-_ITEM_COLUMNS = ("id", "collection", "datetime", "start_datetime", "end_datetime", "assets", *PROJ_KEYS)
+_ITEM_COLUMNS = ("id", "collection", "datetime", "start_datetime", "end_datetime", "assets", *ITEM_KEYS)
 
 
 def _seconds(column: Any) -> list[float | None]:
@@ -395,7 +399,7 @@ def _seconds(column: Any) -> list[float | None]:
 
 
 #: the asset fields a dataset uses (the rest -- titles, roles, checksums... -- are left in the file)
-_ASSET_FIELDS = ("href", "type", "bands", "eo:bands", "raster:bands")
+_ASSET_FIELDS = ("href", "type", "bands", "eo:bands", "raster:bands", *COMMON_KEYS)
 
 
 def _band_names_in(child: Any) -> set[str]:
@@ -559,7 +563,7 @@ def read_geoparquet(
         c: _seconds(table.column(c)) if c in columns else [None] * n
         for c in ("datetime", "start_datetime", "end_datetime")
     }
-    proj = {k: table.column(k).to_pylist() for k in PROJ_KEYS if k in columns}
+    proj = {k: table.column(k).to_pylist() for k in ITEM_KEYS if k in columns}
     asset_rows = _asset_columns(table.column("assets").combine_chunks(), assets)
     records = []
     for i in range(n):
