@@ -17,6 +17,7 @@ from rasterio.warp import Resampling, reproject
 
 from pipekit import _fast
 from pipekit.datasets import RasterDataset, STACDataset
+from pipekit.errors import ParseError, ReadError
 from pipekit.geo.samplers import RandomGeoSampler
 
 HERE = Path(__file__).parent / "stac_providers"
@@ -212,3 +213,115 @@ class TestStac11AssetFields:
             header = header_from_proj(record_from_dict(item(props, asset)), "VV", "vv.tif")
             assert header.dtype == dtype
             assert (np.isnan(header.nodata) if nodata is None else header.nodata == nodata), (props, asset)
+
+
+COPC = "planetary-computer-3dep-lidar-copc-USGS_LPC_HI_Oahu.json"
+
+
+def _catalog_of(items: list[dict], root: Path) -> str:
+    """A self-contained static collection of ``items`` (pystac's layout) under ``root``."""
+    from pipekit.synthetic.stac import write_static_catalog
+
+    return write_static_catalog([i | {"links": []} for i in items], str(root), collection_id="c")
+
+
+class TestSavedSearches:
+    """``stac-client search --save`` writes an ItemCollection (a GeoJSON FeatureCollection of items)."""
+
+    def test_item_collection_saved_from_a_rustac_search(self, fiji, stac_server_factory, tmp_path):
+        from pystac_client import Client
+
+        from pipekit.synthetic.stac import write_collection_files
+
+        items = [with_absolute_hrefs(fiji[k], fiji["root"] / k) for k in ("es", "pc")]
+        server = stac_server_factory(write_collection_files(items, tmp_path / "api", collection_id="sentinel-2-l2a"))
+        east = [-179.53, -17.5, -179.47, -17.4]  # east of 180 degrees, on the zone-60 tile only
+        api = STACDataset(server.url, assets=["red"], bbox=east, crs="EPSG:4326", res=0.01)
+        assert set(api.item_ids) == {fiji["es"]["id"]}
+        saved = tmp_path / "search.json"
+        Client.open(server.url).search(collections=["sentinel-2-l2a"], max_items=10).item_collection().save_object(
+            dest_href=str(saved))
+        assert json.loads(saved.read_text())["type"] == "FeatureCollection"
+        ds = STACDataset(str(saved), assets=["red"], crs="EPSG:4326", res=0.01)
+        assert sorted(set(ds.item_ids)) == sorted(i["id"] for i in items) and len(ds) == 4
+        box = (179.8, 179.9, -17.5, -17.4)
+        assert torch.equal(ds[box[0]:box[1], box[2]:box[3]]["image"], api[box[0]:box[1], box[2]:box[3]]["image"])
+
+    def test_feature_collection_with_relative_hrefs(self, fiji, tmp_path):
+        doc = {"type": "FeatureCollection", "features": [dict(fiji["es"])]}
+        folder = fiji["root"] / "es"
+        (folder / "saved.geojson").write_text(json.dumps(doc))
+        ds = STACDataset(str(folder / "saved.geojson"), assets=["red"])
+        assert ds.item_ids == [fiji["es"]["id"]] and ds.asset_hrefs(0)["red"] == str(folder / "B04.tif")
+
+    def test_geojson_that_is_not_items_is_refused_naming_what_it_is(self, tmp_path):
+        plain = {"type": "FeatureCollection", "features": [
+            {"type": "Feature", "properties": {"name": "field 1"},
+             "geometry": {"type": "Point", "coordinates": [0, 0]}}]}
+        (tmp_path / "fields.geojson").write_text(json.dumps(plain))
+        with pytest.raises(ParseError, match=r"fields.geojson.*FeatureCollection of 1 feature.*not STAC items"):
+            STACDataset(str(tmp_path / "fields.geojson"), assets=["red"])
+        (tmp_path / "other.json").write_text(json.dumps({"type": "Topology", "objects": {}}))
+        with pytest.raises(ParseError, match=r"other.json.*not a STAC catalog, collection, item or item collection"):
+            STACDataset(str(tmp_path / "other.json"), assets=["red"])
+
+
+class TestBrokenDocuments:
+    @pytest.fixture
+    def catalog(self, fiji, tmp_path):
+        items = []
+        for n in range(3):
+            item = with_absolute_hrefs(fiji["es"], fiji["root"] / "es")
+            items.append(item | {"id": f"{item['id']}_{n}"})
+        href = _catalog_of(items, tmp_path / "cat")
+        return href, [tmp_path / "cat" / i["id"] / f"{i['id']}.json" for i in items]
+
+    def test_truncated_item_skipped_counted_and_named(self, catalog):
+        href, files = catalog
+        files[1].write_text(files[1].read_text()[:200])
+        with pytest.raises(ParseError, match="not JSON"):
+            STACDataset(href, assets=["red"])
+        ds = STACDataset(href, assets=["red"], on_error="skip")
+        assert len(ds.item_ids) == 2 and ds.skip_log.count == 1
+        assert ds.skip_log.skipped[0].url == str(files[1]) and "not JSON" in ds.skip_log.skipped[0].reason
+
+    def test_impossible_datetime_is_a_parse_error_naming_file_and_stage(self, catalog):
+        href, files = catalog
+        doc = json.loads(files[2].read_text())
+        doc["properties"]["datetime"] = "2024-02-30T22:25:48Z"
+        files[2].write_text(json.dumps(doc))
+        with pytest.raises(ParseError) as info:
+            STACDataset(href, assets=["red"])
+        assert info.value.url == str(files[2]) and info.value.stage == "STACDataset"
+        assert "2024-02-30T22:25:48Z" in info.value.reason and doc["id"] in info.value.reason
+        ds = STACDataset(href, assets=["red"], on_error="skip")
+        assert len(ds.item_ids) == 2 and ds.skip_log.skipped[0].url == str(files[2])
+
+    def test_empty_id_refused(self, catalog):
+        href, files = catalog
+        doc = json.loads(files[0].read_text())
+        doc["id"] = ""
+        files[0].write_text(json.dumps(doc))
+        with pytest.raises(ParseError, match="empty id") as info:
+            STACDataset(href, assets=["red"])
+        assert info.value.url == str(files[0])
+        ds = STACDataset(href, assets=["red"], on_error="skip")
+        assert len(ds.item_ids) == 2 and ds.skip_log.count == 1
+
+
+class TestNonRasterAssets:
+    @pytest.fixture
+    def copc(self, tmp_path):
+        item = json.loads((HERE / COPC).read_text())
+        (tmp_path / "cloud.copc.laz").write_bytes(b"LASF" + bytes(400))
+        (tmp_path / "footprints.gpkg").write_bytes(b"SQLite format 3\x00" + bytes(400))
+        return with_absolute_hrefs(item, tmp_path)
+
+    @pytest.mark.parametrize(("asset", "media_type"), [("data", "application/vnd.laszip+copc"),
+                                                       ("footprints", "application/geopackage+sqlite3")])
+    def test_error_names_the_media_type(self, copc, asset, media_type):
+        with pytest.raises(ReadError) as info:
+            STACDataset([copc], assets=[asset])
+        message = str(info.value)
+        assert media_type in message and copc["id"] in message and repr(asset) in message
+        assert copc["assets"][asset]["href"] in message

@@ -21,12 +21,12 @@ import concurrent.futures
 import json
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from pipekit.errors import ParseError, ReadError
+from pipekit.errors import ParseError, ReadError, StageError
 
 if TYPE_CHECKING:
     from pipekit.geo._stac_search import ItemFilter
@@ -81,24 +81,32 @@ def is_geoparquet(source: Any) -> bool:
 # time
 
 
-def parse_time(text: str | None, what: str, item_id: str) -> float | None:
-    """An RFC 3339 timestamp as POSIX seconds (``None`` stays ``None``)."""
+def parse_time(text: str | None, what: str, item_id: str, href: str | None = None) -> float | None:
+    """An RFC 3339 timestamp as POSIX seconds (``None`` stays ``None``).
+
+    Raises:
+        ParseError: not a time (an impossible date such as February 30th included); names the item's
+            file (``href``) and id.
+    """
     if text is None:
         return None
     try:
         value = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
     except ValueError as exc:
-        raise ValueError(f"item {item_id!r}: {what} {text!r} is not an RFC 3339 time ({exc})") from None
+        raise ParseError(
+            "read STAC item", href or item_id, "STACDataset",
+            f"item {item_id!r}: {what} {text!r} is not an RFC 3339 time ({exc})",
+        ) from None
     if value.tzinfo is None:
         value = value.replace(tzinfo=timezone.utc)
     return value.timestamp()
 
 
-def item_interval(item_id: str, props: Mapping[str, Any]) -> tuple[float, float]:
+def item_interval(item_id: str, props: Mapping[str, Any], href: str | None = None) -> tuple[float, float]:
     """An item's ``(start, end)`` in POSIX seconds: ``start_datetime``/``end_datetime``, else ``datetime`` twice."""
-    start = parse_time(props.get("start_datetime"), "start_datetime", item_id)
-    end = parse_time(props.get("end_datetime"), "end_datetime", item_id)
-    moment = parse_time(props.get("datetime"), "datetime", item_id)
+    start = parse_time(props.get("start_datetime"), "start_datetime", item_id, href)
+    end = parse_time(props.get("end_datetime"), "end_datetime", item_id, href)
+    moment = parse_time(props.get("datetime"), "datetime", item_id, href)
     if start is None:
         start = moment
     if end is None:
@@ -125,8 +133,11 @@ def record_from_dict(item: Mapping[str, Any], base: str | None = None) -> ItemRe
         raise ParseError(
             "read STAC item", base, "STACDataset", f"not a STAC item (type {item.get('type')!r}, id {item.get('id')!r})"
         )
+    if not item_id.strip():
+        raise ParseError("read STAC item", base or "<item>", "STACDataset",
+                         f"the item has an empty id {item.get('id')!r} (assets {sorted(item.get('assets') or {})})")
     props = item.get("properties") or {}
-    start, end = item_interval(item_id, props)
+    start, end = item_interval(item_id, props, base)
     assets = {}
     for key, asset in (item.get("assets") or {}).items():
         fields = dict(asset)
@@ -136,8 +147,15 @@ def record_from_dict(item: Mapping[str, Any], base: str | None = None) -> ItemRe
     return ItemRecord(item_id, item.get("collection"), start, end, proj, assets, base)
 
 
-def records_from_items(items: Iterable[Any], keep: ItemFilter | None = None) -> list[ItemRecord]:
+def records_from_items(
+    items: Iterable[Any], keep: ItemFilter | None = None, on_skip: Callable[[StageError], None] | None = None,
+    base: str | None = None,
+) -> list[ItemRecord]:
     """Records of ``pystac.Item`` objects or item dicts (those ``keep`` selects, if given).
+
+    ``on_skip``: given, an item that cannot be read (a malformed time, an
+    empty id) is passed to it and left out; otherwise its error is raised.
+    ``base``: where item dicts were read from (relative asset hrefs resolve against it).
 
     Example:
         >>> import pystac, datetime
@@ -152,7 +170,7 @@ def records_from_items(items: Iterable[Any], keep: ItemFilter | None = None) -> 
     for item in items:
         if isinstance(item, pystac.Item):
             props = item.properties
-            start, end = item_interval(item.id, {**props, "datetime": props.get("datetime")})
+            start, end = item_interval(item.id, {**props, "datetime": props.get("datetime")}, item.get_self_href())
             assets = {}
             for key, asset in item.assets.items():
                 fields = dict(asset.extra_fields)
@@ -165,7 +183,13 @@ def records_from_items(items: Iterable[Any], keep: ItemFilter | None = None) -> 
             proj = {k: props[k] for k in ITEM_KEYS if props.get(k) is not None}
             records.append(ItemRecord(item.id, item.collection_id, start, end, proj, assets, item.get_self_href()))
         elif isinstance(item, Mapping):
-            record = record_from_dict(item)
+            try:
+                record = record_from_dict(item, base)
+            except ParseError as exc:
+                if on_skip is None:
+                    raise
+                on_skip(exc)
+                continue
             if not keep or keep.matches(item, (record.start, record.end)):
                 records.append(record)
         else:
@@ -256,8 +280,12 @@ def walk_catalog(
     threads: int = 16,
     stac_io: Any = None,
     keep: ItemFilter | None = None,
+    on_skip: Callable[[StageError], None] | None = None,
 ) -> list[ItemRecord]:
-    """The items of a static catalog or collection (its ``child`` and ``item`` links followed).
+    """The items of a static catalog or collection (its ``child`` and ``item`` links followed), or of a saved search.
+
+    ``href`` may also be an item, or a saved search: an ItemCollection
+    (``stac-client search --save``) or any GeoJSON FeatureCollection of items.
 
     Args:
         href: a ``catalog.json``/``collection.json`` (or an item), local or an fsspec URL.
@@ -266,10 +294,13 @@ def walk_catalog(
         stac_io: the ``FsspecStacIO`` to read with (its ``requests`` counts the documents read).
         keep: an :class:`~pipekit.geo._stac_search.ItemFilter`: only the items it selects are returned
             (every item is still read: a static catalog has no index to search).
+        on_skip: given (``on_error="skip"``), a child or item document that cannot be read or parsed
+            (missing, truncated, an impossible time, an empty id) is passed to it and left out; the walk goes on.
 
     Raises:
         ReadError: a document cannot be read (a broken link names the link and the document holding it).
-        ParseError: a document is not JSON, or the catalog has a cycle (names the link closing it).
+        ParseError: a document is not JSON, or the catalog has a cycle (names the link closing it); the
+            root is not a STAC document (names what it is).
 
     Example:
         >>> import pystac, tempfile, datetime
@@ -301,12 +332,26 @@ def walk_catalog(
                 f"the catalog has a cycle: the {rel!r} link of {parent!r} leads back to it",
             )
         seen.add(current)
-        doc = _read_document(stac_io, current, parent, rel)
-        if doc.get("type") == "Feature":
-            record = _kept(record_from_dict(doc, current), doc, keep)
-            if record is not None:
-                records.append(record)
+        try:
+            doc = _read_document(stac_io, current, parent, rel)
+            if doc.get("type") == "Feature":
+                record = _kept(record_from_dict(doc, current), doc, keep)
+                if record is not None:
+                    records.append(record)
+                continue
+        except (ReadError, ParseError) as exc:
+            if on_skip is None or parent is None:
+                raise
+            on_skip(exc)
             continue
+        if parent is None and doc.get("type") == "FeatureCollection":
+            return _saved_search(doc, current, keep, on_skip)
+        if parent is None and doc.get("type") not in ("Catalog", "Collection") and "links" not in doc:
+            raise ParseError(
+                "walk STAC catalog", current, "STACDataset",
+                f"not a STAC catalog, collection, item or item collection (a JSON document of type "
+                f"{doc.get('type')!r} with keys {sorted(doc)[:8]})",
+            )
         children = []
         for link in doc.get("links") or []:
             kind = link.get("rel")
@@ -319,19 +364,43 @@ def walk_catalog(
                 item_links.append((target, current))
         stack.extend(reversed(children))
 
-    def load(link: tuple[str, str]) -> ItemRecord | None:
+    def load(link: tuple[str, str]) -> ItemRecord | StageError | None:
         target, parent = link
-        doc = _read_document(stac_io, target, parent, "item")
-        return _kept(record_from_dict(doc, target), doc, keep)
+        try:
+            doc = _read_document(stac_io, target, parent, "item")
+            return _kept(record_from_dict(doc, target), doc, keep)
+        except (ReadError, ParseError) as exc:
+            if on_skip is None:
+                raise
+            return exc  # recorded in link order, in this thread
 
     if threads > 1 and len(item_links) > 1:
         with concurrent.futures.ThreadPoolExecutor(min(threads, len(item_links))) as pool:
             loaded = list(pool.map(load, item_links))
     else:
         loaded = [load(link) for link in item_links]
-    records.extend(r for r in loaded if r is not None)
+    for result in loaded:
+        if isinstance(result, StageError):
+            on_skip(result)  # type: ignore[misc]
+        elif result is not None:
+            records.append(result)
     if keep and keep.max_items is not None:
         del records[keep.max_items :]
+    return records
+
+
+def _saved_search(
+    doc: Mapping[str, Any], href: str, keep: ItemFilter | None, on_skip: Callable[[StageError], None] | None
+) -> list[ItemRecord]:
+    """The items of a saved search: an ItemCollection or GeoJSON FeatureCollection file (relative hrefs resolved)."""
+    features = [f for f in doc.get("features") or [] if isinstance(f, Mapping)]
+    if features and not any("stac_version" in f or "assets" in f for f in features):
+        raise ParseError(
+            "read saved STAC search", href, "STACDataset",
+            f"a GeoJSON FeatureCollection of {len(features)} feature(s) that are not STAC items (none has "
+            "'stac_version' or 'assets'): pass a catalog, an ItemCollection or a FeatureCollection of items",
+        )
+    records = records_from_items(features, keep, on_skip, base=href)
     return records
 
 

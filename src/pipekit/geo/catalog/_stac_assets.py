@@ -18,7 +18,7 @@ from pipekit.errors import ReadError
 from pipekit.geo._stac_items import ItemRecord
 from pipekit.geo.catalog._headers import RasterHeader
 
-__all__ = ["RASTER_FIELD_PLACES", "header_from_proj", "raster_field", "select_assets"]
+__all__ = ["RASTER_FIELD_PLACES", "header_from_proj", "media_type_note", "not_raster", "raster_field", "select_assets"]
 
 
 def _bands_of(asset: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -94,6 +94,52 @@ def select_assets(record: ItemRecord, wanted: Sequence[str]) -> list[tuple[str, 
         _, key, index = min(matches)
         out.append((key, (index,)))
     return out
+
+
+#: media types of assets that are surely not rasters GDAL opens (point clouds, tables, vectors, documents)
+NOT_RASTER_TYPES = (
+    "application/vnd.laszip",  # LAS/LAZ and COPC ("application/vnd.laszip+copc")
+    "application/vnd.apache.parquet",
+    "application/x-parquet",
+    "application/geo+json",
+    "application/json",
+    "application/vnd.flatgeobuf",
+    "application/x-shapefile",
+    "text/",
+    "application/pdf",
+    "application/xml",
+)
+
+
+def media_type_note(asset: Mapping[str, Any]) -> str:
+    """``" (media type '...')"`` for an asset that declares one, else ``""`` (what error messages add)."""
+    media_type = asset.get("type")
+    return f" (media type {media_type!r})" if media_type else ""
+
+
+def not_raster(
+    record: ItemRecord, parts: Sequence[tuple[str, tuple[int, ...]]], hrefs: Sequence[str]
+) -> ReadError | None:
+    """The error for the first chosen asset whose declared media type is not a raster (``None``: all may be).
+
+    Example:
+        >>> from pipekit.geo._stac_items import ItemRecord
+        >>> rec = ItemRecord("USGS_LPC_HI", None, 0, 0, {}, {"data": {"href": "c.copc.laz",
+        ...                  "type": "application/vnd.laszip+copc"}})
+        >>> print(not_raster(rec, [("data", (1,))], ["c.copc.laz"]).reason)  # doctest: +ELLIPSIS
+        item 'USGS_LPC_HI' asset 'data' (media type 'application/vnd.laszip+copc') is not a raster: ...
+    """
+    for (key, _), href in zip(parts, hrefs):
+        media_type = str(record.assets[key].get("type") or "").lower()
+        if media_type.startswith(NOT_RASTER_TYPES):
+            where = f" (read from {record.href})" if record.href else ""
+            return ReadError(
+                "select STAC asset", href, "STACDataset",
+                f"item {record.id!r} asset {key!r}{media_type_note(record.assets[key])} is not a raster: "
+                f"choose raster assets (GeoTIFF/COG, JPEG 2000, NetCDF...) of the item{where}; "
+                f"its assets are {sorted(record.assets)}",
+            )
+    return None
 
 
 _CRS_CACHE: dict[Any, CRS] = {}
