@@ -22,10 +22,10 @@ from pipekit.errors import DatasetNotFoundError, ParseError, ReadError, SkipLog,
 from pipekit.geo import io as geo_io
 from pipekit.geo._antimeridian import footprint_parts
 from pipekit.geo._reader import EntryLabel
+from pipekit.geo._stac_geoparquet import read_geoparquet
 from pipekit.geo._stac_items import (
     ItemRecord,
     is_geoparquet,
-    read_geoparquet,
     records_from_items,
     search_api,
     walk_catalog,
