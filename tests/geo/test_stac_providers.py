@@ -325,3 +325,33 @@ class TestNonRasterAssets:
         message = str(info.value)
         assert media_type in message and copc["id"] in message and repr(asset) in message
         assert copc["assets"][asset]["href"] in message
+
+
+class TestGeoparquetForms:
+    """The same provider items as stac-geoparquet (written by rustac): the same entries, pixels and errors."""
+
+    def test_antimeridian_items(self, fiji, tmp_path):
+        import rustac
+
+        items = [with_absolute_hrefs(fiji[k], fiji["root"] / k) for k in ("es", "pc")]
+        rustac.write_sync(str(tmp_path / "fiji.parquet"), items)
+        from_parquet = STACDataset(str(tmp_path / "fiji.parquet"), assets=["red"], crs="EPSG:4326", res=0.01)
+        from_json = STACDataset(items, assets=["red"], crs="EPSG:4326", res=0.01)
+        assert len(from_parquet) == 4 and np.allclose(from_parquet.geo_index.bounds, from_json.geo_index.bounds)
+        for box in (WEST_4326, EAST_4326):
+            q = (slice(box[0], box[1]), slice(box[2], box[3]))
+            assert torch.equal(from_parquet[q]["image"], from_json[q]["image"])
+
+    def test_non_raster_asset_and_empty_id(self, fiji, tmp_path):
+        import rustac
+
+        copc = with_absolute_hrefs(json.loads((HERE / COPC).read_text()), tmp_path)
+        raster = with_absolute_hrefs(fiji["es"], fiji["root"] / "es")
+        rustac.write_sync(str(tmp_path / "copc.parquet"), [copc])
+        with pytest.raises(ReadError, match=r"'data' \(media type 'application/vnd.laszip\+copc'\) is not a raster"):
+            STACDataset(str(tmp_path / "copc.parquet"), assets=["data"])
+        rustac.write_sync(str(tmp_path / "ids.parquet"), [raster, raster | {"id": ""}])
+        with pytest.raises(ParseError, match="empty id"):
+            STACDataset(str(tmp_path / "ids.parquet"), assets=["red"])
+        ds = STACDataset(str(tmp_path / "ids.parquet"), assets=["red"], on_error="skip")
+        assert ds.item_ids == [raster["id"]] and ds.skip_log.count == 1

@@ -71,10 +71,11 @@ def _asset_columns(assets: Any, wanted: Sequence[str] | None) -> list[dict[str, 
     if wanted is None:
         chosen = set(keys)
     else:
-        names = [name for name in wanted if name not in keys]
+        # a wanted name may be one item's asset key and another's band name (Earth Search's "red" asset,
+        # Planetary Computer's "B04" asset whose band is "red"): every asset carrying it is converted
         chosen = {name for name in wanted if name in keys}
-        if names:
-            chosen.update(key for key in keys if _band_names_in(assets.field(key)).intersection(names))
+        carrying = [key for key in keys if key not in chosen and _band_names_in(assets.field(key)).intersection(wanted)]
+        chosen.update(carrying)
     n = len(assets)
     valid_rows = assets.is_valid().to_pylist()
     rows: list[dict[str, Any] | None] = [{} if ok else None for ok in valid_rows]
