@@ -137,6 +137,18 @@ class TestAntimeridian:
         assert np.array_equal(window, direct_read(Path(files[0]), "EPSG:4326", 0.01, WEST_4326))
 
 
+    def test_saved_index_holds_a_multipolygon_and_reloads_both_parts(self, fiji, tmp_path):
+        import geopandas
+
+        path = str(fiji["root"] / "es" / "B04.tif")
+        ds = RasterDataset(path, crs="EPSG:4326", res=0.01)
+        where = ds.save_index(str(tmp_path / "index.parquet"))
+        geometry = geopandas.read_parquet(where).geometry.iloc[0]
+        assert geometry.geom_type == "MultiPolygon" and len(geometry.geoms) == 2
+        again = RasterDataset(path, crs="EPSG:4326", res=0.01, index_cache=where)
+        assert np.array_equal(again.geo_index.bounds, ds.geo_index.bounds)
+
+
 def _abs(fiji, key: str) -> dict:
     """The item's assets with absolute hrefs (for items passed as dicts)."""
     folder = fiji["root"] / key
