@@ -116,6 +116,13 @@ class TestAntimeridian:
                 m.setitem(_fast.state, "warp", False)
                 assert np.array_equal(ds[box[0]:box[1], box[2]:box[3]]["image"][0].numpy(), expected)
 
+    @pytest.mark.parametrize(("crs", "expected"), [("EPSG:4326", 0.018), ("EPSG:3857", 2100.0)])
+    def test_default_resolution_is_the_grid_s_not_the_world_s(self, fiji, crs, expected):
+        """A 2 km grid: about 0.018 degrees, 2.1 km in Web Mercator at 17 S (GDAL's suggestion over the whole
+        crossing box spanned the world: 5.3 degrees, 589 km)."""
+        ds = STACDataset(str(fiji["es_json"]), assets=["red"], crs=crs)
+        assert ds.res[0] == pytest.approx(expected, rel=0.05)
+
     def test_random_samples_land_on_the_tile_in_geographic_crs(self, fiji):
         ds = STACDataset([fiji["es"] | {"assets": _abs(fiji, "es")}, fiji["pc"] | {"assets": _abs(fiji, "pc")}],
                          assets=["red"], crs="EPSG:4326", res=0.01, dtype="native")

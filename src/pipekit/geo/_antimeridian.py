@@ -26,7 +26,7 @@ from rasterio.crs import CRS
 from rasterio.warp import transform as warp_transform
 from rasterio.warp import transform_bounds
 
-__all__ = ["footprint_parts", "wraps"]
+__all__ = ["footprint_parts", "one_side", "wraps"]
 
 Box = tuple[float, float, float, float]
 
@@ -138,3 +138,25 @@ def footprint_parts(
             qx = np.where(px >= 180.0, np.abs(qx), qx)
         out.append(_bounds_of(qx, qy))
     return out
+
+
+def one_side(src_crs: CRS, dst_crs: CRS, left: float, bottom: float, right: float, top: float) -> Box:
+    """The box itself, or where it is split in ``dst_crs`` a strip of it (a quarter) that lies on one side of 180°.
+
+    What a default resolution is computed over: GDAL's suggestion over a box
+    across the antimeridian spans the world (5 degrees for a 2 km grid).
+
+    Example:
+        >>> utm60 = CRS.from_epsg(32760)
+        >>> one_side(utm60, _LONLAT, 780000, 8020000, 876000, 8116000)
+        (780000, 8020000, 804000.0, 8116000)
+        >>> one_side(utm60, utm60, 780000, 8020000, 876000, 8116000)
+        (780000, 8020000, 876000, 8116000)
+    """
+    if src_crs == dst_crs or len(footprint_parts(src_crs, dst_crs, left, bottom, right, top)) < 2:
+        return left, bottom, right, top
+    quarter = (right - left) / 4.0
+    for strip in ((left, bottom, left + quarter, top), (right - quarter, bottom, right, top)):
+        if len(footprint_parts(src_crs, dst_crs, *strip)) == 1:
+            return strip
+    return left, bottom, right, top
