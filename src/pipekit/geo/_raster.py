@@ -30,6 +30,7 @@ from rasterio.enums import Resampling
 
 from pipekit.errors import SkipLog, check_on_error
 from pipekit.geo import io as geo_io
+from pipekit.geo._antimeridian import one_side
 from pipekit.geo._base import (
     Arrays,
     GeoDataset,
@@ -252,7 +253,8 @@ class RasterDataset(GeoDataset):
             if target_crs == self._files.crs(first):
                 target_res = file_res
             else:
-                left, bottom, right, top = self._files.native_bounds(first)
+                left, bottom, right, top = one_side(self._files.crs(first), target_crs,
+                                                    *self._files.native_bounds(first))  # not across 180 degrees
                 target_res = _default_res(
                     self._files.crs(first), target_crs, file_res, BoundingBox(left, right, bottom, top)
                 )
