@@ -265,6 +265,10 @@ class TestSavedSearches:
         assert sorted(set(ds.item_ids)) == sorted(i["id"] for i in items) and len(ds) == 4
         box = (179.8, 179.9, -17.5, -17.4)
         assert torch.equal(ds[box[0]:box[1], box[2]:box[3]]["image"], api[box[0]:box[1], box[2]:box[3]]["image"])
+        # the same search evaluated on the saved file selects what the API did, across 180 degrees too
+        assert set(STACDataset(str(saved), assets=["red"], bbox=east).item_ids) == set(api.item_ids)
+        across = [179.9, -17.5, -179.9, -17.4]  # a bbox across 180 degrees (rustac's server refuses it as invalid)
+        assert set(STACDataset(str(saved), assets=["red"], bbox=across).item_ids) == {i["id"] for i in items}
 
     def test_feature_collection_with_relative_hrefs(self, fiji, tmp_path):
         doc = {"type": "FeatureCollection", "features": [dict(fiji["es"])]}
