@@ -16,10 +16,13 @@ transformed once into the target CRS (as
 neighbouring edge points longer than half of the points' whole span is the
 jump of a wrap.  Only then are the edges transformed to longitude/latitude,
 unwrapped, clipped at 180 degrees with shapely and each part transformed into
-the target CRS.
+the target CRS.  A box holding a pole (a polar stereographic tile) wraps too
+but spans every longitude: it stays one box, GDAL's bounds (down to the pole).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from rasterio.crs import CRS
@@ -86,6 +89,17 @@ def _lonlat_parts(src_crs: CRS, ex: np.ndarray, ey: np.ndarray) -> list[Box]:
     return parts
 
 
+def _holds_a_pole(src_crs: CRS, left: float, bottom: float, right: float, top: float) -> bool:
+    """Whether the North or South Pole lies inside the box (a polar stereographic tile): its edges wrap, not split."""
+    try:
+        xs, ys = warp_transform(_LONLAT, src_crs, [0.0, 0.0], [90.0, -90.0])
+    except Exception:
+        return False
+    return any(
+        math.isfinite(x) and math.isfinite(y) and left <= x <= right and bottom <= y <= top for x, y in zip(xs, ys)
+    )
+
+
 def _bounds_of(tx: np.ndarray, ty: np.ndarray) -> Box:
     return float(tx.min()), float(ty.min()), float(tx.max()), float(ty.max())
 
@@ -123,6 +137,8 @@ def footprint_parts(
         return [(west, south, east, north)]
     if not wraps(tx, float(xmax - xmin)):
         return [(float(xmin), float(ymin), float(xmax), float(ymax))]
+    if _holds_a_pole(src_crs, left, bottom, right, top):  # every longitude: one box, GDAL's (to the pole)
+        return [tuple(transform_bounds(src_crs, dst_crs, left, bottom, right, top, densify_pts=densify_pts))]
     lonlat = _lonlat_parts(src_crs, ex, ey)
     if len(lonlat) < 2:
         return [(float(xmin), float(ymin), float(xmax), float(ymax))]
