@@ -131,6 +131,16 @@ class TestAntimeridian:
         on_tile = [float((ds[q]["image"] > 0).float().mean()) for q in sampler]
         assert min(on_tile) > 0.5
 
+    def test_a_query_over_both_parts_reads_the_item_once(self, fiji):
+        source = str(fiji["es_json"])
+        mosaic = STACDataset(source, assets=["red"], crs="EPSG:4326", res=0.25, dtype="native")
+        series = STACDataset(source, assets=["red"], crs="EPSG:4326", res=0.25, dtype="native", time_series=True)
+        assert mosaic.bounds.minx == -180.0 and mosaic.bounds.maxx == 180.0
+        whole = mosaic[mosaic.bounds]["image"]
+        stack = series[series.bounds]
+        assert stack["image"].shape[0] == 1 and torch.equal(stack["image"][0], whole)
+        assert int((whole.int() > 0).sum()) > 0
+
     def test_raster_dataset_of_the_file_splits_too(self, fiji, monkeypatch):
         files = [str(fiji["root"] / "es" / "B04.tif"), str(fiji["root"] / "pc" / "B04.tif")]
         ds = RasterDataset(files, crs="EPSG:4326", res=0.01, dtype="native", resampling="nearest")

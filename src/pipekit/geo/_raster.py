@@ -552,6 +552,8 @@ class RasterDataset(GeoDataset):
         arrays = []
         for group in groups:
             rows = self._rows[group] if self._rows is not None else group
+            if self._rows is not None and len(rows) > 1:  # both parts of a file split at the antimeridian: once
+                rows = rows[np.sort(np.unique(rows, return_index=True)[1])]
             arrays.append(self._mosaic(rows, grid, False)[key][0])
         stack = np.stack(arrays)
         tensor = _to_tensor(stack, self._dtypes()[key])
