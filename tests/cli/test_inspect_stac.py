@@ -40,7 +40,8 @@ def _check(report: dict, kind: str) -> None:
     assert report["collections"] == {"sentinel-2-l2a-synthetic": N_ITEMS}
     assert report["time_span"] == ["2024-05-01T10:36:29Z", "2024-06-30T00:00:00Z"]
     assert report["assets"]["B08"] == {"items": N_ITEMS, "bands": ["B08 (nir)"],
-                                       "type": "image/tiff; application=geotiff; profile=cloud-optimized"}
+                                       "type": "image/tiff; application=geotiff; profile=cloud-optimized",
+                                       "data_type": "uint16", "nodata": 0}
     assert report["crs"] == {"EPSG:32631": 3, "EPSG:32632": 2, "unknown (no projection extension)": 1}
 
 
@@ -84,3 +85,19 @@ def test_static_catalog_on_s3(cli, stac_corpus, s3_server, s3_bucket):
     code, out, err = cli("inspect", href, "--json", *s3_options(s3_server))
     assert code == 0, err
     _check(json.loads(out), "static catalog")
+
+
+def test_stac11_asset_level_data_type_and_nodata(cli, tmp_path):
+    """A Copernicus Data Space Sentinel-1 mosaic (STAC 1.1): data type and nodata on the asset, as the dataset reads."""
+    from pathlib import Path
+
+    item = json.loads((Path(__file__).parents[1] / "geo" / "stac_providers" /
+                       "copernicus-cdse-stac11-sentinel-1-global-mosaics-33UUP.json").read_text())
+    (tmp_path / "item.json").write_text(json.dumps(item))
+    code, out, err = cli("inspect", str(tmp_path / "item.json"), "--json")
+    assert code == 0, err
+    vv = json.loads(out)["assets"]["VV"]
+    assert (vv["data_type"], vv["nodata"]) == ("int16", -32768)
+    code, out, err = cli("inspect", str(tmp_path / "item.json"))
+    rows = [line.split() for line in out.splitlines()]
+    assert any(row[:2] == ["VV", "1"] and row[-2:] == ["int16", "-32768"] for row in rows)

@@ -1,8 +1,9 @@
 """``pipekit inspect`` on STAC: a static catalog/collection, a STAC API, or a stac-geoparquet file.
 
 Reports the item count, the collections, the time span, the assets (how many
-items hold each, its bands' names and common names, media type) and the
-CRSs of the items (from the projection extension).
+items hold each, its bands' names and common names, media type, the data type
+and nodata it declares, read as :class:`~pipekit.datasets.STACDataset` reads
+them: band, asset, item) and the CRSs of the items (from the projection extension).
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ class AssetStats:
     items: int = 0
     bands: list[str] = field(default_factory=list)
     media_type: str | None = None
+    data_type: str | None = None  # declared: a band's, the asset's (STAC 1.1) or the item's
+    nodata: Any = None
 
 
 @dataclass
@@ -94,7 +97,8 @@ class StacReport:
             "items": self.items,
             "collections": dict(self.collections),
             "time_span": None if self.start is None else [_time(self.start), _time(self.end)],
-            "assets": {a.key: {"items": a.items, "bands": a.bands, "type": a.media_type} for a in self.assets},
+            "assets": {a.key: {"items": a.items, "bands": a.bands, "type": a.media_type, "data_type": a.data_type,
+                               "nodata": a.nodata} for a in self.assets},
             "crs": dict(self.crs),
             "errors": self.errors,
         }
@@ -106,10 +110,11 @@ class StacReport:
             lines.append(f"time span: {_time(self.start)} .. {_time(self.end)}")
         lines.append("CRS: " + (", ".join(f"{c} ({n})" for c, n in self.crs.most_common()) or "none"))
         lines.append("")
-        rows = [("asset", "items", "bands", "type")]
+        rows = [("asset", "items", "bands", "type", "data type", "nodata")]
         for a in self.assets:
-            rows.append((a.key, str(a.items), ", ".join(a.bands) or "-", a.media_type or "-"))
-        lines.append(format_table(rows, align="lrll"))
+            rows.append((a.key, str(a.items), ", ".join(a.bands) or "-", a.media_type or "-", a.data_type or "-",
+                         "-" if a.nodata is None else str(a.nodata)))
+        lines.append(format_table(rows, align="lrllll"))
         for error in self.errors:
             lines.append(f"error: {error}")
         return "\n".join(lines)
@@ -119,7 +124,9 @@ def inspect_stac(path: str, storage_options: dict[str, Any] | None = None) -> St
     """Read the items of ``path`` (catalog, API or stac-geoparquet) and summarise them."""
     from pipekit.errors import StageError
     from pipekit.geo._stac import _bands_of, _is_api, _proj_crs
-    from pipekit.geo._stac_items import FsspecStacIO, is_geoparquet, read_geoparquet, search_api, walk_catalog
+    from pipekit.geo._stac_geoparquet import read_geoparquet
+    from pipekit.geo._stac_items import FsspecStacIO, is_geoparquet, search_api, walk_catalog
+    from pipekit.geo.catalog._stac_assets import raster_field
 
     try:
         if is_geoparquet(path):
@@ -150,6 +157,10 @@ def inspect_stac(path: str, storage_options: dict[str, Any] | None = None) -> St
                     names.append(f"{name} ({common})" if common and name else name or str(common or ""))
                 stats.bands = [n for n in names if n]
             stats.media_type = stats.media_type or asset.get("type")
+            if stats.data_type is None:
+                stats.data_type = raster_field(record, asset, "data_type")
+            if stats.nodata is None:
+                stats.nodata = raster_field(record, asset, "nodata")
             fields = {**record.proj, **{k: v for k, v in asset.items() if str(k).startswith("proj:")}}
             try:
                 found = _proj_crs(fields)

@@ -30,6 +30,7 @@ from rasterio.enums import Resampling
 
 from pipekit.errors import SkipLog, check_on_error
 from pipekit.geo import io as geo_io
+from pipekit.geo._antimeridian import one_side
 from pipekit.geo._base import (
     Arrays,
     GeoDataset,
@@ -252,7 +253,8 @@ class RasterDataset(GeoDataset):
             if target_crs == self._files.crs(first):
                 target_res = file_res
             else:
-                left, bottom, right, top = self._files.native_bounds(first)
+                left, bottom, right, top = one_side(self._files.crs(first), target_crs,
+                                                    *self._files.native_bounds(first))  # not across 180 degrees
                 target_res = _default_res(
                     self._files.crs(first), target_crs, file_res, BoundingBox(left, right, bottom, top)
                 )
@@ -400,11 +402,16 @@ class RasterDataset(GeoDataset):
         self._np_dtype = _fill_dtype(native, fill)
 
     def _build_index(self, crs: CRS) -> GeoIndex:
-        boxes = np.empty((len(self._files), 6), dtype=np.float64)
-        boxes[:, :4] = self._catalog.footprints(crs)
-        boxes[:, 4:] = self._files.times
-        if self._rows is not None:
-            boxes = boxes[self._rows]
+        """The index in ``crs``: a footprint per file, two for a file split at the antimeridian (``_rows`` maps)."""
+        entries = getattr(self._catalog, "footprint_entries", None)
+        footprints, rows = entries(crs) if entries is not None else (self._catalog.footprints(crs), None)
+        if self.__dict__.get("_cut") and self._rows is not None:  # the rows of a filtered index: one footprint each
+            footprints, rows = footprints[: len(self._files)][self._rows], self._rows
+        else:
+            self._rows = rows
+        boxes = np.empty((len(footprints), 6), dtype=np.float64)
+        boxes[:, :4] = footprints
+        boxes[:, 4:] = self._files.times if rows is None else self._files.times[rows]
         return GeoIndex._from_array(boxes)  # a new array: not copied again
 
     def _frame(self) -> Any:
@@ -530,6 +537,8 @@ class RasterDataset(GeoDataset):
             return None
         if self._rows is not None:
             hits = self._rows[hits]
+            if len(hits) > 1:  # both parts of a file split at the antimeridian: read it once
+                hits = hits[np.sort(np.unique(hits, return_index=True)[1])]
         return self._mosaic(hits, grid, track_valid)
 
     def _getitem(self, bbox: BoundingBox, grid: Grid, bounds: Any) -> Sample:
@@ -543,6 +552,8 @@ class RasterDataset(GeoDataset):
         arrays = []
         for group in groups:
             rows = self._rows[group] if self._rows is not None else group
+            if self._rows is not None and len(rows) > 1:  # both parts of a file split at the antimeridian: once
+                rows = rows[np.sort(np.unique(rows, return_index=True)[1])]
             arrays.append(self._mosaic(rows, grid, False)[key][0])
         stack = np.stack(arrays)
         tensor = _to_tensor(stack, self._dtypes()[key])

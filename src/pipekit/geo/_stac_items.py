@@ -11,7 +11,8 @@ whole JSON.
   import pystac); ``child`` and ``item`` links are followed, a cycle or a
   broken link is an error naming the link;
 * :func:`search_api`: a STAC API's ``/search`` through pystac-client, pages followed;
-* :func:`read_geoparquet`: a stac-geoparquet file, read column-wise with pyarrow (no per-item request);
+* :func:`~pipekit.geo._stac_geoparquet.read_geoparquet`: a stac-geoparquet file, read column-wise with
+  pyarrow (no per-item request; its own module);
 * :func:`records_from_items`: ``pystac.Item`` objects or item dicts.
 """
 
@@ -21,12 +22,12 @@ import concurrent.futures
 import json
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from pipekit.errors import ParseError, ReadError
+from pipekit.errors import ParseError, ReadError, StageError
 
 if TYPE_CHECKING:
     from pipekit.geo._stac_search import ItemFilter
@@ -36,13 +37,16 @@ __all__ = [
     "FsspecStacIO",  # noqa: F822 - defined on first use (module __getattr__)
     "walk_catalog",
     "search_api",
-    "read_geoparquet",
+    "read_geoparquet",  # noqa: F822 - in pipekit.geo._stac_geoparquet (module __getattr__)
     "records_from_items",
     "is_geoparquet",
 ]
 
 #: item properties kept from each item (the projection extension's, STAC 1.0 and 1.1 spellings)
 PROJ_KEYS = ("proj:epsg", "proj:code", "proj:transform", "proj:shape", "proj:wkt2", "proj:projjson")
+#: item properties kept besides: STAC 1.1 common metadata an asset may inherit (its own comes first)
+COMMON_KEYS = ("data_type", "nodata")
+ITEM_KEYS = PROJ_KEYS + COMMON_KEYS
 
 
 @dataclass
@@ -53,9 +57,10 @@ class ItemRecord:
         id: the item id.
         collection: its collection id (``None`` if it names none).
         start, end: its time interval, POSIX seconds (``datetime`` gives a zero-length one).
-        proj: its projection-extension properties (``proj:code``/``proj:epsg``, ``proj:transform``, ``proj:shape``).
+        proj: its projection-extension properties (``proj:code``/``proj:epsg``, ``proj:transform``, ``proj:shape``)
+            and the common metadata its assets inherit (``data_type``, ``nodata``).
         assets: asset key -> asset fields (``href`` absolute; ``eo:bands``/``bands``,
-            ``raster:bands``, asset-level ``proj:*`` kept).
+            ``raster:bands``, asset-level ``proj:*``, ``data_type`` and ``nodata`` kept).
         href: where the item was read from (for error messages), if known.
     """
 
@@ -77,24 +82,32 @@ def is_geoparquet(source: Any) -> bool:
 # time
 
 
-def parse_time(text: str | None, what: str, item_id: str) -> float | None:
-    """An RFC 3339 timestamp as POSIX seconds (``None`` stays ``None``)."""
+def parse_time(text: str | None, what: str, item_id: str, href: str | None = None) -> float | None:
+    """An RFC 3339 timestamp as POSIX seconds (``None`` stays ``None``).
+
+    Raises:
+        ParseError: not a time (an impossible date such as February 30th included); names the item's
+            file (``href``) and id.
+    """
     if text is None:
         return None
     try:
         value = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
     except ValueError as exc:
-        raise ValueError(f"item {item_id!r}: {what} {text!r} is not an RFC 3339 time ({exc})") from None
+        raise ParseError(
+            "read STAC item", href or item_id, "STACDataset",
+            f"item {item_id!r}: {what} {text!r} is not an RFC 3339 time ({exc})",
+        ) from None
     if value.tzinfo is None:
         value = value.replace(tzinfo=timezone.utc)
     return value.timestamp()
 
 
-def item_interval(item_id: str, props: Mapping[str, Any]) -> tuple[float, float]:
+def item_interval(item_id: str, props: Mapping[str, Any], href: str | None = None) -> tuple[float, float]:
     """An item's ``(start, end)`` in POSIX seconds: ``start_datetime``/``end_datetime``, else ``datetime`` twice."""
-    start = parse_time(props.get("start_datetime"), "start_datetime", item_id)
-    end = parse_time(props.get("end_datetime"), "end_datetime", item_id)
-    moment = parse_time(props.get("datetime"), "datetime", item_id)
+    start = parse_time(props.get("start_datetime"), "start_datetime", item_id, href)
+    end = parse_time(props.get("end_datetime"), "end_datetime", item_id, href)
+    moment = parse_time(props.get("datetime"), "datetime", item_id, href)
     if start is None:
         start = moment
     if end is None:
@@ -121,19 +134,29 @@ def record_from_dict(item: Mapping[str, Any], base: str | None = None) -> ItemRe
         raise ParseError(
             "read STAC item", base, "STACDataset", f"not a STAC item (type {item.get('type')!r}, id {item.get('id')!r})"
         )
+    if not item_id.strip():
+        raise ParseError("read STAC item", base or "<item>", "STACDataset",
+                         f"the item has an empty id {item.get('id')!r} (assets {sorted(item.get('assets') or {})})")
     props = item.get("properties") or {}
-    start, end = item_interval(item_id, props)
+    start, end = item_interval(item_id, props, base)
     assets = {}
     for key, asset in (item.get("assets") or {}).items():
         fields = dict(asset)
         fields["href"] = _absolute(str(asset.get("href", "")), base)
         assets[key] = fields
-    proj = {k: props[k] for k in PROJ_KEYS if props.get(k) is not None}
+    proj = {k: props[k] for k in ITEM_KEYS if props.get(k) is not None}
     return ItemRecord(item_id, item.get("collection"), start, end, proj, assets, base)
 
 
-def records_from_items(items: Iterable[Any], keep: ItemFilter | None = None) -> list[ItemRecord]:
+def records_from_items(
+    items: Iterable[Any], keep: ItemFilter | None = None, on_skip: Callable[[StageError], None] | None = None,
+    base: str | None = None,
+) -> list[ItemRecord]:
     """Records of ``pystac.Item`` objects or item dicts (those ``keep`` selects, if given).
+
+    ``on_skip``: given, an item that cannot be read (a malformed time, an
+    empty id) is passed to it and left out; otherwise its error is raised.
+    ``base``: where item dicts were read from (relative asset hrefs resolve against it).
 
     Example:
         >>> import pystac, datetime
@@ -148,7 +171,7 @@ def records_from_items(items: Iterable[Any], keep: ItemFilter | None = None) -> 
     for item in items:
         if isinstance(item, pystac.Item):
             props = item.properties
-            start, end = item_interval(item.id, {**props, "datetime": props.get("datetime")})
+            start, end = item_interval(item.id, {**props, "datetime": props.get("datetime")}, item.get_self_href())
             assets = {}
             for key, asset in item.assets.items():
                 fields = dict(asset.extra_fields)
@@ -158,10 +181,16 @@ def records_from_items(items: Iterable[Any], keep: ItemFilter | None = None) -> 
                 assets[key] = fields
             if keep and not keep.matches(item.to_dict(include_self_link=False, transform_hrefs=False), (start, end)):
                 continue
-            proj = {k: props[k] for k in PROJ_KEYS if props.get(k) is not None}
+            proj = {k: props[k] for k in ITEM_KEYS if props.get(k) is not None}
             records.append(ItemRecord(item.id, item.collection_id, start, end, proj, assets, item.get_self_href()))
         elif isinstance(item, Mapping):
-            record = record_from_dict(item)
+            try:
+                record = record_from_dict(item, base)
+            except ParseError as exc:
+                if on_skip is None:
+                    raise
+                on_skip(exc)
+                continue
             if not keep or keep.matches(item, (record.start, record.end)):
                 records.append(record)
         else:
@@ -229,6 +258,10 @@ def _stac_io_class() -> type:
 def __getattr__(name: str) -> Any:
     if name == "FsspecStacIO":
         return _stac_io_class()
+    if name == "read_geoparquet":  # its own module (pyarrow), named here as before
+        from pipekit.geo._stac_geoparquet import read_geoparquet
+
+        return read_geoparquet
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -252,8 +285,12 @@ def walk_catalog(
     threads: int = 16,
     stac_io: Any = None,
     keep: ItemFilter | None = None,
+    on_skip: Callable[[StageError], None] | None = None,
 ) -> list[ItemRecord]:
-    """The items of a static catalog or collection (its ``child`` and ``item`` links followed).
+    """The items of a static catalog or collection (its ``child`` and ``item`` links followed), or of a saved search.
+
+    ``href`` may also be an item, or a saved search: an ItemCollection
+    (``stac-client search --save``) or any GeoJSON FeatureCollection of items.
 
     Args:
         href: a ``catalog.json``/``collection.json`` (or an item), local or an fsspec URL.
@@ -262,10 +299,13 @@ def walk_catalog(
         stac_io: the ``FsspecStacIO`` to read with (its ``requests`` counts the documents read).
         keep: an :class:`~pipekit.geo._stac_search.ItemFilter`: only the items it selects are returned
             (every item is still read: a static catalog has no index to search).
+        on_skip: given (``on_error="skip"``), a child or item document that cannot be read or parsed
+            (missing, truncated, an impossible time, an empty id) is passed to it and left out; the walk goes on.
 
     Raises:
         ReadError: a document cannot be read (a broken link names the link and the document holding it).
-        ParseError: a document is not JSON, or the catalog has a cycle (names the link closing it).
+        ParseError: a document is not JSON, or the catalog has a cycle (names the link closing it); the
+            root is not a STAC document (names what it is).
 
     Example:
         >>> import pystac, tempfile, datetime
@@ -297,12 +337,26 @@ def walk_catalog(
                 f"the catalog has a cycle: the {rel!r} link of {parent!r} leads back to it",
             )
         seen.add(current)
-        doc = _read_document(stac_io, current, parent, rel)
-        if doc.get("type") == "Feature":
-            record = _kept(record_from_dict(doc, current), doc, keep)
-            if record is not None:
-                records.append(record)
+        try:
+            doc = _read_document(stac_io, current, parent, rel)
+            if doc.get("type") == "Feature":
+                record = _kept(record_from_dict(doc, current), doc, keep)
+                if record is not None:
+                    records.append(record)
+                continue
+        except (ReadError, ParseError) as exc:
+            if on_skip is None or parent is None:
+                raise
+            on_skip(exc)
             continue
+        if parent is None and doc.get("type") == "FeatureCollection":
+            return _saved_search(doc, current, keep, on_skip)
+        if parent is None and doc.get("type") not in ("Catalog", "Collection") and "links" not in doc:
+            raise ParseError(
+                "walk STAC catalog", current, "STACDataset",
+                f"not a STAC catalog, collection, item or item collection (a JSON document of type "
+                f"{doc.get('type')!r} with keys {sorted(doc)[:8]})",
+            )
         children = []
         for link in doc.get("links") or []:
             kind = link.get("rel")
@@ -315,19 +369,43 @@ def walk_catalog(
                 item_links.append((target, current))
         stack.extend(reversed(children))
 
-    def load(link: tuple[str, str]) -> ItemRecord | None:
+    def load(link: tuple[str, str]) -> ItemRecord | StageError | None:
         target, parent = link
-        doc = _read_document(stac_io, target, parent, "item")
-        return _kept(record_from_dict(doc, target), doc, keep)
+        try:
+            doc = _read_document(stac_io, target, parent, "item")
+            return _kept(record_from_dict(doc, target), doc, keep)
+        except (ReadError, ParseError) as exc:
+            if on_skip is None:
+                raise
+            return exc  # recorded in link order, in this thread
 
     if threads > 1 and len(item_links) > 1:
         with concurrent.futures.ThreadPoolExecutor(min(threads, len(item_links))) as pool:
             loaded = list(pool.map(load, item_links))
     else:
         loaded = [load(link) for link in item_links]
-    records.extend(r for r in loaded if r is not None)
+    for result in loaded:
+        if isinstance(result, StageError):
+            on_skip(result)  # type: ignore[misc]
+        elif result is not None:
+            records.append(result)
     if keep and keep.max_items is not None:
         del records[keep.max_items :]
+    return records
+
+
+def _saved_search(
+    doc: Mapping[str, Any], href: str, keep: ItemFilter | None, on_skip: Callable[[StageError], None] | None
+) -> list[ItemRecord]:
+    """The items of a saved search: an ItemCollection or GeoJSON FeatureCollection file (relative hrefs resolved)."""
+    features = [f for f in doc.get("features") or [] if isinstance(f, Mapping)]
+    if features and not any("stac_version" in f or "assets" in f for f in features):
+        raise ParseError(
+            "read saved STAC search", href, "STACDataset",
+            f"a GeoJSON FeatureCollection of {len(features)} feature(s) that are not STAC items (none has "
+            "'stac_version' or 'assets'): pass a catalog, an ItemCollection or a FeatureCollection of items",
+        )
+    records = records_from_items(features, keep, on_skip, base=href)
     return records
 
 
@@ -376,208 +454,3 @@ def search_api(
         raise
     except Exception as exc:
         raise ReadError("search STAC API", url, "STACDataset", f"{type(exc).__name__}: {exc}") from exc
-
-
-# ---------------------------------------------------------------------------------------------
-# stac-geoparquet
-
-_ITEM_COLUMNS = ("id", "collection", "datetime", "start_datetime", "end_datetime", "assets", *PROJ_KEYS)
-
-
-def _seconds(column: Any) -> list[float | None]:
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if pa.types.is_timestamp(column.type):
-        micros = pc.cast(pc.cast(column, pa.timestamp("us", tz="UTC")), pa.int64())
-        return [None if v is None else v / 1e6 for v in micros.to_pylist()]
-    return [None if v is None else parse_time(v, "datetime", "?") for v in column.to_pylist()]
-
-
-#: the asset fields a dataset uses (the rest -- titles, roles, checksums... -- are left in the file)
-_ASSET_FIELDS = ("href", "type", "bands", "eo:bands", "raster:bands")
-
-
-def _band_names_in(child: Any) -> set[str]:
-    """Every band ``name``/``common_name`` an asset column carries in any row (``bands`` or ``eo:bands``)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    names: set[str] = set()
-    fields = [f.name for f in child.type]
-    for band_key in ("bands", "eo:bands"):
-        if band_key not in fields:
-            continue
-        lists = child.field(band_key)
-        if not (pa.types.is_list(lists.type) or pa.types.is_large_list(lists.type)):
-            continue
-        flat = pc.list_flatten(lists)
-        if not pa.types.is_struct(flat.type):
-            continue
-        for sub in ("name", "common_name", "eo:common_name"):
-            if flat.type.get_field_index(sub) >= 0:
-                names.update(str(v) for v in pc.unique(flat.field(sub)).to_pylist() if v is not None)
-    return names
-
-
-def _asset_columns(assets: Any, wanted: Sequence[str] | None) -> list[dict[str, Any] | None]:
-    """Per row, ``{asset key: fields}`` -- converting only the assets ``wanted`` may select: its asset keys, and
-    every asset whose bands carry a wanted band name in any row (each row's own assets are then chosen per row,
-    by :func:`~pipekit.geo._stac.select_assets`, as for items read any other way); the other assets present in
-    a row are kept as empty placeholders (their keys still show in error messages)."""
-    keys = [field.name for field in assets.type]
-    if wanted is None:
-        chosen = set(keys)
-    else:
-        names = [name for name in wanted if name not in keys]
-        chosen = {name for name in wanted if name in keys}
-        if names:
-            chosen.update(key for key in keys if _band_names_in(assets.field(key)).intersection(names))
-    n = len(assets)
-    valid_rows = assets.is_valid().to_pylist()
-    rows: list[dict[str, Any] | None] = [{} if ok else None for ok in valid_rows]
-    for key in keys:
-        child = assets.field(key)
-        present = child.is_valid().to_pylist()
-        if key not in chosen:
-            for i in range(n):
-                if present[i] and rows[i] is not None:
-                    rows[i][key] = {}
-            continue
-        fields = {
-            f.name: child.field(f.name).to_pylist()
-            for f in child.type
-            if wanted is None or f.name in _ASSET_FIELDS or f.name.startswith("proj:")
-        }
-        for i in range(n):
-            if present[i] and rows[i] is not None:
-                rows[i][key] = {f: values[i] for f, values in fields.items() if values[i] is not None}
-    return rows
-
-
-def _python_value(value: Any) -> Any:
-    """A parquet cell as an item property would hold it (timestamps as RFC 3339 text)."""
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
-        return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
-    return value
-
-
-def _filter_rows(table: Any, keep: ItemFilter) -> Any:
-    """The rows of ``table`` that ``keep`` selects (its ``max_items`` first), as a pyarrow table."""
-    import pyarrow as pa
-
-    n = table.num_rows
-    ids = [str(v) for v in table.column("id").to_pylist()]
-    collections = table.column("collection").to_pylist() if "collection" in table.column_names else [None] * n
-    times = {
-        c: _seconds(table.column(c)) if c in table.column_names else [None] * n
-        for c in ("datetime", "start_datetime", "end_datetime")
-    }
-    names = sorted(keep.properties - {"id", "collection", "geometry"})
-    values = {c: [_python_value(v) for v in table.column(c).to_pylist()] for c in names if c in table.column_names}
-    geometries: list[Any] = [None] * n
-    if keep.needs_geometry and "geometry" in table.column_names:
-        import shapely
-
-        column = table.column("geometry").combine_chunks()
-        geometries = list(shapely.from_wkb(column.to_numpy(zero_copy_only=False)))
-    mask = []
-    kept = 0
-    for i in range(n):
-        if keep.max_items is not None and kept >= keep.max_items:
-            mask.append(False)
-            continue
-        start = times["start_datetime"][i]
-        end = times["end_datetime"][i]
-        moment = times["datetime"][i]
-        start, end = moment if start is None else start, moment if end is None else end
-        props = {c: column[i] for c, column in values.items() if column[i] is not None}
-        item = {
-            "type": "Feature",
-            "id": ids[i],
-            "collection": collections[i],
-            "geometry": geometries[i],
-            "properties": props,
-        }
-        ok = keep.matches(item, (-math.inf if start is None else start, math.inf if end is None else end))
-        kept += ok
-        mask.append(ok)
-    return table.filter(pa.array(mask, type=pa.bool_()))
-
-
-def read_geoparquet(
-    href: str,
-    storage_options: Mapping[str, Any] | None = None,
-    assets: Sequence[str] | None = None,
-    keep: ItemFilter | None = None,
-) -> list[ItemRecord]:
-    """The items of a stac-geoparquet file, read column-wise with pyarrow (one file read, no per-item request).
-
-    Args:
-        href: the file, local or an fsspec URL.
-        storage_options: fsspec options for a remote ``href``.
-        assets: the asset keys or band names a dataset reads; only those
-            assets' fields are converted to Python (the others' keys are kept).
-        keep: an :class:`~pipekit.geo._stac_search.ItemFilter`: only the rows it
-            selects are returned (the columns its ``filter``/``query`` name are read too).
-
-    Raises:
-        ReadError: the file cannot be read.
-        ParseError: it has no ``id`` or ``assets`` column (not stac-geoparquet).
-    """
-    import fsspec
-    import pyarrow.parquet as pq
-
-    href = str(href)
-    try:
-        with fsspec.open(href, "rb", **_storage_options_for(href, storage_options)) as f:
-            schema = pq.read_schema(f)
-            wanted = list(_ITEM_COLUMNS)
-            if keep:
-                wanted += sorted(keep.properties) + (["geometry"] if keep.needs_geometry else [])
-            columns = [c for c in dict.fromkeys(wanted) if c in schema.names]
-            f.seek(0)
-            table = pq.read_table(f, columns=columns)
-    except Exception as exc:
-        raise ReadError("read stac-geoparquet", href, "STACDataset", f"{type(exc).__name__}: {exc}") from exc
-    for needed in ("id", "assets"):
-        if needed not in table.column_names:
-            raise ParseError(
-                "read stac-geoparquet",
-                href,
-                "STACDataset",
-                f"no {needed!r} column: not a stac-geoparquet file (columns {table.column_names})",
-            )
-    if keep:
-        table = _filter_rows(table, keep)
-    n = table.num_rows
-    ids = [str(v) for v in table.column("id").to_pylist()]
-    collections = table.column("collection").to_pylist() if "collection" in columns else [None] * n
-    times = {
-        c: _seconds(table.column(c)) if c in columns else [None] * n
-        for c in ("datetime", "start_datetime", "end_datetime")
-    }
-    proj = {k: table.column(k).to_pylist() for k in PROJ_KEYS if k in columns}
-    asset_rows = _asset_columns(table.column("assets").combine_chunks(), assets)
-    records = []
-    for i in range(n):
-        start = times["start_datetime"][i]
-        end = times["end_datetime"][i]
-        moment = times["datetime"][i]
-        start = moment if start is None else start
-        end = moment if end is None else end
-        item_assets = asset_rows[i] or {}
-        records.append(
-            ItemRecord(
-                ids[i],
-                collections[i],
-                -math.inf if start is None else start,
-                math.inf if end is None else end,
-                {k: values[i] for k, values in proj.items() if values[i] is not None},
-                item_assets,
-                href,
-            )
-        )
-    return records

@@ -353,6 +353,10 @@ class FileCatalog:
         """``[n, 4]`` ``(minx, maxx, miny, maxy)`` of the files in ``crs``."""
         return self.table.footprints(crs)
 
+    def footprint_entries(self, crs: CRS) -> tuple[np.ndarray, np.ndarray | None]:
+        """The files' footprints in ``crs``, two for a file split at the antimeridian, and each one's row."""
+        return self.table.footprint_entries(crs)
+
     def frame_columns(self, rows: np.ndarray) -> dict[str, list[str]]:
         """``dataset.index``'s columns for file-table ``rows``: ``filepath`` (a scene's first band file)."""
         return {"filepath": [self.table.path(int(i)) for i in rows]}

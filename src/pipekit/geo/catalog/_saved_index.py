@@ -199,7 +199,12 @@ def write_index(
     if not (len(sizes) == len(stamps) == len(columns) == n):
         raise ValueError(f"write_index: {n} paths, {len(sizes)} sizes, {len(stamps)} stamps, {len(columns)} headers")
     table = _FileTable.from_columns(list(paths), columns, np.zeros((n, 2)), None, {})
-    box = table.footprints(crs) if n else np.empty((0, 4))
+    box, rows = table.footprint_entries(crs) if n else (np.empty((0, 4)), None)
+    geometry = shapely.box(box[:n, 0], box[:n, 2], box[:n, 1], box[:n, 3])
+    if rows is not None:  # a file split at the antimeridian: a MultiPolygon of its parts, as STAC writes one
+        for k, row in enumerate(rows[n:].tolist(), start=n):
+            parts = [*getattr(geometry[row], "geoms", [geometry[row]]), shapely.box(*box[k, [0, 2, 1, 3]])]
+            geometry[row] = shapely.MultiPolygon(parts)
     wkts = [c.to_wkt() for c in columns.crs_list]
     t = columns.transforms
     frame = geopandas.GeoDataFrame(
@@ -216,7 +221,7 @@ def write_index(
             "nodata": columns.nodata,
             "has_nodata": columns.has_nodata,
         },
-        geometry=shapely.box(box[:, 0], box[:, 2], box[:, 1], box[:, 3]),
+        geometry=geometry,
         crs=crs.to_wkt(),
     )
     staged = io.BytesIO()

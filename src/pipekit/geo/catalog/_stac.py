@@ -18,22 +18,28 @@ from typing import Any
 import numpy as np
 from rasterio.crs import CRS
 
-from pipekit.errors import DatasetNotFoundError, ReadError, SkipLog, StageError
+from pipekit.errors import DatasetNotFoundError, ParseError, ReadError, SkipLog, StageError
 from pipekit.geo import io as geo_io
-from pipekit.geo._read import transform_bounds_fast
+from pipekit.geo._antimeridian import footprint_parts
 from pipekit.geo._reader import EntryLabel
+from pipekit.geo._stac_geoparquet import read_geoparquet
 from pipekit.geo._stac_items import (
     ItemRecord,
     is_geoparquet,
-    read_geoparquet,
     records_from_items,
     search_api,
     walk_catalog,
 )
 from pipekit.geo._stac_search import ItemFilter
 from pipekit.geo.catalog._headers import RasterHeader, read_header
-from pipekit.geo.catalog._stac_assets import _still_selects, header_from_proj, select_assets
-from pipekit.geo.catalog._table import _FileTable
+from pipekit.geo.catalog._stac_assets import (
+    _still_selects,
+    header_from_proj,
+    media_type_note,
+    not_raster,
+    select_assets,
+)
+from pipekit.geo.catalog._table import _FileTable, join_parts
 
 __all__ = ["STACCatalog", "describe_source"]
 
@@ -92,6 +98,11 @@ class STACCatalog:
             raise error
         self.skip_log.record(error)
 
+    @property
+    def _on_skip(self) -> Callable[[StageError], None] | None:
+        """Where a source's unreadable documents go under ``on_error="skip"`` (``None``: they raise)."""
+        return self.skip_log.record if self.on_error == "skip" else None
+
     # -- reading the items ----------------------------------------------------------------------
     def _item_filter(self, source: str) -> ItemFilter | None:
         """The search parameters, evaluated client-side on a source that is not an API (``None``: none given)."""
@@ -118,7 +129,8 @@ class STACCatalog:
 
             stac_io = FsspecStacIO(storage_options)
             try:
-                return walk_catalog(href, storage_options, stac_io=stac_io, keep=self._item_filter(href))
+                return walk_catalog(href, storage_options, stac_io=stac_io, keep=self._item_filter(href),
+                                    on_skip=self._on_skip)
             finally:
                 self.requests += stac_io.requests
         what = describe_source(source)
@@ -126,11 +138,11 @@ class STACCatalog:
             import pystac
 
             if isinstance(source, pystac.Catalog):
-                return records_from_items(source.get_items(recursive=True), self._item_filter(what))
+                return records_from_items(source.get_items(recursive=True), self._item_filter(what), self._on_skip)
         except ImportError:  # pragma: no cover
             pass
         if isinstance(source, Iterable) and not isinstance(source, (bytes, Mapping)):
-            return records_from_items(source, self._item_filter(what))
+            return records_from_items(source, self._item_filter(what), self._on_skip)
         raise TypeError(
             "source must be a catalog/collection path or URL, a STAC API URL, a stac-geoparquet file, "
             f"a pystac.Catalog or an iterable of pystac.Items, got {type(source).__name__}"
@@ -156,6 +168,10 @@ class STACCatalog:
         seen: dict[str, str | None] = {}
         previous = None
         for record in records:
+            if not record.id.strip():  # a stac-geoparquet row or a pystac Item (item JSON is checked as it is read)
+                self.skip_or_raise(ParseError("read STAC item", record.href or self.root, "STACDataset",
+                                              f"an item has an empty id {record.id!r}"))
+                continue
             if record.id in seen:
                 raise ValueError(
                     f"{self.name}: item id {record.id!r} appears twice (collections {seen[record.id]!r} and "
@@ -171,6 +187,10 @@ class STACCatalog:
                     self.skip_or_raise(exc)
                     continue
             item_hrefs = tuple(str(record.assets[key]["href"]) for key, _ in parts)
+            refused = not_raster(record, parts, item_hrefs)
+            if refused is not None:
+                self.skip_or_raise(refused)
+                continue
             header = header_from_proj(record, parts[0][0], item_hrefs[0])
             if header is None:
                 header = self._header_of(record, parts[0][0], item_hrefs[0])
@@ -230,7 +250,8 @@ class STACCatalog:
                     error.action,
                     error.url,
                     error.stage,
-                    f"item {record.id!r} asset {key!r} (no projection extension): {error.reason}",
+                    f"item {record.id!r} asset {key!r}{media_type_note(record.assets[key])} (no projection "
+                    f"extension): {error.reason}",
                 )
             )
             return None
@@ -266,17 +287,34 @@ class STACCatalog:
         return parts, EntryLabel(f"item {self.table.path(row)!r}", [key for key, _ in layout])
 
     def footprints(self, crs: CRS) -> np.ndarray:
-        """``[n, 4]`` footprints of the items in ``crs``, each distinct grid reprojected once (shared by a tile)."""
+        """``[n, 4]`` footprints of the items in ``crs`` (an item split at the antimeridian gives its first part)."""
+        return self.footprint_entries(crs)[0][: len(self.table)]
+
+    def footprint_entries(self, crs: CRS) -> tuple[np.ndarray, np.ndarray | None]:
+        """``([m, 4] footprints, [m] rows)`` of the items in ``crs``: one per item, then second parts.
+
+        Each distinct grid is reprojected once (shared by a tile's items).
+        An item crossing the antimeridian has two footprints in a CRS cut
+        there (``EPSG:4326``, ``EPSG:3857``), one on each side, as the STAC
+        specification splits such a geometry; in its own UTM zone, one.
+        ``rows`` is ``None`` when no footprint is split.
+        """
         table = self.table
         keys = np.column_stack([table.crs_ids, table.transforms, table.shapes]).astype(np.float64)
         unique, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
         footprints = np.empty((len(unique), 4), dtype=np.float64)
+        split: dict[int, list[tuple[float, float, float, float]]] = {}
         for k, row in enumerate(first.tolist()):
             left, bottom, right, top = table.native_bounds(row)
             if table.crs(row) != crs:
-                left, bottom, right, top = transform_bounds_fast(table.crs(row), crs, left, bottom, right, top)
+                (left, bottom, right, top), *rest = footprint_parts(table.crs(row), crs, left, bottom, right, top)
+                if rest:
+                    split[k] = [(w, e, s, n) for w, s, e, n in rest]
             footprints[k] = (left, right, bottom, top)
-        return footprints[inverse.reshape(-1)]
+        rows = [row for row, k in enumerate(inverse.tolist()) if k in split for _ in split[k]] if split else []
+        extra = [box for k in inverse.tolist() if k in split for box in split[k]] if split else []
+        return join_parts(footprints[inverse], rows, extra)
 
     def frame_columns(self, rows: np.ndarray) -> dict[str, list[str]]:
         """``dataset.index``'s columns for ``rows``: ``filepath`` (the item ids) and ``href`` (the first asset's)."""

@@ -18,7 +18,7 @@ from pipekit.errors import ReadError
 from pipekit.geo._stac_items import ItemRecord
 from pipekit.geo.catalog._headers import RasterHeader
 
-__all__ = ["header_from_proj", "select_assets"]
+__all__ = ["RASTER_FIELD_PLACES", "header_from_proj", "media_type_note", "not_raster", "raster_field", "select_assets"]
 
 
 def _bands_of(asset: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -96,6 +96,52 @@ def select_assets(record: ItemRecord, wanted: Sequence[str]) -> list[tuple[str, 
     return out
 
 
+#: media types of assets that are surely not rasters GDAL opens (point clouds, tables, vectors, documents)
+NOT_RASTER_TYPES = (
+    "application/vnd.laszip",  # LAS/LAZ and COPC ("application/vnd.laszip+copc")
+    "application/vnd.apache.parquet",
+    "application/x-parquet",
+    "application/geo+json",
+    "application/json",
+    "application/vnd.flatgeobuf",
+    "application/x-shapefile",
+    "text/",
+    "application/pdf",
+    "application/xml",
+)
+
+
+def media_type_note(asset: Mapping[str, Any]) -> str:
+    """``" (media type '...')"`` for an asset that declares one, else ``""`` (what error messages add)."""
+    media_type = asset.get("type")
+    return f" (media type {media_type!r})" if media_type else ""
+
+
+def not_raster(
+    record: ItemRecord, parts: Sequence[tuple[str, tuple[int, ...]]], hrefs: Sequence[str]
+) -> ReadError | None:
+    """The error for the first chosen asset whose declared media type is not a raster (``None``: all may be).
+
+    Example:
+        >>> from pipekit.geo._stac_items import ItemRecord
+        >>> rec = ItemRecord("USGS_LPC_HI", None, 0, 0, {}, {"data": {"href": "c.copc.laz",
+        ...                  "type": "application/vnd.laszip+copc"}})
+        >>> print(not_raster(rec, [("data", (1,))], ["c.copc.laz"]).reason)  # doctest: +ELLIPSIS
+        item 'USGS_LPC_HI' asset 'data' (media type 'application/vnd.laszip+copc') is not a raster: ...
+    """
+    for (key, _), href in zip(parts, hrefs):
+        media_type = str(record.assets[key].get("type") or "").lower()
+        if media_type.startswith(NOT_RASTER_TYPES):
+            where = f" (read from {record.href})" if record.href else ""
+            return ReadError(
+                "select STAC asset", href, "STACDataset",
+                f"item {record.id!r} asset {key!r}{media_type_note(record.assets[key])} is not a raster: "
+                f"choose raster assets (GeoTIFF/COG, JPEG 2000, NetCDF...) of the item{where}; "
+                f"its assets are {sorted(record.assets)}",
+            )
+    return None
+
+
 _CRS_CACHE: dict[Any, CRS] = {}
 
 
@@ -118,11 +164,46 @@ def _proj_crs(fields: Mapping[str, Any]) -> CRS | None:
     return None
 
 
+#: where an asset's ``data_type`` and ``nodata`` are read, first declared wins (docs/guides/stac.md)
+RASTER_FIELD_PLACES = (
+    "raster:bands[0]",  # the raster extension 1.x's band object (STAC 1.0)
+    "bands[0]",  # STAC 1.1's band object
+    "asset",  # STAC 1.1 common metadata (and the raster extension 2.0) on the asset
+    "item",  # common metadata in the item's properties
+)
+
+
+def raster_field(record: ItemRecord, asset: Mapping[str, Any], name: str) -> Any:
+    """An asset's ``data_type`` or ``nodata``: its first band's, else the asset's, else the item's (``None``: none).
+
+    A band's value is the most specific (STAC 1.1 lets a band override the
+    asset), the item's the least; a ``raster:bands`` object (raster extension
+    1.x) comes before a ``bands`` one, as an item migrated to 1.1 may keep both.
+
+    Example:
+        >>> from pipekit.geo._stac_items import ItemRecord
+        >>> rec = ItemRecord("S1_mosaic", None, 0, 0, {"nodata": 0}, {})
+        >>> raster_field(rec, {"data_type": "int16", "nodata": -32768}, "nodata")
+        -32768
+        >>> raster_field(rec, {"nodata": -32768, "bands": [{"name": "VV", "nodata": -9999}]}, "nodata")
+        -9999
+        >>> raster_field(rec, {"href": "vv.tif"}, "nodata")
+        0
+    """
+    for key in ("raster:bands", "bands"):
+        first = (asset.get(key) or [None])[0]
+        if isinstance(first, Mapping) and first.get(name) is not None:
+            return first[name]
+    if asset.get(name) is not None:
+        return asset[name]
+    return record.proj.get(name)
+
+
 def header_from_proj(record: ItemRecord, key: str, href: str) -> RasterHeader | None:
     """The raster header the projection extension gives an item's asset (``None`` if it lacks any part).
 
-    Asset-level ``proj:*`` fields override the item's; ``raster:bands``
-    (or 1.1 ``bands``) give the data type and nodata.
+    Asset-level ``proj:*`` fields override the item's; the data type and
+    nodata are the first band's, the asset's or the item's (:func:`raster_field`).
     """
     asset = record.assets[key]
     fields = {**record.proj, **{k: v for k, v in asset.items() if k.startswith("proj:")}}
@@ -137,12 +218,8 @@ def header_from_proj(record: ItemRecord, key: str, href: str) -> RasterHeader | 
     affine = Affine(*[float(v) for v in list(transform)[:6]])
     height, width = int(shape[0]), int(shape[1])
     bands = _bands_of(asset)
-    dtype = ""
-    nodata = None
-    for band in asset.get("raster:bands") or bands:
-        dtype = str(band.get("data_type") or "")
-        nodata = band.get("nodata")
-        break
+    dtype = str(raster_field(record, asset, "data_type") or "")
+    nodata = raster_field(record, asset, "nodata")
     if nodata is not None:
         try:
             nodata = float(nodata)

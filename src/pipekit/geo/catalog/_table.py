@@ -20,10 +20,11 @@ import numpy as np
 from affine import Affine
 from rasterio.crs import CRS
 
-from pipekit.geo._read import apply_affine, transform_bounds_fast
+from pipekit.geo._antimeridian import footprint_parts
+from pipekit.geo._read import apply_affine
 from pipekit.geo.catalog._headers import RasterHeader, _wkt
 
-__all__ = ["HeaderColumns"]
+__all__ = ["HeaderColumns", "join_parts"]
 
 
 def _strip_prefix(paths: list[str]) -> tuple[str, list[str]]:
@@ -137,10 +138,24 @@ class _FileTable:
         return math.hypot(t.a, t.d), math.hypot(t.b, t.e)
 
     def footprints(self, crs: CRS) -> np.ndarray:
-        """``[N, 4]`` (minx, maxx, miny, maxy) of every file in ``crs`` (densified edge transforms)."""
+        """``[N, 4]`` (minx, maxx, miny, maxy) of every file in ``crs`` (densified edge transforms).
+
+        A file whose footprint is split at the antimeridian (see :meth:`footprint_entries`) gives its first part.
+        """
+        return self.footprint_entries(crs)[0][: len(self)]
+
+    def footprint_entries(self, crs: CRS) -> tuple[np.ndarray, np.ndarray | None]:
+        """``([M, 4] footprints, [M] file rows)`` in ``crs``: one per file, then the second parts of those split.
+
+        A file whose bounds cross the antimeridian in a CRS cut there
+        (``EPSG:4326``, ``EPSG:3857``) has two footprints, one on each side
+        (:func:`~pipekit.geo._antimeridian.footprint_parts`): its first in row
+        order, its second after the ``N`` rows.  ``rows`` is ``None`` when no
+        footprint is split (footprint ``i`` is file ``i``'s).
+        """
         out = np.empty((len(self), 4), dtype=np.float64)
         if not len(self):
-            return out
+            return out, None
         a, b, c, d, e, f = (np.ascontiguousarray(column) for column in self.transforms.T)
         h, w = self.shapes[:, 0].astype(np.float64), self.shapes[:, 1].astype(np.float64)
         zero = np.zeros_like(w)
@@ -153,14 +168,37 @@ class _FileTable:
         out[:, 1] = np.maximum(np.maximum(xs[0], xs[1]), np.maximum(xs[2], xs[3]))
         out[:, 2] = np.minimum(np.minimum(ys[0], ys[1]), np.minimum(ys[2], ys[3]))
         out[:, 3] = np.maximum(np.maximum(ys[0], ys[1]), np.maximum(ys[2], ys[3]))
+        extra_rows: list[int] = []
+        extra: list[tuple[float, float, float, float]] = []
         for k, file_crs in enumerate(self.crs_list):
             if file_crs == crs:
                 continue
             for i in np.flatnonzero(self.crs_ids == k).tolist():
                 minx, maxx, miny, maxy = out[i]
-                left, bottom, right, top = transform_bounds_fast(file_crs, crs, minx, miny, maxx, maxy)
-                out[i] = (left, right, bottom, top)
-        return out
+                first, *rest = footprint_parts(file_crs, crs, minx, miny, maxx, maxy)
+                out[i] = (first[0], first[2], first[1], first[3])
+                for left, bottom, right, top in rest:
+                    extra_rows.append(i)
+                    extra.append((left, right, bottom, top))
+        return join_parts(out, extra_rows, extra)
+
+
+def join_parts(
+    boxes: np.ndarray, extra_rows: list[int], extra: list[tuple[float, float, float, float]]
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """``boxes`` (one per row) followed by the ``extra`` parts of rows ``extra_rows``, and each box's row.
+
+    Example:
+        >>> boxes, rows = join_parts(np.zeros((2, 4)), [1], [(-180.0, -179.5, -17.9, -17.0)])
+        >>> boxes.shape, rows.tolist()
+        ((3, 4), [0, 1, 1])
+        >>> join_parts(np.zeros((2, 4)), [], [])[1] is None
+        True
+    """
+    if not extra_rows:
+        return boxes, None
+    rows = np.concatenate([np.arange(len(boxes)), np.asarray(extra_rows, dtype=np.int64)])
+    return np.concatenate([boxes, np.asarray(extra, dtype=np.float64).reshape(-1, 4)]), rows
 
 
 class HeaderColumns:
