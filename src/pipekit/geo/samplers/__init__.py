@@ -65,6 +65,7 @@ from pipekit.geo.samplers._base import _resolution as _resolution
 from pipekit.geo.samplers._base import _roi as _roi
 from pipekit.geo.samplers._base import _rows_cols as _rows_cols
 from pipekit.geo.samplers._base import _SamplerIterator as _SamplerIterator
+from pipekit.geo.samplers._base import _to_tuple as _to_tuple
 from pipekit.geo.samplers._base import _toi as _toi
 from pipekit.geo.samplers._base import _units as _units
 from pipekit.geo.samplers._base import dataset_index as dataset_index

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from collections.abc import Iterator
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -58,8 +59,12 @@ def _units(units: Any) -> Units:
     raise ValueError(f'units must be "pixels" or "crs" (or a Units member), got {units!r}')
 
 
-def _pair(value: Any, name: str, pixels: bool) -> tuple[float, float]:
-    """``value`` as ``(height, width)``, validated positive (whole numbers when in pixels)."""
+def _pair(value: Any, name: str, zero: bool = False) -> tuple[float, float]:
+    """``value`` as ``(height, width)``, validated positive (or zero where ``zero``).
+
+    Sizes in pixels need not be whole numbers (as in TorchGeo: ``4.5`` pixels
+    is ``4.5 * res`` CRS units); a size of 0 is TorchGeo's patch of point data.
+    """
     if isinstance(value, (tuple, list)):
         if len(value) != 2:
             raise ValueError(f"{name} must be a number or a (height, width) pair, got {value!r}")
@@ -71,12 +76,22 @@ def _pair(value: Any, name: str, pixels: bool) -> tuple[float, float]:
         if isinstance(v, bool) or not isinstance(v, numbers.Real):
             raise TypeError(f"{name} must be a number or a (height, width) pair of numbers, got {value!r}")
         f = float(v)
-        if not math.isfinite(f) or f <= 0:
-            raise ValueError(f"{name} must be positive and finite, got {value!r}")
-        if pixels and f != round(f):
-            raise ValueError(f"{name} in pixels must be whole numbers, got {value!r} (use units='crs' for CRS units)")
+        if not math.isfinite(f) or f < 0 or (f == 0 and not zero):
+            raise ValueError(f"{name} must be {'zero or ' if zero else ''}positive and finite, got {value!r}")
         out.append(f)
     return out[0], out[1]
+
+
+def _to_tuple(value: Any) -> tuple[Any, Any]:
+    """TorchGeo's helper: ``value`` as ``(value, value)`` unless it already is a pair.
+
+    Example:
+        >>> _to_tuple(3), _to_tuple((2, 4.5))
+        ((3, 3), (2, 4.5))
+    """
+    if isinstance(value, numbers.Real):
+        return (value, value)
+    return value
 
 
 def _resolution(dataset: Any) -> tuple[float, float]:
@@ -393,11 +408,21 @@ class GeoSampler(Sampler[tuple[slice, slice, slice]]):
 
     Subclasses implement ``__len__`` and ``_chunk(seed, c)`` (the boxes at
     positions ``c * 1024 ...`` of an epoch drawn with ``seed``), and set
-    ``random``.
+    ``random``; or, as TorchGeo's, ``__iter__`` (``GeoSampler`` itself is
+    abstract).
+
+    Where nothing can be sampled (the roi or toi meets no footprint, the roi
+    covers no whole pixel of one, no footprint is large enough for a patch)
+    the sampler yields nothing, as TorchGeo's, and warns saying why.
 
     Attributes:
         res: ``(xres, yres)`` of the dataset.
-        roi: the region of interest (the dataset's total bounds by default).
+        roi: the region of interest as TorchGeo 0.8 has it, a shapely
+            ``Polygon`` (the dataset's total bounds by default).
+        roi_box: the roi's bounding :class:`~pipekit.geo.BoundingBox` (with
+            the time interval of a ``BoundingBox`` roi).
+        index: TorchGeo 0.8's ``GeoDataFrame`` of the footprints sampled
+            from (clipped to the roi/toi), built on first use.
         toi: the time of interest as ``(mint, maxt)`` seconds, or ``None``.
         hits: indices (into ``dataset.index``) of the footprints sampled from.
         footprints: ``[len(hits), 6]`` array of those footprints, clipped to
@@ -410,6 +435,14 @@ class GeoSampler(Sampler[tuple[slice, slice, slice]]):
 
     random: bool = False
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> GeoSampler:
+        if cls in (GeoSampler, BatchGeoSampler):
+            raise TypeError(
+                f"Can't instantiate abstract class {cls.__name__}: subclass it (implement __iter__ and __len__) "
+                "or use one of the samplers"
+            )
+        return super().__new__(cls)
+
     def __init__(self, dataset: Any, roi: Any = None, toi: Any = None) -> None:
         index = dataset_index(dataset)
         self.res = _resolution(dataset)
@@ -418,15 +451,20 @@ class GeoSampler(Sampler[tuple[slice, slice, slice]]):
         if len(index) == 0:
             raise ValueError(f"cannot sample from an empty dataset ({type(dataset).__name__} has no footprints)")
         total = index.total_bounds
-        self.roi = roi_box if roi_box is not None else total
+        self.roi_box = roi_box if roi_box is not None else total
+        self._roi_shape = roi if roi_shape is not None else None
+        self._crs = getattr(dataset, "crs", None)
         self.generator: torch.Generator | None = None
         self.skipped = np.empty(0, dtype=np.int64)
+        self.hits = np.empty(0, dtype=np.int64)
+        self.footprints = np.empty((0, 6))
 
-        query = self.roi
+        query = self.roi_box
         if self.toi is not None:
             mint, maxt = max(query.mint, self.toi[0]), min(query.maxt, self.toi[1])
             if mint > maxt:
-                raise ValueError(f"the roi's time interval and the toi do not overlap: {query!r}, toi {toi!r}")
+                self._nothing(f"the roi's time interval and the toi do not overlap: {query!r}, toi {toi!r}")
+                return
             query = query.with_time(mint, maxt)
         if roi_box is None and self.toi is None:
             hits = np.arange(len(index), dtype=np.int64)
@@ -434,10 +472,11 @@ class GeoSampler(Sampler[tuple[slice, slice, slice]]):
             hits = index.query(query)
         if len(hits) == 0:
             what = "roi/toi" if roi_box is not None and self.toi is not None else ("roi" if roi_box else "toi")
-            raise ValueError(
+            self._nothing(
                 f"the {what} does not intersect any footprint of the dataset: {what} "
                 f"{query if roi_box is not None else toi!r}, dataset bounds {total!r}"
             )
+            return
         orig = index.bounds[hits]
         b = orig.copy()
         b[:, 0::2] = np.maximum(b[:, 0::2], [query.minx, query.miny, query.mint])
@@ -446,10 +485,11 @@ class GeoSampler(Sampler[tuple[slice, slice, slice]]):
         keep = ~((b[:, 4] == b[:, 5]) & (orig[:, 4] < orig[:, 5]))
         hits, orig, b = hits[keep], orig[keep], b[keep]
         if len(hits) == 0:
-            raise ValueError(
+            self._nothing(
                 f"the toi only touches the time intervals of the dataset's footprints at their ends: "
                 f"toi {toi!r}, roi {roi_box!r}"
             )
+            return
         if roi_shape is not None:
             b = self._clip_to_shape(orig, b, roi_shape)
             keep = ~np.isnan(b).any(axis=1)
@@ -462,12 +502,44 @@ class GeoSampler(Sampler[tuple[slice, slice, slice]]):
             keep &= ~((b[:, 2] == b[:, 3]) & (orig[:, 2] < orig[:, 3]))
             hits, b = hits[keep], b[keep]
             if len(hits) == 0:
-                raise ValueError(
+                self._nothing(
                     f"the roi covers no whole pixel of any footprint of the dataset: roi {roi_box!r}, "
                     f"dataset bounds {total!r}, res {self.res}"
                 )
+                return
         self.hits = hits
         self.footprints = b
+
+    def _nothing(self, reason: str) -> None:
+        """No footprint to sample: this sampler yields nothing (as TorchGeo's), and says why."""
+        warnings.warn(f"{type(self).__name__} yields nothing: {reason}", UserWarning, stacklevel=4)
+
+    @property
+    def roi(self) -> Any:
+        """The region of interest, a shapely ``Polygon`` (TorchGeo 0.8's ``sampler.roi``)."""
+        if self._roi_shape is not None:
+            return self._roi_shape
+        import shapely
+
+        b = self.roi_box
+        return shapely.box(b.minx, b.miny, b.maxx, b.maxy)
+
+    @property
+    def index(self) -> Any:
+        """TorchGeo 0.8's ``sampler.index``: a ``GeoDataFrame`` of the footprints sampled from, clipped."""
+        cached = self.__dict__.get("_frame")
+        if cached is None or cached[0] is not self.footprints:
+            from pipekit.geo._frame import frame_from_index
+
+            crs = self._crs.to_wkt() if hasattr(self._crs, "to_wkt") else self._crs
+            frame = frame_from_index(GeoIndex(self.footprints), crs)
+            cached = self.__dict__["_frame"] = (self.footprints, frame)
+        return cached[1]
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("_frame", None)  # rebuilt on demand
+        return state
 
     @staticmethod
     def _clip_to_shape(orig: np.ndarray, b: np.ndarray, shape: Any) -> np.ndarray:
@@ -506,9 +578,9 @@ class GeoSampler(Sampler[tuple[slice, slice, slice]]):
         fits = (b[:, 1] - b[:, 0] >= w - _TOL * xres) & (b[:, 3] - b[:, 2] >= h - _TOL * yres)
         self.skipped = self.hits[~fits]
         self.hits, self.footprints = self.hits[fits], b[fits]
-        if len(self.hits) == 0:
+        if len(self.hits) == 0 and len(b):
             widths, heights = b[:, 1] - b[:, 0], b[:, 3] - b[:, 2]
-            raise ValueError(
+            self._nothing(
                 f"no footprint of the dataset (within the roi) is large enough for a patch of "
                 f"{h:g} x {w:g} CRS units (height x width); the largest footprint is "
                 f"{heights.max():g} x {widths.max():g}"
@@ -517,7 +589,7 @@ class GeoSampler(Sampler[tuple[slice, slice, slice]]):
     def _apply_time_window(self, window: Any) -> None:
         """Replace the footprints by one row per place and time window (see :func:`time_windows`)."""
         self.time_window = _time_window(window)
-        if self.time_window is None:
+        if self.time_window is None or len(self.footprints) == 0:
             return
         rows, source = time_windows(self.footprints, self.time_window, cover=not self.random)
         size = getattr(self, "size", None)
