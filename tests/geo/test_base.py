@@ -172,3 +172,17 @@ class TestComposition:
             warnings.simplefilter("error")
             with pytest.raises(TypeError):
                 Footprints() | 3
+
+    def test_unions_and_intersections_of_compositions(self):
+        boxes = [((k * 20, 0, k * 20 + 10, 10, DAY1, DAY2),) for k in range(4)]
+        a, b, c, d = (Footprints(boxes=bx) for bx in boxes)
+        everything = (a | b) | (c | d)
+        assert len(everything) == 4
+        assert everything[61:62, 1:2]["rows"] == 1
+        same = Footprints()
+        assert len((a & same) & (same & a)) == 1
+
+
+def test_geo_dataset_itself_is_abstract():
+    with pytest.raises(TypeError, match="Can't instantiate abstract class GeoDataset"):
+        GeoDataset()

@@ -152,6 +152,14 @@ class GeoDataset(Dataset):
     #: samples stack the scenes of a query's time along a first axis (see ``RasterDataset(time_series=)``)
     time_series: bool = False
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> GeoDataset:
+        if cls is GeoDataset:
+            raise TypeError(
+                "Can't instantiate abstract class GeoDataset: subclass it (assign index and res, implement "
+                "__getitem__) or use RasterDataset/VectorDataset"
+            )
+        return super().__new__(cls)
+
     # -- attributes -------------------------------------------------------------------------
     @property
     def crs(self) -> CRS:
@@ -384,6 +392,11 @@ class GeoDataset(Dataset):
     def _has_transforms(self) -> bool:
         return self.transforms is not None
 
+    def _reads_itself(self) -> bool:
+        """See :func:`_reads_itself` (compositions: whether an operand does)."""
+        cls = type(self)
+        return cls._read is GeoDataset._read and cls.__getitem__ is not GeoDataset.__getitem__
+
     def _plot_spec(self) -> dict[str, Any]:
         return {}
 
@@ -452,13 +465,12 @@ class GeoDataset(Dataset):
 
 
 def _reads_itself(dataset: GeoDataset) -> bool:
-    """Whether ``dataset`` is written the TorchGeo way: its own ``__getitem__``, no pipekit ``_read``.
+    """Whether ``dataset`` is written the TorchGeo way (or composes one): its own ``__getitem__``, no ``_read``.
 
     Compositions then query it with ``dataset[slices]`` (as TorchGeo does)
     instead of reading its pixels onto their grid.
     """
-    cls = type(dataset)
-    return cls._read is GeoDataset._read and cls.__getitem__ is not GeoDataset.__getitem__
+    return dataset._reads_itself()
 
 
 def _is_file_or_url(path: str) -> bool:

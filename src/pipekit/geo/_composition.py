@@ -284,6 +284,9 @@ class IntersectionDataset(GeoDataset):
     def _has_transforms(self) -> bool:
         return self.transforms is not None or any(d._has_transforms() for d in self.datasets)
 
+    def _reads_itself(self) -> bool:
+        return any(_reads_itself(d) for d in self.datasets)
+
     def _retargeted(self, crs: CRS, res: tuple[float, float]) -> IntersectionDataset:
         clone = copy.copy(self)
         clone.__dict__.pop("_crs_key", None)
@@ -460,6 +463,9 @@ class UnionDataset(GeoDataset):
 
     def _layers(self) -> dict[str, int]:
         return self.datasets[0]._layers()
+
+    def _reads_itself(self) -> bool:
+        return any(_reads_itself(d) for d in self.datasets)
 
     def _dtypes(self) -> dict[str, torch.dtype]:
         return self.datasets[0]._dtypes()
