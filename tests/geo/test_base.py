@@ -186,3 +186,36 @@ class TestComposition:
 def test_geo_dataset_itself_is_abstract():
     with pytest.raises(TypeError, match="Can't instantiate abstract class GeoDataset"):
         GeoDataset()
+
+
+class TestSampledAndLoaded:
+    """The subclass with every sampler, and read by a DataLoader with worker processes."""
+
+    def test_every_sampler_draws_from_it(self):
+        from pipekit.geo.samplers import GridGeoSampler, PreChippedGeoSampler, RandomBatchGeoSampler, RandomGeoSampler
+
+        ds = Footprints(boxes=((0, 0, 10, 10, DAY1, DAY2), (20, 0, 30, 10, DAY2, DAY5)))
+        samplers = [
+            RandomGeoSampler(ds, size=4, length=6, seed=0),
+            GridGeoSampler(ds, size=5),
+            PreChippedGeoSampler(ds, shuffle=True, seed=0),
+        ]
+        for sampler in samplers:
+            queries = list(sampler)
+            assert queries and all(ds[q]["rows"] == 1 for q in queries), type(sampler).__name__
+        assert len(list(GridGeoSampler(ds, size=5))) == 8
+        batches = list(RandomBatchGeoSampler(ds, size=4, batch_size=3, length=6, seed=0))
+        assert [len(b) for b in batches] == [3, 3]
+        assert all(len({q[0].start >= 20 for q in batch}) == 1 for batch in batches)  # a batch from one footprint
+
+    @pytest.mark.timeout(60)
+    def test_dataloader_with_two_workers(self):
+        from torch.utils.data import DataLoader
+
+        from pipekit.geo.samplers import GridGeoSampler
+
+        ds = Footprints(boxes=((0, 0, 10, 10, DAY1, DAY2),)) | Footprints(boxes=((20, 0, 30, 10, DAY1, DAY2),))
+        sampler = GridGeoSampler(ds, size=5)
+        loader = DataLoader(ds, sampler=sampler, num_workers=2, collate_fn=list)
+        seen = [sample["query"] for batch in loader for sample in batch]
+        assert sorted((x.start, y.start) for x, y, _ in seen) == sorted((x.start, y.start) for x, y, _ in sampler)
