@@ -20,6 +20,7 @@ and each is also the standard exception code written without pipekit would catch
         CliError
         ConfigurationError (ValueError, RuntimeError)
         DatasetNotFoundError (FileNotFoundError)
+        DependencyNotFoundError (ModuleNotFoundError)
         EmptyIntersectionError (ValueError, RuntimeError)
         FunctionalNameError
         NotGeoDatasetError (TypeError, ValueError)
@@ -101,6 +102,7 @@ __all__ = [
     "SourceReadError",
     "CliError",
     "EmptyIntersectionError",
+    "DependencyNotFoundError",
     "NotGeoDatasetError",
     "check_on_error",
 ]
@@ -298,6 +300,14 @@ class ConfigurationError(PipekitError, ValueError, RuntimeError):
 
     A ``ValueError`` (the arguments are wrong) and a ``RuntimeError``, the error
     torchdata raised in the same case.
+    """
+
+
+class DependencyNotFoundError(PipekitError, ModuleNotFoundError):
+    """A package or command a feature needs is not installed (TorchGeo 0.8's ``lazy_import``, ``which``).
+
+    A ``ModuleNotFoundError``, as pipekit's own missing optional packages; its
+    message says what to install.
     """
 
 
