@@ -198,6 +198,8 @@ class TestRandomGeoSampler:
             sampler = RandomGeoSampler(ds, size=10, length=20)
         assert "50 x 5" in str(info[0].message)
         assert (len(sampler), list(sampler), sampler.skipped.tolist()) == (0, [], [0, 1])
+        assert "large enough" in sampler.empty_reason
+        assert RandomGeoSampler(ds, size=2).empty_reason is None
 
     def test_roi_clips_and_snaps_to_the_footprint_grid(self):
         res = (10.0, 10.0)

@@ -413,7 +413,8 @@ class GeoSampler(Sampler[tuple[slice, slice, slice]]):
 
     Where nothing can be sampled (the roi or toi meets no footprint, the roi
     covers no whole pixel of one, no footprint is large enough for a patch)
-    the sampler yields nothing, as TorchGeo's, and warns saying why.
+    the sampler yields nothing, as TorchGeo's, and warns saying why (also in
+    ``empty_reason``).
 
     Attributes:
         res: ``(xres, yres)`` of the dataset.
@@ -434,6 +435,8 @@ class GeoSampler(Sampler[tuple[slice, slice, slice]]):
     """
 
     random: bool = False
+    #: why the sampler yields nothing (the roi meets no footprint...), ``None`` when it yields something
+    empty_reason: str | None = None
 
     def __new__(cls, *args: Any, **kwargs: Any) -> GeoSampler:
         if cls in (GeoSampler, BatchGeoSampler):
@@ -511,7 +514,8 @@ class GeoSampler(Sampler[tuple[slice, slice, slice]]):
         self.footprints = b
 
     def _nothing(self, reason: str) -> None:
-        """No footprint to sample: this sampler yields nothing (as TorchGeo's), and says why."""
+        """No footprint to sample: this sampler yields nothing (as TorchGeo's), and says why (``empty_reason``)."""
+        self.empty_reason = reason
         warnings.warn(f"{type(self).__name__} yields nothing: {reason}", UserWarning, stacklevel=4)
 
     @property

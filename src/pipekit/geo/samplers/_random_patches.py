@@ -211,7 +211,8 @@ class RandomBatchGeoSampler(BatchGeoSampler):
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         self._single = RandomGeoSampler(dataset, size, length, roi, toi, units, generator, seed=seed)
         # share the single-patch sampler's state
-        shared = ("res", "roi_box", "_roi_shape", "_crs", "toi", "hits", "footprints", "skipped", "size", "units")
+        shared = ("res", "roi_box", "_roi_shape", "_crs", "toi", "hits", "footprints", "skipped", "size", "units",
+                  "empty_reason")
         for name in (*shared, "length", "areas"):
             setattr(self, name, getattr(self._single, name))
         self.batch_size = int(batch_size)
