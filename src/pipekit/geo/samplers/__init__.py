@@ -44,7 +44,8 @@ Randomness
 
 The samplers live in modules by concern: :mod:`~pipekit.geo.samplers._base`
 (units, argument checks, the :class:`GeoSampler` base class and its
-resumable epoch iterator), :mod:`~pipekit.geo.samplers._random_patches`,
+resumable epoch iterator), :mod:`~pipekit.geo.samplers._time_windows`
+(``time_window=``), :mod:`~pipekit.geo.samplers._random_patches`,
 :mod:`~pipekit.geo.samplers._grid`, :mod:`~pipekit.geo.samplers._prechipped`
 and :mod:`~pipekit.geo.samplers._pipe` (:class:`GeoSamplerPipe`); this
 package re-exports them all.

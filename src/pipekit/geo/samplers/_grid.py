@@ -38,7 +38,7 @@ class GridGeoSampler(GeoSampler):
             scenes of a place (footprints overlapping by half or more); a
             ``timedelta``: that long from a scene's start.  The grid then
             repeats for windows that cover each scene once (see
-            :func:`~pipekit.geo.samplers._base.time_windows`).
+            :func:`~pipekit.geo.samplers._time_windows.time_windows`).
 
     Example:
         >>> from types import SimpleNamespace
