@@ -20,7 +20,10 @@ and each is also the standard exception code written without pipekit would catch
         CliError
         ConfigurationError (ValueError, RuntimeError)
         DatasetNotFoundError (FileNotFoundError)
+        DependencyNotFoundError (ModuleNotFoundError)
+        EmptyIntersectionError (ValueError, RuntimeError)
         FunctionalNameError
+        NotGeoDatasetError (TypeError, ValueError)
         OpenerReadError (OSError)
         RangeCacheError (OSError)
         SourceReadError
@@ -98,6 +101,9 @@ __all__ = [
     "OpenerReadError",
     "SourceReadError",
     "CliError",
+    "EmptyIntersectionError",
+    "DependencyNotFoundError",
+    "NotGeoDatasetError",
     "check_on_error",
 ]
 
@@ -294,6 +300,30 @@ class ConfigurationError(PipekitError, ValueError, RuntimeError):
 
     A ``ValueError`` (the arguments are wrong) and a ``RuntimeError``, the error
     torchdata raised in the same case.
+    """
+
+
+class DependencyNotFoundError(PipekitError, ModuleNotFoundError):
+    """A package or command a feature needs is not installed (TorchGeo 0.8's ``lazy_import``, ``which``).
+
+    A ``ModuleNotFoundError``, as pipekit's own missing optional packages; its
+    message says what to install.
+    """
+
+
+class EmptyIntersectionError(PipekitError, ValueError, RuntimeError):
+    """``a & b`` of geo datasets that share no area (or, unless ``spatial_only``, no time where they do).
+
+    A ``ValueError`` (pipekit's earlier error) and a ``RuntimeError``, the error
+    TorchGeo 0.8 raises in the same case.
+    """
+
+
+class NotGeoDatasetError(PipekitError, TypeError, ValueError):
+    """``a & b`` or ``a | b`` with an operand that is not a geo dataset.
+
+    A ``TypeError`` (pipekit's earlier error) and a ``ValueError``, the error
+    TorchGeo 0.8 raises in the same case.
     """
 
 

@@ -56,7 +56,10 @@ __all__ = [
     "GeoSamplerPipe",
 ]
 
-_getattr, _dir = lazy_attributes(__name__, dict.fromkeys(__all__, "pipekit.geo.samplers"), globals())
+# and TorchGeo's private ``_to_tuple`` (``torchgeo.samplers.utils``), which TorchGeo code imports
+_getattr, _dir = lazy_attributes(
+    __name__, dict.fromkeys([*__all__, "_to_tuple"], "pipekit.geo.samplers"), globals()
+)
 
 
 def __getattr__(name: str) -> Any:

@@ -171,7 +171,7 @@ class TestLengths:
     @pytest.mark.parametrize(
         ("lengths", "error", "match"),
         [
-            ([0.5, 0.4], ValueError, "fractions summing to 1 or counts summing to the 4"),
+            ([0.5, 0.4], ValueError, "must equal 1 or .* fractions summing to 1 or counts summing to the 4"),
             ([2, 1], ValueError, "counts summing to the 4"),
             ([0.5, 0.5, 0.0], ValueError, "greater than 0"),
             ([3, -1, 2], ValueError, "greater than 0"),
@@ -186,9 +186,9 @@ class TestLengths:
 
     def test_bad_fractions_raise_clearly(self, corpus):
         ds = landsat(corpus)
-        with pytest.raises(ValueError, match="random_bbox_splitting: fractions must sum to 1"):
+        with pytest.raises(ValueError, match="random_bbox_splitting: Sum of input fractions must equal 1"):
             random_bbox_splitting(ds, [0.5, 0.6])
-        with pytest.raises(ValueError, match="random_grid_cell_assignment: grid_size must be an int of at least 2"):
+        with pytest.raises(ValueError, match="random_grid_cell_assignment: Input grid_size must be greater than 1"):
             random_grid_cell_assignment(ds, [0.5, 0.5], grid_size=1)
         with pytest.raises(ValueError, match="greater than 0"):
             random_grid_cell_assignment(ds, [1.0, 0.0])
@@ -200,13 +200,13 @@ class TestLengths:
         _, _, t = ds.bounds
         start, stop = pd.Timestamp(t.start), pd.Timestamp(t.stop)
         mid = start + (stop - start) / 2
-        with pytest.raises(ValueError, match="must sum to 1"):
+        with pytest.raises(ValueError, match="Sum of input lengths must equal 1 or the dataset's time length"):
             time_series_split(ds, [0.5, 0.4])
         with pytest.raises(ValueError, match="overlap"):
             time_series_split(ds, [pd.Interval(start, mid + pd.Timedelta(days=1)), pd.Interval(mid, stop)])
-        with pytest.raises(ValueError, match="leaves the dataset's time bounds"):
+        with pytest.raises(ValueError, match="can't be out of dataset's time bounds: interval 0"):
             time_series_split(ds, [pd.Interval(start - pd.Timedelta(days=1), mid), pd.Interval(mid, stop)])
-        with pytest.raises(ValueError, match="must cover it"):
+        with pytest.raises(ValueError, match="must cover dataset's time bounds: lengths cover"):
             time_series_split(ds, [pd.Interval(start, mid - pd.Timedelta(days=1)), pd.Interval(mid, stop)])
         with pytest.raises(TypeError, match=r"all fractions, all pandas\.Timedelta or all pandas\.Interval"):
             time_series_split(ds, [0.5, pd.Timedelta(days=1)])
@@ -216,7 +216,7 @@ class TestLengths:
 
     def test_overlapping_rois_raise(self, corpus):
         ds = landsat(corpus)
-        with pytest.raises(ValueError, match="rois 0 and 1 overlap"):
+        with pytest.raises(ValueError, match="can't overlap: rois 0 and 1 do"):
             roi_split(ds, [shapely.box(X0, Y0 - SIDE, X0 + SIDE, Y0), shapely.box(X0 + 10, Y0 - SIDE, X0 + SIDE, Y0)])
 
 
@@ -342,3 +342,54 @@ class TestChangeOfCrs:
         assert both.bounds.area < 0.35 * (CDL(corpus["cdl"], years=[2023]) & ds).bounds.area
         for q in GridGeoSampler(both, size=8):
             assert both[q]["image"].shape == (3, 8, 8)
+
+
+class Footprints(pipekit.geo.GeoDataset):
+    """A dataset written the TorchGeo 0.8 way: ``index`` (a GeoDataFrame) and ``res`` assigned, its own getitem."""
+
+    def __init__(self, geometry, times=None, closed="both"):
+        import geopandas
+
+        times = times or [(pd.Timestamp(2024, 1, 1), pd.Timestamp(2024, 1, 2))] * len(geometry)
+        index = pd.IntervalIndex.from_tuples(times, closed=closed, name="datetime")
+        self.index = geopandas.GeoDataFrame(index=index, geometry=geometry, crs="EPSG:32631")
+        self.res = 1.0
+
+    def __getitem__(self, query):
+        return {"query": query}
+
+
+class TestTorchGeoStyleDatasets:
+    def test_every_split_function_splits_it(self):
+        ds = Footprints([shapely.box(k, 0, k + 1, 1) for k in range(4)])
+        days = pd.Timestamp(2024, 1, 1), pd.Timestamp(2024, 1, 2)
+        splits = {
+            "assignment": random_bbox_assignment(ds, [2, 2], generator=gen()),
+            "splitting": random_bbox_splitting(ds, [0.5, 0.5], generator=gen()),
+            "grid": random_grid_cell_assignment(ds, [0.5, 0.5], grid_size=2, generator=gen()),
+            "roi": roi_split(ds, [shapely.box(0, 0, 2, 1), shapely.box(2, 0, 4, 1)]),
+            "time": time_series_split(ds, [pd.Interval(days[0], days[0] + pd.Timedelta(hours=12)),
+                                           pd.Interval(days[0] + pd.Timedelta(hours=12), days[1])]),
+        }
+        for name, (a, b) in splits.items():
+            assert type(a) is Footprints and len(a) and len(b), name
+            area = a.index.geometry.area.sum() + b.index.geometry.area.sum()
+            assert area == pytest.approx(8.0 if name == "time" else 4.0), name  # time: both hold every footprint
+            assert a[a.bounds]["query"] == tuple(a.bounds), name
+        assert len(ds) == 4  # the dataset itself is left as it was
+
+    def test_time_split_respects_open_intervals(self):
+        # four days, each (day, next day) open at both ends: the entry ending at a split's start is not in it
+        day = pd.Timestamp(2024, 3, 1)
+        times = [(day + pd.Timedelta(days=k), day + pd.Timedelta(days=k + 1)) for k in range(4)]
+        ds = Footprints([shapely.box(0, 0, 1, 1)] * 4, times, closed="neither")
+        first, second = time_series_split(ds, [pd.Interval(day, day + pd.Timedelta(days=2)),
+                                               pd.Interval(day + pd.Timedelta(days=2), day + pd.Timedelta(days=4))])
+        assert (len(first), len(second)) == (2, 2)
+        assert first.bounds[2].start == day and second.bounds[2].stop == day + pd.Timedelta(days=4)
+
+    def test_roi_split_keeps_point_entries(self):
+        ds = Footprints([shapely.Point(0.5, 0.5), shapely.Point(2.5, 0.5), shapely.box(0, 0, 3, 1)])
+        west, east = roi_split(ds, [shapely.box(0, 0, 1, 1), shapely.box(1, 0, 3, 1)])
+        assert sorted(g.geom_type for g in west.index.geometry) == ["Point", "Polygon"]
+        assert sorted(g.geom_type for g in east.index.geometry) == ["Point", "Polygon"]

@@ -57,3 +57,26 @@ def test_array_to_tensor():
 def test_no_files_raises_torchgeos_error(tmp_path):
     with pytest.raises(datasets.DatasetNotFoundError, match="no files"):
         datasets.RasterDataset(tmp_path)
+
+
+def test_torchgeo_helpers(tmp_path, monkeypatch):
+    import os
+
+    from pipekit.datasets.utils import lazy_import, percentile_normalization, which, working_dir
+    from pipekit.errors import DependencyNotFoundError
+
+    monkeypatch.chdir(tmp_path)
+    with working_dir(tmp_path / "a" / "b", create=True):
+        assert os.getcwd() == str((tmp_path / "a" / "b").resolve())
+    assert os.getcwd() == str(tmp_path.resolve())
+    stretched = percentile_normalization(np.array([[1.0, 2.0], [98.0, 100.0]]), 2, 98)
+    assert stretched.min() == 0 and stretched.max() == 1
+    with pytest.raises(ValueError, match="lower must be less than upper"):
+        percentile_normalization(np.zeros(3), 50, 50)
+    assert lazy_import("collections.abc").__name__ == "collections.abc"
+    with pytest.raises(DependencyNotFoundError, match="pip install no-such-pkg\n") as info:
+        lazy_import("no_such_pkg.sub")
+    assert isinstance(info.value, ModuleNotFoundError)
+    assert which("sh")("-c", "exit 0", capture_output=True).returncode == 0
+    with pytest.raises(DependencyNotFoundError, match="no-such-command is not installed"):
+        which("no-such-command")

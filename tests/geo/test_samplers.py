@@ -192,11 +192,14 @@ class TestRandomGeoSampler:
         assert sampler.skipped.tolist() == [0, 2]
         assert all(b.minx >= 10 and b.maxx <= 110 for b in boxes_of(sampler))
 
-    def test_no_footprint_large_enough(self):
+    def test_no_footprint_large_enough_yields_nothing_and_says_why(self):
         ds = FakeGeoDataset([fp(0, 5, 0, 5), fp(10, 14, 0, 50)])
-        with pytest.raises(ValueError, match="large enough") as info:
-            RandomGeoSampler(ds, size=10)
-        assert "50 x 5" in str(info.value)
+        with pytest.warns(UserWarning, match="RandomGeoSampler yields nothing: .*large enough") as info:
+            sampler = RandomGeoSampler(ds, size=10, length=20)
+        assert "50 x 5" in str(info[0].message)
+        assert (len(sampler), list(sampler), sampler.skipped.tolist()) == (0, [], [0, 1])
+        assert "large enough" in sampler.empty_reason
+        assert RandomGeoSampler(ds, size=2).empty_reason is None
 
     def test_roi_clips_and_snaps_to_the_footprint_grid(self):
         res = (10.0, 10.0)
@@ -209,13 +212,12 @@ class TestRandomGeoSampler:
             assert_on_grid_and_inside(box, footprint, res, (8, 8))
             assert roi.contains(box.with_time(roi.mint, roi.maxt))
 
-    def test_roi_errors(self, two_tiles):
-        with pytest.raises(ValueError, match="does not intersect") as info:
-            RandomGeoSampler(two_tiles, size=10, roi=BoundingBox(500, 600, 0, 100))
-        assert "roi" in str(info.value)
+    def test_roi_without_footprints_yields_nothing_and_says_why(self, two_tiles):
+        with pytest.warns(UserWarning, match="the roi does not intersect any footprint"):
+            assert list(RandomGeoSampler(two_tiles, size=10, roi=BoundingBox(500, 600, 0, 100))) == []
         # touches the small tile's edge only
-        with pytest.raises(ValueError, match="no whole pixel"):
-            RandomGeoSampler(two_tiles, size=10, roi=BoundingBox(100, 200, 0, 100))
+        with pytest.warns(UserWarning, match="no whole pixel"):
+            assert len(GridGeoSampler(two_tiles, size=10, roi=BoundingBox(100, 200, 0, 100))) == 0
         with pytest.raises(TypeError, match="roi"):
             RandomGeoSampler(two_tiles, size=10, roi="everywhere")
 
@@ -228,8 +230,8 @@ class TestRandomGeoSampler:
         only_second = RandomGeoSampler(two_tiles, size=10, length=100, toi=slice(DAY + 1, None), seed=0)
         assert only_second.hits.tolist() == [1]
         assert all(b.minx >= 1000 and b.mint == DAY + 1 for b in boxes_of(only_second))
-        with pytest.raises(ValueError, match="toi"):
-            RandomGeoSampler(two_tiles, size=10, toi=(3 * DAY, 4 * DAY))
+        with pytest.warns(UserWarning, match="the toi do not overlap"):
+            assert list(RandomGeoSampler(two_tiles, size=10, toi=(3 * DAY, 4 * DAY))) == []
         with pytest.raises(ValueError, match="starts after"):
             RandomGeoSampler(two_tiles, size=10, toi=(2, 1))
 
@@ -255,13 +257,12 @@ class TestRandomGeoSampler:
     @pytest.mark.parametrize(
         ("kwargs", "error", "match"),
         [
-            ({"size": 0}, ValueError, "positive"),
+            ({"size": float("inf")}, ValueError, "positive"),
             ({"size": -3}, ValueError, "positive"),
             ({"size": float("nan")}, ValueError, "positive"),
             ({"size": (1, 2, 3)}, ValueError, "pair"),
             ({"size": "big"}, TypeError, "number"),
             ({"size": True}, TypeError, "number"),
-            ({"size": 2.5}, ValueError, "whole"),
             ({"size": 4, "units": "meters"}, ValueError, "units"),
             ({"size": 4, "length": -1}, ValueError, "length"),
             ({"size": 4, "length": 2.5}, ValueError, "length"),
@@ -410,8 +411,9 @@ class TestGridGeoSampler:
         assert len(sampler) == 9
         with pytest.raises(ValueError, match="stride"):
             GridGeoSampler(ds, size=10, stride=0)
-        with pytest.raises(ValueError, match="whole"):
-            GridGeoSampler(ds, size=10, stride=2.5)
+        with pytest.raises(ValueError, match="size must be positive"):
+            GridGeoSampler(ds, size=0)
+        assert GridGeoSampler(ds, size=10, stride=2.5).stride == (1.25, 1.25)  # pixels need not be whole
 
     def test_large_grid_is_fast_and_exact(self):
         import time
@@ -615,8 +617,8 @@ class TestTorchGeoQueries:
         sampler = RandomGeoSampler(two_tiles, size=10, length=10, toi=toi, seed=0)
         assert sampler.hits.tolist() == [1]
         assert {from_slices(q).mint for q in sampler} == {1.5 * DAY}
-        with pytest.raises(ValueError, match="does not intersect"):
-            GridGeoSampler(two_tiles, size=10, roi=shapely.box(400, 0, 500, 100))
+        with pytest.warns(UserWarning, match="does not intersect"):
+            assert list(GridGeoSampler(two_tiles, size=10, roi=shapely.box(400, 0, 500, 100))) == []
 
     def test_torchgeo_units_and_tile_to_chips_tuple(self, two_tiles):
         import enum
@@ -673,3 +675,55 @@ class TestTorchGeoQueries:
         # BoundingBox queries (pipekit's own) load too
         torch.save({"buffer": [BoundingBox(0, 1, 0, 1, 0, DAY)]}, tmp_path / "boxes.pt")
         assert torch.load(tmp_path / "boxes.pt", weights_only=True)["buffer"][0] == BoundingBox(0, 1, 0, 1, 0, DAY)
+
+
+class TestTorchGeoAttributes:
+    """What TorchGeo 0.8 code reads from a sampler: ``roi`` a shapely Polygon, ``index`` a GeoDataFrame."""
+
+    def test_roi_is_a_polygon_and_the_box_stays_reachable(self, two_tiles):
+        import shapely
+
+        sampler = GridGeoSampler(two_tiles, size=10)
+        assert sampler.roi.equals(shapely.box(0, 0, 1300, 100))
+        assert isinstance(sampler.roi_box, BoundingBox)
+        triangle = shapely.Polygon([(0, 0), (60, 0), (0, 60)])
+        assert RandomGeoSampler(two_tiles, size=10, roi=triangle).roi is triangle
+        clipped = RandomGeoSampler(two_tiles, size=10, roi=BoundingBox(50, 1100, 0, 100))
+        assert clipped.roi.bounds == (50, 0, 1100, 100)
+
+    def test_index_is_a_frame_of_the_clipped_footprints(self, two_tiles):
+        sampler = RandomBatchGeoSampler(two_tiles, size=10, batch_size=2, roi=BoundingBox(50, 1100, 0, 100))
+        frame = sampler.index
+        assert frame.crs.to_epsg() == 32631
+        assert frame.index.name == "datetime"
+        assert [g.bounds for g in frame.geometry] == [(50, 0, 100, 100), (1000, 0, 1100, 100)]
+        assert len(pickle.dumps(sampler)) < 20_000  # the frame is not pickled
+
+    def test_fractional_pixel_sizes_are_crs_units(self):
+        ds = FakeGeoDataset([fp(0, 100, 0, 100)], res=(10.0, 10.0))
+        sampler = RandomGeoSampler(ds, size=(4.5, 3), length=5, seed=0)
+        assert sampler.size == (45.0, 30.0)
+        assert {(b.height, b.width) for b in boxes_of(sampler)} == {(45.0, 30.0)}
+
+    def test_size_zero_yields_the_points_of_point_footprints(self):
+        ds = FakeGeoDataset([fp(3, 3, 4, 4), fp(7, 7, 8, 8)])
+        boxes = boxes_of(RandomGeoSampler(ds, size=0, length=20, seed=0))
+        assert {(b.minx, b.maxx, b.miny, b.maxy) for b in boxes} == {(3, 3, 4, 4), (7, 7, 8, 8)}
+        assert len(RandomGeoSampler(ds, size=0)) == 2
+
+    def test_base_classes_are_abstract_and_subclasses_with_iter_work(self, two_tiles):
+        from pipekit.geo.samplers import BatchGeoSampler, GeoSampler
+
+        for cls in (GeoSampler, BatchGeoSampler):
+            with pytest.raises(TypeError, match="Can't instantiate abstract class"):
+                cls(two_tiles)
+
+        class Corners(GeoSampler):
+            def __iter__(self):
+                for row in self.footprints:
+                    yield slice(row[0], row[0]), slice(row[2], row[2]), slice(None, None)
+
+            def __len__(self):
+                return len(self.footprints)
+
+        assert [(x.start, y.start) for x, y, _ in Corners(two_tiles)] == [(0, 0), (1000, 0)]

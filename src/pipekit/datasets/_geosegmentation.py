@@ -330,6 +330,8 @@ class GeoSegmentation(Recipe):
         if isinstance(self.sampler, BatchGeoSampler):
             raise TypeError(f"{where}: sampler must yield single boxes, not batches "
                             f"({type(self.sampler).__name__}); batching is the recipe's batch_size")
+        if len(self.sampler) == 0:  # a sampler yields nothing where TorchGeo's does; a recipe has nothing to train on
+            raise ValueError(f"{where}: {self.sampler.empty_reason or 'the sampler yields no patch'}")
 
         def read(pipe: IterDataPipe) -> IterDataPipe:
             pipe = pipe.sharding_filter().read_geo(self.dataset, on_error=on_error)

@@ -69,15 +69,17 @@ def _numbers(values: Any, name: str, fn: str) -> list[float]:
             raise TypeError(f"{fn}: {name} must be numbers, got {v!r} in {list(values)!r}")
         f = float(v)
         if not math.isfinite(f) or f <= 0:
-            raise ValueError(f"{fn}: all items in {name} must be greater than 0, got {list(values)!r}")
+            raise ValueError(f"{fn}: All items in input {name} must be greater than 0, got {list(values)!r}")
         out.append(f)
     return out
 
 
-def _fractions(values: Any, fn: str) -> list[float]:
-    fractions = _numbers(values, "fractions", fn)
+def _fractions(values: Any, fn: str, name: str = "fractions", must: str = "1") -> list[float]:
+    fractions = _numbers(values, name, fn)
     if not math.isclose(sum(fractions), 1.0):
-        raise ValueError(f"{fn}: fractions must sum to 1, got {list(values)!r} (sum {sum(fractions):g})")
+        raise ValueError(
+            f"{fn}: Sum of input {name} must equal {must}, got {list(values)!r} (sum {sum(fractions):g})"
+        )
     return fractions
 
 
@@ -159,8 +161,8 @@ def random_bbox_assignment(
         counts = [round(v) for v in values]
     else:
         raise ValueError(
-            f"{fn}: lengths must be fractions summing to 1 or counts summing to the {total} entries of "
-            f"{dataset.name}'s index, got {list(lengths)!r}"
+            f"{fn}: Sum of input lengths must equal 1 or the length of dataset's index: fractions summing to 1 "
+            f"or counts summing to the {total} entries of {dataset.name}'s index, got {list(lengths)!r}"
         )
     return _assign(dataset, dataset.index, counts, generator)
 
@@ -275,7 +277,7 @@ def random_grid_cell_assignment(
     _check_dataset(dataset, fn)
     fracs = _fractions(fractions, fn)
     if isinstance(grid_size, bool) or not isinstance(grid_size, numbers.Integral) or grid_size < 2:
-        raise ValueError(f"{fn}: grid_size must be an int of at least 2, got {grid_size!r}")
+        raise ValueError(f"{fn}: Input grid_size must be greater than 1 (an int), got {grid_size!r}")
     frame = dataset.index
     rows: list[int] = []
     cells: list[Any] = []
@@ -320,7 +322,6 @@ def roi_split(dataset: D, rois: Sequence[Any]) -> list[D]:
         >>> west.bounds[0].stop == east.bounds[0].start == mid
         True
     """
-    import geopandas
     import shapely
     from shapely.geometry import shape
 
@@ -339,12 +340,17 @@ def roi_split(dataset: D, rois: Sequence[Any]) -> list[D]:
         for j in range(i + 1, len(geoms)):
             b = geoms[j]
             if shapely.intersects(a, b) and not shapely.touches(a, b):
-                raise ValueError(f"{fn}: rois {i} and {j} overlap; rois must not overlap (they may touch)")
+                raise ValueError(f"{fn}: ROIs in input rois can't overlap: rois {i} and {j} do (they may touch)")
     frame = dataset.index
+    footprints = np.asarray(frame.geometry.values)
+    had_area = shapely.area(footprints) > 0
     out = []
     for roi in geoms:
-        clipped = geopandas.clip(frame, roi)
-        clipped = clipped[~clipped.geometry.is_empty & (clipped.geometry.area > 0)]
+        parts = shapely.intersection(footprints, roi)
+        # an entry with an area keeps a part with one (not the line where it touches the roi); a point stays a point
+        keep = ~shapely.is_empty(parts) & ~(had_area & (shapely.area(parts) <= 0))
+        rows = np.flatnonzero(keep)
+        clipped = frame.iloc[rows].copy().set_geometry(list(parts[rows]), crs=frame.crs)
         out.append(_with_index(dataset, clipped))
     return out
 
@@ -414,13 +420,14 @@ def time_series_split(dataset: D, lengths: Sequence[Any]) -> list[D]:
     total = stop - start
     items = list(lengths)
     if all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in items):
-        durations = [total * f for f in _fractions(items, fn)]
+        durations = [total * f for f in _fractions(items, fn, "lengths", "1 or the dataset's time length")]
         durations[-1] = total - sum(durations[:-1], pd.Timedelta(0))  # no float residue at the end
         items = durations
+    pairs = all(isinstance(v, pd.Interval) for v in items)
     if all(_timedelta(v) is not None for v in items):
         durations = [_timedelta(v) for v in items]
         if any(d <= pd.Timedelta(0) for d in durations):
-            raise ValueError(f"{fn}: all durations in lengths must be positive, got {list(lengths)!r}")
+            raise ValueError(f"{fn}: All items in input lengths must be greater than 0, got {list(lengths)!r}")
         intervals = []
         left = start
         for d in durations:
@@ -434,22 +441,30 @@ def time_series_split(dataset: D, lengths: Sequence[Any]) -> list[D]:
         )
     for k, iv in enumerate(intervals):
         if iv.left < start or iv.right > stop:
-            raise ValueError(f"{fn}: interval {k} ({iv.left} .. {iv.right}) leaves the dataset's time bounds "
-                             f"({start} .. {stop})")
+            raise ValueError(f"{fn}: Pairs of timestamps in lengths can't be out of dataset's time bounds: "
+                             f"interval {k} ({iv.left} .. {iv.right}) leaves them ({start} .. {stop})")
         for m, other in enumerate(intervals):
             if m != k and iv.left < other.right and other.left < iv.right:
-                raise ValueError(f"{fn}: intervals {k} and {m} in lengths overlap")
+                raise ValueError(f"{fn}: Pairs of timestamps in lengths can't overlap: intervals {k} and {m} do")
     covered = sum((iv.right - iv.left for iv in intervals), pd.Timedelta(0))
     if abs(covered - total) > pd.Timedelta(1, unit="us"):
-        raise ValueError(f"{fn}: lengths cover {covered} of the dataset's {total} time extent; they must cover it")
+        what = "Pairs of timestamps in lengths must cover dataset's time bounds" if pairs else (
+            "Sum of input lengths must equal 1 or the dataset's time length")
+        raise ValueError(f"{fn}: {what}: lengths cover {covered} of the dataset's {total} time extent")
     frame = dataset.index
+    # which entries a split holds: an open end (TorchGeo's intervals may be closed="neither") excludes its own
+    # instant, so an entry ending where a split starts is not in it; the times kept are the entries' ends
+    tick = pd.Timedelta(1, unit="us")
     lefts = pd.DatetimeIndex(frame.index.left)
     rights = pd.DatetimeIndex(frame.index.right)
+    closed = frame.index.closed
+    first = lefts + tick if closed in ("right", "neither") else lefts
+    last = rights - tick if closed in ("left", "neither") else rights
     last_end = max(iv.right for iv in intervals)
     out = []
     for iv in intervals:
         end = iv.right if iv.right == last_end else iv.right - pd.Timedelta(1, unit="us")
-        keep = np.asarray((lefts <= end) & (rights >= iv.left))
+        keep = np.asarray((first <= end) & (last >= iv.left))
         piece = frame.iloc[np.flatnonzero(keep)].copy()
         new_left = np.maximum(lefts[keep].to_numpy(), np.datetime64(iv.left.to_datetime64()))
         new_right = np.minimum(rights[keep].to_numpy(), np.datetime64(end.to_datetime64()))

@@ -20,7 +20,11 @@ read into sample tensors.
 
 from __future__ import annotations
 
+import copy
+import fnmatch
+import glob
 import math
+import os
 import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -31,6 +35,7 @@ from rasterio.crs import CRS
 from rasterio.warp import calculate_default_transform, transform_bounds
 from torch.utils.data import Dataset
 
+from pipekit._fs import split_protocol
 from pipekit.geo._bbox import BoundingBox, Bounds, is_complete, parse_query
 from pipekit.geo._index import GeoIndex
 from pipekit.geo._read import Grid
@@ -147,6 +152,14 @@ class GeoDataset(Dataset):
     #: samples stack the scenes of a query's time along a first axis (see ``RasterDataset(time_series=)``)
     time_series: bool = False
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> GeoDataset:
+        if cls is GeoDataset:
+            raise TypeError(
+                "Can't instantiate abstract class GeoDataset: subclass it (assign index and res, implement "
+                "__getitem__) or use RasterDataset/VectorDataset"
+            )
+        return super().__new__(cls)
+
     # -- attributes -------------------------------------------------------------------------
     @property
     def crs(self) -> CRS:
@@ -162,7 +175,12 @@ class GeoDataset(Dataset):
 
     @res.setter
     def res(self, value: Any) -> None:
-        self._retarget_in_place(None, _to_res(value))
+        res = _to_res(value)
+        if not hasattr(self, "_res") or not hasattr(self, "_crs"):
+            # a subclass written the TorchGeo way assigns ``index`` and ``res`` in its constructor: nothing to move yet
+            self._res = res
+            return
+        self._retarget_in_place(None, res)
 
     def _retarget_in_place(self, crs: CRS | None, res: tuple[float, float] | None) -> None:
         """TorchGeo's ``crs``/``res`` setters: this dataset (and its operands) in another CRS or resolution."""
@@ -197,6 +215,19 @@ class GeoDataset(Dataset):
             self.geo_index = value
             return
         frame = value
+        if not hasattr(self, "_crs"):
+            # TorchGeo 0.8's contract: a subclass assigns a GeoDataFrame without the base constructor; its CRS
+            # is the dataset's
+            from pipekit.geo._frame import is_frame
+
+            if not is_frame(frame):
+                raise TypeError(
+                    f"{self.name}.index takes a GeoDataFrame indexed by a pandas.IntervalIndex named 'datetime' "
+                    f"(TorchGeo 0.8's dataset.index) or a GeoIndex, got {type(frame).__name__}"
+                )
+            if frame.crs is None:
+                raise ValueError(f"{self.name}.index: the GeoDataFrame assigned has no crs (set crs= when building it)")
+            self._crs = _to_crs(frame.crs)
         self._set_frame(frame)
         self.__dict__["_frame_cache"] = (self.geo_index, frame)
 
@@ -219,6 +250,47 @@ class GeoDataset(Dataset):
 
     def __len__(self) -> int:
         return len(self.geo_index)
+
+    #: TorchGeo's glob of the files :attr:`files` lists under a directory of ``paths``
+    filename_glob: str = "*"
+
+    @property
+    def files(self) -> list[str]:
+        """The files of ``paths`` (TorchGeo 0.8's ``GeoDataset.files``), sorted, without duplicates.
+
+        A directory is searched recursively for ``filename_glob``; a file (or a
+        remote URL, a ``/vsi...`` path) that matches it is kept as given.  A path
+        that is neither is left out with a ``UserWarning`` naming it (unless the
+        dataset can ``download``).  Without ``paths``, the ``filepath`` column
+        of :attr:`index` where it has one, else nothing.
+        """
+        paths = getattr(self, "paths", None)
+        if paths is None:
+            cached = self.__dict__.get("_frame_cache")
+            frame = cached[1] if cached is not None else None
+            if frame is not None and "filepath" in getattr(frame, "columns", ()):
+                return sorted({str(f) for f in frame["filepath"]})
+            return []
+        return _list_files(paths, self.filename_glob, warn=not hasattr(self, "download"))
+
+    def _disambiguate_slice(self, query: Any) -> tuple[slice, slice, slice]:
+        """TorchGeo 0.8's helper: ``query`` (a slice or up to three) with what it leaves open taken from :attr:`bounds`.
+
+        Each of ``start``, ``stop`` and ``step`` the query gives replaces the
+        bounds' own, axis by axis (``x``, ``y``, ``t``); nothing is clipped or
+        reordered.
+        """
+        out = list(self.bounds)
+        if isinstance(query, slice):
+            query = (query,)
+        for i, part in enumerate(query):
+            if not isinstance(part, slice):
+                raise TypeError(f"{self.name}: a query is up to three slices (x, y, t), got {query!r}")
+            start = out[i].start if part.start is None else part.start
+            stop = out[i].stop if part.stop is None else part.stop
+            step = out[i].step if part.step is None else part.step
+            out[i] = slice(start, stop, step)
+        return out[0], out[1], out[2]
 
     # -- queries ----------------------------------------------------------------------------
     def grid(self, bbox: BoundingBox, res: tuple[float, float] | None = None) -> Grid:
@@ -246,7 +318,9 @@ class GeoDataset(Dataset):
             extent = repr(self._extent())
         except ValueError:
             extent = "(empty)"
-        return IndexError(f"query {bbox} is not within the index of {self.name} (bounds {extent})")
+        return IndexError(
+            f"query: {bbox} not found in index with bounds: {extent} (it is not within the index of {self.name})"
+        )
 
     def __getitem__(self, key: Any) -> Sample:
         """The sample of a query (TorchGeo 0.8's slices, or a BoundingBox); ``IndexError`` when nothing covers it.
@@ -296,28 +370,51 @@ class GeoDataset(Dataset):
         raise NotImplementedError
 
     def _retargeted(self, crs: CRS, res: tuple[float, float]) -> GeoDataset:
-        """A copy of this dataset in another CRS and/or resolution (reprojected on read)."""
-        raise NotImplementedError
+        """A copy of this dataset in another CRS and/or resolution (reprojected on read).
+
+        This default serves subclasses written the TorchGeo way (they assign
+        ``index`` and read in their own ``__getitem__``): the copy's index is
+        the footprints moved to ``crs`` (``GeoDataFrame.to_crs``), the dataset
+        itself is left as it is.
+        """
+        clone = copy.copy(self)
+        for key in ("_crs_key", "_frame_cache", "_extent_cache"):
+            clone.__dict__.pop(key, None)
+        if crs != self._crs:
+            from pipekit.geo._frame import index_from_frame
+
+            frame = self.index.to_crs(crs.to_wkt())
+            clone.geo_index = index_from_frame(frame)
+            clone.__dict__["_frame_cache"] = (clone.geo_index, frame)
+        clone._crs, clone._res = crs, res
+        return clone
 
     def _has_transforms(self) -> bool:
         return self.transforms is not None
+
+    def _reads_itself(self) -> bool:
+        """See :func:`_reads_itself` (compositions: whether an operand does)."""
+        cls = type(self)
+        return cls._read is GeoDataset._read and cls.__getitem__ is not GeoDataset.__getitem__
 
     def _plot_spec(self) -> dict[str, Any]:
         return {}
 
     # -- composition --------------------------------------------------------------------------
     def __and__(self, other: GeoDataset) -> IntersectionDataset:
-        """``a & b``: samples where both datasets have data, holding both products' keys."""
-        if not isinstance(other, GeoDataset):
-            return NotImplemented
+        """``a & b``: samples where both datasets have data, holding both products' keys.
+
+        ``NotGeoDatasetError`` (a ``TypeError`` and a ``ValueError``) when ``other`` is not a geo dataset.
+        """
         from pipekit.geo._composition import IntersectionDataset
 
         return IntersectionDataset(self, other)
 
     def __or__(self, other: GeoDataset) -> UnionDataset:
-        """``a | b``: samples where either dataset has data, mosaicked first-valid."""
-        if not isinstance(other, GeoDataset):
-            return NotImplemented
+        """``a | b``: samples where either dataset has data, mosaicked first-valid.
+
+        ``NotGeoDatasetError`` (a ``TypeError`` and a ``ValueError``) when ``other`` is not a geo dataset.
+        """
         from pipekit.geo._composition import UnionDataset
 
         return UnionDataset(self, other)
@@ -348,6 +445,15 @@ class GeoDataset(Dataset):
             state.pop(key, None)  # rebuilt on demand (the GeoDataFrame is not sent to workers)
         return state
 
+    def __str__(self) -> str:
+        """TorchGeo 0.8's summary: the class, its kind, :attr:`bounds` and the number of index entries."""
+        try:
+            bounds = repr(self.bounds)
+        except ValueError:
+            bounds = "(empty)"
+        kind = type(self).__name__ if type(self).__name__ in ("IntersectionDataset", "UnionDataset") else "GeoDataset"
+        return f"{type(self).__name__} Dataset\n    type: {kind}\n    bbox: {bounds}\n    size: {len(self)}"
+
     def __repr__(self) -> str:
         try:
             bounds = repr(self._extent())
@@ -356,6 +462,40 @@ class GeoDataset(Dataset):
         return (
             f"{self.name}(crs={_crs_name(self._crs)}, res={self._res}, entries={len(self)}, bounds={bounds})"
         )
+
+
+def _reads_itself(dataset: GeoDataset) -> bool:
+    """Whether ``dataset`` is written the TorchGeo way (or composes one): its own ``__getitem__``, no ``_read``.
+
+    Compositions then query it with ``dataset[slices]`` (as TorchGeo does)
+    instead of reading its pixels onto their grid.
+    """
+    return dataset._reads_itself()
+
+
+def _is_file_or_url(path: str) -> bool:
+    return os.path.isfile(path) or split_protocol(path)[0] is not None or path.startswith("/vsi")
+
+
+def _list_files(paths: Any, pattern: str, warn: bool) -> list[str]:
+    """TorchGeo's file discovery: directories globbed recursively for ``pattern``, matching files and URLs kept."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    files: set[str] = set()
+    for path in paths:
+        text = os.fspath(path)
+        if os.path.isdir(text):
+            found = glob.iglob(os.path.join(text, "**", pattern), recursive=True)
+            files.update(f for f in found if not os.path.isdir(f))  # TorchGeo lists matching folders too
+        elif _is_file_or_url(text) and fnmatch.fnmatch(text, f"*{pattern}"):
+            files.add(text)
+        elif warn:
+            warnings.warn(
+                f"Could not find any relevant files for provided path {text!r}. Path was ignored.",
+                UserWarning,
+                stacklevel=3,
+            )
+    return sorted(files)
 
 
 def _reproject_index(index: GeoIndex, src: CRS, dst: CRS) -> GeoIndex:

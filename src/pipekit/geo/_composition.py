@@ -20,18 +20,20 @@ import numpy as np
 import torch
 from rasterio.crs import CRS
 
+from pipekit.errors import EmptyIntersectionError, NotGeoDatasetError
 from pipekit.geo._base import (
     Arrays,
     GeoDataset,
     Sample,
     _crs_name,
     _default_res,
+    _reads_itself,
     _reproject_index,
     _to_crs,
     _to_res,
 )
 from pipekit.geo._bbox import BoundingBox
-from pipekit.geo._collate import concat_samples
+from pipekit.geo._collate import concat_samples, merge_samples
 from pipekit.geo._index import GeoIndex
 from pipekit.geo._read import Grid
 
@@ -49,9 +51,7 @@ def _align(
     kind: str, dataset1: GeoDataset, dataset2: GeoDataset, crs: Any, res: Any
 ) -> tuple[GeoDataset, GeoDataset, CRS, tuple[float, float]]:
     """Both operands in one CRS and resolution: the left one's unless ``crs``/``res`` are given."""
-    for d in (dataset1, dataset2):
-        if not isinstance(d, GeoDataset):
-            raise TypeError(f"{kind} combines GeoDatasets, got {type(d).__name__}")
+    _check_operands(kind, dataset1, dataset2)
     target_crs = dataset1.crs if crs is None else _to_crs(crs)
     if res is not None:
         target_res = _to_res(res)
@@ -73,6 +73,20 @@ def _align(
         f"; reprojected on read: {', '.join(moved)}" if moved else "",
     )
     return out[0], out[1], target_crs, target_res
+
+
+def _check_operands(kind: str, *datasets: Any) -> None:
+    for d in datasets:
+        if not isinstance(d, GeoDataset):
+            raise NotGeoDatasetError(f"{kind} only supports GeoDatasets (it combines them), got {type(d).__name__}")
+
+
+def _operand_sample(d: GeoDataset, query: BoundingBox, grid: Grid, bounds: Any) -> Sample:
+    """An operand's sample of a query: read onto ``grid``, or (a dataset written the TorchGeo way) ``d[bounds]``."""
+    if _reads_itself(d):
+        return d[bounds]
+    sample = d._getitem(query, grid, bounds)
+    return d.transforms(sample) if d.transforms is not None else sample
 
 
 class IntersectionDataset(GeoDataset):
@@ -103,7 +117,10 @@ class IntersectionDataset(GeoDataset):
         res: the resolution of both (default: ``dataset1``'s).
 
     Raises:
-        ValueError: the datasets do not intersect (names both).
+        EmptyIntersectionError: the datasets do not intersect (a ``ValueError``
+            and, as TorchGeo's, a ``RuntimeError``; it names both).
+        NotGeoDatasetError: an operand is not a ``GeoDataset`` (a
+            ``TypeError`` and, as TorchGeo's, a ``ValueError``).
     """
 
     def __init__(
@@ -148,8 +165,12 @@ class IntersectionDataset(GeoDataset):
         boxes = boxes[keep]
         if len(boxes) == 0:
             where = "in space" if self.spatial_only else "in space and time"
-            raise ValueError(
-                f"{self._names[0]} & {self._names[1]}: the datasets do not intersect {where} "
+            if self.spatial_only or not _meet_in_space(d1.geo_index, d2.geo_index):
+                torchgeo = "Datasets have no spatial intersection"
+            else:
+                torchgeo = "Datasets have no temporal intersection; pass spatial_only=True to ignore time"
+            raise EmptyIntersectionError(
+                f"{self._names[0]} & {self._names[1]}: the datasets do not intersect {where}: {torchgeo} "
                 f"({self._names[0]} covers {d1._extent()!r}, {self._names[1]} covers {d2._extent()!r}, "
                 f"in {_crs_name(self._crs)})"
             )
@@ -188,8 +209,7 @@ class IntersectionDataset(GeoDataset):
         if len(self.geo_index.query(bbox)) == 0:
             raise self._missing(bbox)
         query = self._child_query(bbox)
-        samples = [d._getitem(query, grid, bounds) for d in self.datasets]
-        samples = [d.transforms(s) if d.transforms is not None else s for d, s in zip(self.datasets, samples)]
+        samples = [_operand_sample(d, query, grid, bounds) for d in self.datasets]
         if self.collate_fn is not None:
             return self.collate_fn(samples)
         merged: Sample = {}
@@ -220,6 +240,9 @@ class IntersectionDataset(GeoDataset):
             raise ValueError(f"{self.name} has a collate_fn, so it cannot be mosaicked inside a union")
         if self.time_series:
             raise ValueError(f"{self.name} holds a time_series dataset, so it cannot be mosaicked inside a union")
+        if any(_reads_itself(d) for d in self.datasets):
+            raise ValueError(f"{self.name} holds a dataset that reads itself (its own __getitem__), so it cannot be "
+                             "mosaicked inside a union")
         if len(self.geo_index.query(bbox)) == 0:
             return None
         query = self._child_query(bbox)
@@ -261,6 +284,9 @@ class IntersectionDataset(GeoDataset):
     def _has_transforms(self) -> bool:
         return self.transforms is not None or any(d._has_transforms() for d in self.datasets)
 
+    def _reads_itself(self) -> bool:
+        return any(_reads_itself(d) for d in self.datasets)
+
     def _retargeted(self, crs: CRS, res: tuple[float, float]) -> IntersectionDataset:
         clone = copy.copy(self)
         clone.__dict__.pop("_crs_key", None)
@@ -285,6 +311,15 @@ class IntersectionDataset(GeoDataset):
                     spec[key] = sub[key]
             offset += layers.get("image", 0)
         return spec
+
+
+def _meet_in_space(a: GeoIndex, b: GeoIndex) -> bool:
+    """Whether some footprints of ``a`` and ``b`` share an area (whatever their times)."""
+    i, j = a.intersect_pairs(b, spatial_only=True)
+    x, y = a.bounds[i], b.bounds[j]
+    width = np.minimum(x[:, 1], y[:, 1]) - np.maximum(x[:, 0], y[:, 0])
+    height = np.minimum(x[:, 3], y[:, 3]) - np.maximum(x[:, 2], y[:, 2])
+    return bool(((width > 0) & (height > 0)).any())
 
 
 def _concat(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -328,12 +363,14 @@ class UnionDataset(GeoDataset):
         collate_fn: TorchGeo's argument: combine the samples of the operands
             that cover a query with it (e.g. ``merge_samples``, TorchGeo's
             default, the pixelwise maximum) instead of pipekit's first-valid
-            mosaic.
+            mosaic (the default, and ``merge_samples`` where an operand is
+            written the TorchGeo way: it reads itself in its own ``__getitem__``).
         transforms: applied to the mosaicked sample.
         crs: the CRS of both (default: ``dataset1``'s).
         res: the resolution of both (default: ``dataset1``'s).
 
     Raises:
+        NotGeoDatasetError: an operand is not a ``GeoDataset``.
         ValueError: without ``collate_fn``, the operands' sample keys or band
             counts differ, or an operand has its own ``transforms`` (pixels
             are mosaicked before any transform runs: give ``transforms=`` to
@@ -354,12 +391,12 @@ class UnionDataset(GeoDataset):
             raise TypeError(f"transforms must be callable, got {type(transforms).__name__}")
         if collate_fn is not None and not callable(collate_fn):
             raise TypeError(f"collate_fn must be callable, got {type(collate_fn).__name__}")
+        _check_operands("UnionDataset", dataset1, dataset2)
+        if collate_fn is None and (_reads_itself(dataset1) or _reads_itself(dataset2)):
+            collate_fn = merge_samples  # TorchGeo's default: datasets that read themselves cannot be mosaicked
         self.collate_fn = collate_fn
-        for d in (dataset1, dataset2):
-            if not isinstance(d, GeoDataset):
-                raise TypeError(f"UnionDataset combines GeoDatasets, got {type(d).__name__}")
-        l1, l2 = dataset1._layers(), dataset2._layers()
-        if l1 != l2 and collate_fn is None:
+        l1, l2 = (dataset1._layers(), dataset2._layers()) if collate_fn is None else ({}, {})
+        if l1 != l2:
             raise ValueError(
                 f"{dataset1.name} | {dataset2.name}: cannot mosaic samples of different layouts "
                 f"({l1} vs {l2}); choose bands= so that both read the same number of bands"
@@ -395,10 +432,9 @@ class UnionDataset(GeoDataset):
         samples = []
         for d in self.datasets:
             try:
-                sample = d._getitem(bbox, grid, bounds)
+                samples.append(_operand_sample(d, bbox, grid, bounds))
             except IndexError:
                 continue
-            samples.append(d.transforms(sample) if d.transforms is not None else sample)
         if not samples:
             raise self._missing(bbox)
         return self.collate_fn(samples)
@@ -427,6 +463,9 @@ class UnionDataset(GeoDataset):
 
     def _layers(self) -> dict[str, int]:
         return self.datasets[0]._layers()
+
+    def _reads_itself(self) -> bool:
+        return any(_reads_itself(d) for d in self.datasets)
 
     def _dtypes(self) -> dict[str, torch.dtype]:
         return self.datasets[0]._dtypes()

@@ -44,7 +44,8 @@ Randomness
 
 The samplers live in modules by concern: :mod:`~pipekit.geo.samplers._base`
 (units, argument checks, the :class:`GeoSampler` base class and its
-resumable epoch iterator), :mod:`~pipekit.geo.samplers._random_patches`,
+resumable epoch iterator), :mod:`~pipekit.geo.samplers._time_windows`
+(``time_window=``), :mod:`~pipekit.geo.samplers._random_patches`,
 :mod:`~pipekit.geo.samplers._grid`, :mod:`~pipekit.geo.samplers._prechipped`
 and :mod:`~pipekit.geo.samplers._pipe` (:class:`GeoSamplerPipe`); this
 package re-exports them all.
@@ -65,6 +66,7 @@ from pipekit.geo.samplers._base import _resolution as _resolution
 from pipekit.geo.samplers._base import _roi as _roi
 from pipekit.geo.samplers._base import _rows_cols as _rows_cols
 from pipekit.geo.samplers._base import _SamplerIterator as _SamplerIterator
+from pipekit.geo.samplers._base import _to_tuple as _to_tuple
 from pipekit.geo.samplers._base import _toi as _toi
 from pipekit.geo.samplers._base import _units as _units
 from pipekit.geo.samplers._base import dataset_index as dataset_index

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from collections.abc import Iterator
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,7 @@ from torch.utils.data import Sampler
 
 from pipekit.geo._bbox import BoundingBox, parse_query, slices_from_rows, to_timestamp
 from pipekit.geo._index import GeoIndex
+from pipekit.geo.samplers._time_windows import _time_window, time_windows
 from pipekit.pipes.state import draw_seed
 
 if TYPE_CHECKING:
@@ -58,8 +60,12 @@ def _units(units: Any) -> Units:
     raise ValueError(f'units must be "pixels" or "crs" (or a Units member), got {units!r}')
 
 
-def _pair(value: Any, name: str, pixels: bool) -> tuple[float, float]:
-    """``value`` as ``(height, width)``, validated positive (whole numbers when in pixels)."""
+def _pair(value: Any, name: str, zero: bool = False) -> tuple[float, float]:
+    """``value`` as ``(height, width)``, validated positive (or zero where ``zero``).
+
+    Sizes in pixels need not be whole numbers (as in TorchGeo: ``4.5`` pixels
+    is ``4.5 * res`` CRS units); a size of 0 is TorchGeo's patch of point data.
+    """
     if isinstance(value, (tuple, list)):
         if len(value) != 2:
             raise ValueError(f"{name} must be a number or a (height, width) pair, got {value!r}")
@@ -71,12 +77,22 @@ def _pair(value: Any, name: str, pixels: bool) -> tuple[float, float]:
         if isinstance(v, bool) or not isinstance(v, numbers.Real):
             raise TypeError(f"{name} must be a number or a (height, width) pair of numbers, got {value!r}")
         f = float(v)
-        if not math.isfinite(f) or f <= 0:
-            raise ValueError(f"{name} must be positive and finite, got {value!r}")
-        if pixels and f != round(f):
-            raise ValueError(f"{name} in pixels must be whole numbers, got {value!r} (use units='crs' for CRS units)")
+        if not math.isfinite(f) or f < 0 or (f == 0 and not zero):
+            raise ValueError(f"{name} must be {'zero or ' if zero else ''}positive and finite, got {value!r}")
         out.append(f)
     return out[0], out[1]
+
+
+def _to_tuple(value: Any) -> tuple[Any, Any]:
+    """TorchGeo's helper: ``value`` as ``(value, value)`` unless it already is a pair.
+
+    Example:
+        >>> _to_tuple(3), _to_tuple((2, 4.5))
+        ((3, 3), (2, 4.5))
+    """
+    if isinstance(value, numbers.Real):
+        return (value, value)
+    return value
 
 
 def _resolution(dataset: Any) -> tuple[float, float]:
@@ -143,132 +159,6 @@ def _toi(toi: Any) -> tuple[float, float] | None:
     if mint > maxt:
         raise ValueError(f"toi starts after it ends: {toi!r}")
     return mint, maxt
-
-
-def _time_window(window: Any) -> int | float | None:
-    """A sampler's ``time_window``: a number of scenes (int) or a duration (seconds, from a timedelta)."""
-    if window is None:
-        return None
-    if isinstance(window, bool):
-        raise TypeError(f"time_window must be an int (scenes) or a timedelta (duration), got {window!r}")
-    if isinstance(window, numbers.Integral):
-        if window < 1:
-            raise ValueError(f"time_window must be at least 1 scene, got {window!r}")
-        return int(window)
-    seconds = getattr(window, "total_seconds", None)
-    if seconds is None and isinstance(window, np.timedelta64):
-        seconds = lambda: window / np.timedelta64(1, "us") / 1e6  # noqa: E731
-    if seconds is None:
-        raise TypeError(
-            f"time_window must be an int (scenes) or a timedelta / pandas.Timedelta (duration), got {window!r}"
-        )
-    value = float(seconds())
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"time_window must be a positive duration, got {window!r}")
-    return value
-
-
-def _places(footprints: np.ndarray, overlap: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
-    """Group footprints into places: those overlapping by at least ``overlap`` of the smaller one, transitively.
-
-    Returns ``(label, boxes)``: each footprint's place, and each place's box,
-    the intersection of its footprints (where every scene of it has data).
-    """
-    n = len(footprints)
-    parent = np.arange(n)
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return int(i)
-
-    spatial = footprints.copy()
-    spatial[:, 4], spatial[:, 5] = 0.0, 0.0
-    index = GeoIndex(spatial)
-    ia, ib = index.intersect_pairs(index, spatial_only=True)
-    keep = ia < ib
-    ia, ib = ia[keep], ib[keep]
-    a, b = footprints[ia], footprints[ib]
-    w = np.minimum(a[:, 1], b[:, 1]) - np.maximum(a[:, 0], b[:, 0])
-    h = np.minimum(a[:, 3], b[:, 3]) - np.maximum(a[:, 2], b[:, 2])
-    area = (footprints[:, 1] - footprints[:, 0]) * (footprints[:, 3] - footprints[:, 2])
-    close = w.clip(0) * h.clip(0) >= overlap * np.minimum(area[ia], area[ib])
-    for i, j in zip(ia[close].tolist(), ib[close].tolist()):
-        ri, rj = find(i), find(j)
-        if ri != rj:
-            parent[max(ri, rj)] = min(ri, rj)
-    roots = np.array([find(i) for i in range(n)], dtype=np.int64)
-    _, label = np.unique(roots, return_inverse=True)
-    label = label.reshape(-1)
-    boxes = np.empty((int(label.max()) + 1 if n else 0, 4))
-    for p in range(len(boxes)):
-        m = footprints[label == p]
-        boxes[p] = (m[:, 0].max(), m[:, 1].min(), m[:, 2].max(), m[:, 3].min())
-    return label, boxes
-
-
-def time_windows(footprints: np.ndarray, window: int | float, cover: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The footprints of a time series sampler: one row per place and time window.
-
-    Footprints that overlap by at least half of the smaller one (scenes of
-    one path/row or tile, shifted a little or reprojected from another CRS)
-    form a place, whose box is where they all have data; the distinct time
-    intervals of its footprints, oldest first, are its scenes.  ``window``
-    an int ``N``: a window spans ``N`` consecutive scenes (from the first
-    one's start to the last one's end); places with fewer scenes are
-    dropped.  ``window`` a float: a duration in seconds from a scene's start
-    (ending a microsecond before start + duration).  ``cover=False`` gives
-    every window (one per starting scene: what random samplers draw from);
-    ``cover=True`` only enough windows, without overlap, to cover every scene
-    once (the last ``N``-scene window is moved back to end at the last
-    scene, as grid rows are).
-
-    Returns ``(rows, source)``: the ``[n, 6]`` windows and, for each, the
-    index (into ``footprints``) of the place's first footprint.
-
-    Example:
-        >>> day = 86400.0
-        >>> fp = np.array([[k, 10 + k, 0, 10, k * day, k * day + 1] for k in range(5)], dtype=float)
-        >>> rows, _ = time_windows(fp, 2, cover=True)  # five scenes, each shifted by 1: one place
-        >>> (rows[:, 4] / day).tolist(), ((rows[:, 5] - 1) / day).tolist(), rows[0, :4].tolist()
-        ([0.0, 2.0, 3.0], [1.0, 3.0, 4.0], [4.0, 10.0, 0.0, 10.0])
-        >>> len(time_windows(fp, 2, cover=False)[0]), len(time_windows(fp, 6, cover=False)[0])
-        (4, 0)
-        >>> rows, _ = time_windows(fp, 2.5 * day, cover=True)
-        >>> (rows[:, 4] / day).tolist()
-        [0.0, 3.0]
-    """
-    out: list[np.ndarray] = []
-    source: list[int] = []
-    label, places = _places(footprints)
-    for p in range(len(places)):
-        members = np.flatnonzero(label == p)
-        box = places[p]
-        if box[0] >= box[1] or box[2] >= box[3]:
-            continue
-        times = np.unique(footprints[members, 4:6], axis=0)  # sorted by start, then end
-        m = len(times)
-        if isinstance(window, int):
-            if m < window:
-                continue
-            starts = list(range(0, m - window + 1, window if cover else 1))
-            if cover and starts[-1] != m - window:
-                starts.append(m - window)
-            spans = [(times[k, 0], times[k : k + window, 1].max()) for k in starts]
-        else:
-            spans = []
-            end = -math.inf
-            for k in range(m):
-                if cover and times[k, 0] <= end:
-                    continue
-                end = times[k, 0] + window - 1e-6
-                spans.append((times[k, 0], end))
-        for lo, hi in spans:
-            out.append(np.array([*box, lo, hi]))
-            source.append(int(members[0]))
-    rows = np.array(out, dtype=np.float64).reshape(-1, 6)
-    return rows, np.array(source, dtype=np.int64)
 
 
 def _generator(generator: Any, seed: Any) -> torch.Generator | None:
@@ -393,11 +283,22 @@ class GeoSampler(Sampler[tuple[slice, slice, slice]]):
 
     Subclasses implement ``__len__`` and ``_chunk(seed, c)`` (the boxes at
     positions ``c * 1024 ...`` of an epoch drawn with ``seed``), and set
-    ``random``.
+    ``random``; or, as TorchGeo's, ``__iter__`` (``GeoSampler`` itself is
+    abstract).
+
+    Where nothing can be sampled (the roi or toi meets no footprint, the roi
+    covers no whole pixel of one, no footprint is large enough for a patch)
+    the sampler yields nothing, as TorchGeo's, and warns saying why (also in
+    ``empty_reason``).
 
     Attributes:
         res: ``(xres, yres)`` of the dataset.
-        roi: the region of interest (the dataset's total bounds by default).
+        roi: the region of interest as TorchGeo 0.8 has it, a shapely
+            ``Polygon`` (the dataset's total bounds by default).
+        roi_box: the roi's bounding :class:`~pipekit.geo.BoundingBox` (with
+            the time interval of a ``BoundingBox`` roi).
+        index: TorchGeo 0.8's ``GeoDataFrame`` of the footprints sampled
+            from (clipped to the roi/toi), built on first use.
         toi: the time of interest as ``(mint, maxt)`` seconds, or ``None``.
         hits: indices (into ``dataset.index``) of the footprints sampled from.
         footprints: ``[len(hits), 6]`` array of those footprints, clipped to
@@ -409,6 +310,16 @@ class GeoSampler(Sampler[tuple[slice, slice, slice]]):
     """
 
     random: bool = False
+    #: why the sampler yields nothing (the roi meets no footprint...), ``None`` when it yields something
+    empty_reason: str | None = None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> GeoSampler:
+        if cls in (GeoSampler, BatchGeoSampler):
+            raise TypeError(
+                f"Can't instantiate abstract class {cls.__name__}: subclass it (implement __iter__ and __len__) "
+                "or use one of the samplers"
+            )
+        return super().__new__(cls)
 
     def __init__(self, dataset: Any, roi: Any = None, toi: Any = None) -> None:
         index = dataset_index(dataset)
@@ -418,15 +329,20 @@ class GeoSampler(Sampler[tuple[slice, slice, slice]]):
         if len(index) == 0:
             raise ValueError(f"cannot sample from an empty dataset ({type(dataset).__name__} has no footprints)")
         total = index.total_bounds
-        self.roi = roi_box if roi_box is not None else total
+        self.roi_box = roi_box if roi_box is not None else total
+        self._roi_shape = roi if roi_shape is not None else None
+        self._crs = getattr(dataset, "crs", None)
         self.generator: torch.Generator | None = None
         self.skipped = np.empty(0, dtype=np.int64)
+        self.hits = np.empty(0, dtype=np.int64)
+        self.footprints = np.empty((0, 6))
 
-        query = self.roi
+        query = self.roi_box
         if self.toi is not None:
             mint, maxt = max(query.mint, self.toi[0]), min(query.maxt, self.toi[1])
             if mint > maxt:
-                raise ValueError(f"the roi's time interval and the toi do not overlap: {query!r}, toi {toi!r}")
+                self._nothing(f"the roi's time interval and the toi do not overlap: {query!r}, toi {toi!r}")
+                return
             query = query.with_time(mint, maxt)
         if roi_box is None and self.toi is None:
             hits = np.arange(len(index), dtype=np.int64)
@@ -434,10 +350,11 @@ class GeoSampler(Sampler[tuple[slice, slice, slice]]):
             hits = index.query(query)
         if len(hits) == 0:
             what = "roi/toi" if roi_box is not None and self.toi is not None else ("roi" if roi_box else "toi")
-            raise ValueError(
+            self._nothing(
                 f"the {what} does not intersect any footprint of the dataset: {what} "
                 f"{query if roi_box is not None else toi!r}, dataset bounds {total!r}"
             )
+            return
         orig = index.bounds[hits]
         b = orig.copy()
         b[:, 0::2] = np.maximum(b[:, 0::2], [query.minx, query.miny, query.mint])
@@ -446,10 +363,11 @@ class GeoSampler(Sampler[tuple[slice, slice, slice]]):
         keep = ~((b[:, 4] == b[:, 5]) & (orig[:, 4] < orig[:, 5]))
         hits, orig, b = hits[keep], orig[keep], b[keep]
         if len(hits) == 0:
-            raise ValueError(
+            self._nothing(
                 f"the toi only touches the time intervals of the dataset's footprints at their ends: "
                 f"toi {toi!r}, roi {roi_box!r}"
             )
+            return
         if roi_shape is not None:
             b = self._clip_to_shape(orig, b, roi_shape)
             keep = ~np.isnan(b).any(axis=1)
@@ -462,12 +380,45 @@ class GeoSampler(Sampler[tuple[slice, slice, slice]]):
             keep &= ~((b[:, 2] == b[:, 3]) & (orig[:, 2] < orig[:, 3]))
             hits, b = hits[keep], b[keep]
             if len(hits) == 0:
-                raise ValueError(
+                self._nothing(
                     f"the roi covers no whole pixel of any footprint of the dataset: roi {roi_box!r}, "
                     f"dataset bounds {total!r}, res {self.res}"
                 )
+                return
         self.hits = hits
         self.footprints = b
+
+    def _nothing(self, reason: str) -> None:
+        """No footprint to sample: this sampler yields nothing (as TorchGeo's), and says why (``empty_reason``)."""
+        self.empty_reason = reason
+        warnings.warn(f"{type(self).__name__} yields nothing: {reason}", UserWarning, stacklevel=4)
+
+    @property
+    def roi(self) -> Any:
+        """The region of interest, a shapely ``Polygon`` (TorchGeo 0.8's ``sampler.roi``)."""
+        if self._roi_shape is not None:
+            return self._roi_shape
+        import shapely
+
+        b = self.roi_box
+        return shapely.box(b.minx, b.miny, b.maxx, b.maxy)
+
+    @property
+    def index(self) -> Any:
+        """TorchGeo 0.8's ``sampler.index``: a ``GeoDataFrame`` of the footprints sampled from, clipped."""
+        cached = self.__dict__.get("_frame")
+        if cached is None or cached[0] is not self.footprints:
+            from pipekit.geo._frame import frame_from_index
+
+            crs = self._crs.to_wkt() if hasattr(self._crs, "to_wkt") else self._crs
+            frame = frame_from_index(GeoIndex(self.footprints), crs)
+            cached = self.__dict__["_frame"] = (self.footprints, frame)
+        return cached[1]
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("_frame", None)  # rebuilt on demand
+        return state
 
     @staticmethod
     def _clip_to_shape(orig: np.ndarray, b: np.ndarray, shape: Any) -> np.ndarray:
@@ -506,9 +457,9 @@ class GeoSampler(Sampler[tuple[slice, slice, slice]]):
         fits = (b[:, 1] - b[:, 0] >= w - _TOL * xres) & (b[:, 3] - b[:, 2] >= h - _TOL * yres)
         self.skipped = self.hits[~fits]
         self.hits, self.footprints = self.hits[fits], b[fits]
-        if len(self.hits) == 0:
+        if len(self.hits) == 0 and len(b):
             widths, heights = b[:, 1] - b[:, 0], b[:, 3] - b[:, 2]
-            raise ValueError(
+            self._nothing(
                 f"no footprint of the dataset (within the roi) is large enough for a patch of "
                 f"{h:g} x {w:g} CRS units (height x width); the largest footprint is "
                 f"{heights.max():g} x {widths.max():g}"
@@ -517,7 +468,7 @@ class GeoSampler(Sampler[tuple[slice, slice, slice]]):
     def _apply_time_window(self, window: Any) -> None:
         """Replace the footprints by one row per place and time window (see :func:`time_windows`)."""
         self.time_window = _time_window(window)
-        if self.time_window is None:
+        if self.time_window is None or len(self.footprints) == 0:
             return
         rows, source = time_windows(self.footprints, self.time_window, cover=not self.random)
         size = getattr(self, "size", None)

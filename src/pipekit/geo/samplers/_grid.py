@@ -38,7 +38,7 @@ class GridGeoSampler(GeoSampler):
             scenes of a place (footprints overlapping by half or more); a
             ``timedelta``: that long from a scene's start.  The grid then
             repeats for windows that cover each scene once (see
-            :func:`~pipekit.geo.samplers._base.time_windows`).
+            :func:`~pipekit.geo.samplers._time_windows.time_windows`).
 
     Example:
         >>> from types import SimpleNamespace
@@ -67,8 +67,8 @@ class GridGeoSampler(GeoSampler):
         super().__init__(dataset, roi, toi)
         self.units = _units(units)
         pixels = self.units is Units.PIXELS
-        size = _pair(size, "size", pixels)
-        stride = size if stride is None else _pair(stride, "stride", pixels)
+        size = _pair(size, "size")
+        stride = size if stride is None else _pair(stride, "stride")
         if pixels:
             size = (size[0] * self.res[1], size[1] * self.res[0])
             stride = (stride[0] * self.res[1], stride[1] * self.res[0])
@@ -88,7 +88,7 @@ class GridGeoSampler(GeoSampler):
         self._cols = _rows_cols(b[:, 1] - b[:, 0], size[1], stride[1])
         counts = self._rows * self._cols
         self._ends = np.cumsum(counts)
-        self.length = int(self._ends[-1])
+        self.length = int(self._ends[-1]) if len(counts) else 0
 
     def _boxes_at(self, pos: np.ndarray) -> np.ndarray:
         """The boxes ``[n, 6]`` at epoch positions ``pos``."""

@@ -43,7 +43,8 @@ class RandomGeoSampler(GeoSampler):
 
     Args:
         dataset: a geo dataset (reads ``dataset.index`` and ``dataset.res``).
-        size: patch size, a number or ``(height, width)``, in ``units``.
+        size: patch size, a number or ``(height, width)``, in ``units``
+            (pixels need not be whole; 0 is TorchGeo's patch of point data).
         length: patches per epoch (default: as many as would tile the
             footprints, like TorchGeo).
         roi: region of interest: a shapely ``Polygon`` (TorchGeo 0.8; each
@@ -96,7 +97,7 @@ class RandomGeoSampler(GeoSampler):
     ) -> None:
         super().__init__(dataset, roi, toi)
         self.units = _units(units)
-        size = _pair(size, "size", self.units is Units.PIXELS)
+        size = _pair(size, "size", zero=True)
         if self.units is Units.PIXELS:
             size = (size[0] * self.res[1], size[1] * self.res[0])
         self.size: tuple[float, float] = size
@@ -104,17 +105,19 @@ class RandomGeoSampler(GeoSampler):
         self._keep_fitting(size)
         self._apply_time_window(time_window)
         self._prepare()
+        # patches that would tile the footprints (a size of 0: one per pixel position)
+        step_y, step_x = size[0] or self.res[1], size[1] or self.res[0]
         default = int(
             np.sum(
-                _rows_cols(self.footprints[:, 3] - self.footprints[:, 2], size[0], size[0])
-                * _rows_cols(self.footprints[:, 1] - self.footprints[:, 0], size[1], size[1])
+                _rows_cols(self.footprints[:, 3] - self.footprints[:, 2], size[0], step_y)
+                * _rows_cols(self.footprints[:, 1] - self.footprints[:, 0], size[1], step_x)
             )
         )
         if length is None:
             length = default
         elif isinstance(length, bool) or not isinstance(length, numbers.Integral) or length < 0:
             raise ValueError(f"length must be a non-negative int, got {length!r}")
-        self.length = int(length)
+        self.length = int(length) if len(self.footprints) else 0  # nothing to sample: warned, yields nothing
 
     def _prepare(self) -> None:
         b = self.footprints
@@ -208,7 +211,9 @@ class RandomBatchGeoSampler(BatchGeoSampler):
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         self._single = RandomGeoSampler(dataset, size, length, roi, toi, units, generator, seed=seed)
         # share the single-patch sampler's state
-        for name in ("res", "roi", "toi", "hits", "footprints", "skipped", "size", "units", "length", "areas"):
+        shared = ("res", "roi_box", "_roi_shape", "_crs", "toi", "hits", "footprints", "skipped", "size", "units",
+                  "empty_reason")
+        for name in (*shared, "length", "areas"):
             setattr(self, name, getattr(self._single, name))
         self.batch_size = int(batch_size)
 
