@@ -224,3 +224,84 @@ class TestOnS3:
         with pytest.raises(StageError, match=r"shard-000001\.tar' in load_from_tar: the file changed since the "
                                              r"checkpoint \(size:version \d+:\"\w+\" then"):
             list(fresh)
+
+
+class TestListingNamesTheFiles:
+    """A changed listing is refused naming the files added or gone, not only the counts."""
+
+    def test_unread_shard_deleted_is_named(self, shards: Path) -> None:
+        _, state = _checkpoint(_loader(shards), 13)
+        (shards / "shard-000003.tar").unlink()
+        with pytest.raises(StageError, match=r"gone '[^']*shard-000003\.tar'"):
+            _resumed(shards, state)
+
+    def test_shard_added_is_named(self, shards: Path) -> None:
+        _, state = _checkpoint(_loader(shards), 13)
+        shutil.copy(shards / "shard-000000.tar", shards / "shard-000000a.tar")
+        with pytest.raises(StageError, match=r"new '[^']*shard-000000a\.tar'"):
+            _resumed(shards, state)
+
+
+def _image_loader(root: Path, workers: int = 0) -> pipekit.DataLoader:
+    from pipekit import datasets
+
+    pipe = datasets.ImageFolder(root, train=False, size=8, batch_size=None, transform=False, decode=_no_decode)
+    return pipekit.DataLoader(pipe, batch_size=None, num_workers=workers, collate_fn=_urls)
+
+
+def _no_decode(pipe):
+    return pipe.map(read_url)
+
+
+def read_url(item: tuple[str, object]) -> tuple[str, bytes]:
+    url, stream = item
+    stream.close()
+    return url, b""
+
+
+def _urls(sample: dict) -> str:
+    return os.path.basename(sample["url"])
+
+
+@pytest.fixture
+def image_folder(tmp_path: Path) -> Path:
+    for c in ("a", "b"):
+        (tmp_path / "images" / c).mkdir(parents=True)
+        for i in range(4):
+            (tmp_path / "images" / c / f"{c}{i}.jpg").write_bytes(b"x")
+    return tmp_path / "images"
+
+
+class TestImageFolder:
+    """ImageFolder lists its files when built: a resumed run's new listing must be the checkpointed one."""
+
+    def test_unchanged_resumes_exactly(self, image_folder: Path) -> None:
+        expected = list(_image_loader(image_folder))
+        head, state = _checkpoint(_image_loader(image_folder), 3)
+        assert head + _resumed_images(image_folder, state) == expected
+
+    def test_unread_file_deleted_refused_naming_it(self, image_folder: Path) -> None:
+        head, state = _checkpoint(_image_loader(image_folder), 3)
+        assert head == ["a0.jpg", "a1.jpg", "a2.jpg"]
+        (image_folder / "b" / "b1.jpg").unlink()
+        with pytest.raises(StageError, match=r"ImageFolder.*changed.*gone '[^']*b1\.jpg'"):
+            _resumed_images(image_folder, state)
+
+    def test_file_added_refused_naming_it(self, image_folder: Path) -> None:
+        _, state = _checkpoint(_image_loader(image_folder), 3)
+        (image_folder / "a" / "a00.jpg").write_bytes(b"x")
+        with pytest.raises(StageError, match=r"new '[^']*a00\.jpg'"):
+            _resumed_images(image_folder, state)
+
+    def test_content_replaced_is_read_afresh(self, image_folder: Path) -> None:
+        # positions count names, and each file is read whole: new contents under the same names lose nothing
+        expected = list(_image_loader(image_folder))
+        head, state = _checkpoint(_image_loader(image_folder), 3)
+        (image_folder / "b" / "b1.jpg").write_bytes(b"other")
+        assert head + _resumed_images(image_folder, state) == expected
+
+
+def _resumed_images(root: Path, state: dict) -> list:
+    loader = _image_loader(root)
+    loader.load_state_dict(state)
+    return list(loader)

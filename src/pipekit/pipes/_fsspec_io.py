@@ -28,10 +28,10 @@ from typing import Any
 
 from fsspec.implementations.local import LocalFileSystem as _LocalFileSystem
 
-from pipekit._fs import fs_is_local, local_path, url_to_fs
+from pipekit._fs import fs_is_local, listing_change, listing_record, local_path, url_to_fs
 from pipekit.errors import ReadError, SkipLog, check_on_error
 from pipekit.pipes._builtin import IterableWrapper
-from pipekit.pipes._list_match import _join_url, _listing_digest, _matcher, _scan_local
+from pipekit.pipes._list_match import _join_url, _matcher, _scan_local
 from pipekit.pipes._stream_items import note_opened
 from pipekit.pipes.base import IterDataPipe, StreamWrapper, functional_datapipe
 from pipekit.pipes.state import ResumablePipe
@@ -156,12 +156,15 @@ class FSSpecFileLister(ResumablePipe):
 
     Resume: the checkpoint is ``{"root": the root being listed, "last": the
     last URL yielded, "digest": a 128-bit hash of that root's listing,
-    "count": its number of files}`` (a digest, not the listing: the
-    checkpoint stays small for any number of files); a restored copy lists
+    "count": its number of files, "names": the listing, zlib-compressed}``
+    (``names`` only while it compresses to at most
+    :data:`pipekit._fs.LISTING_NAMES_LIMIT` bytes, 1 MiB: the checkpoint stays
+    bounded for any number of files); a restored copy lists
     that root again, continues after that URL, then lists the next roots.
     If the root's listing is not the one the checkpoint was taken on (a file
     added, deleted or renamed, read or not), resuming raises
-    :class:`~pipekit.errors.ReadError` naming the root and the counts, even
+    :class:`~pipekit.errors.ReadError` naming the root, the counts and the
+    files added and gone (when the checkpoint holds the names), even
     with ``on_error="skip"``: the positions of the pipes downstream (a
     shuffle's, each DataLoader worker's share of the files) count files of
     that listing, and would repeat some and skip others.  A checkpoint
@@ -216,8 +219,8 @@ class FSSpecFileLister(ResumablePipe):
         self._root: str | None = None
         self._last: str | None = None
         self._urls: list[str] = []  # the listing of _root
-        self._digest: str | None = None  # its digest, computed by the first state_dict() that needs it
-        self._resume: tuple[str, str | None, str | None, int | None] | None = None
+        self._record: dict[str, Any] | None = None  # its checkpoint record, made by the first state_dict()
+        self._resume: tuple[str, str | None, dict[str, Any]] | None = None
 
     @property
     def datapipe(self) -> IterDataPipe:
@@ -297,31 +300,31 @@ class FSSpecFileLister(ResumablePipe):
     def state_dict(self) -> dict[str, Any]:
         if self._root is None:
             return {"root": None, "last": None}
-        if self._digest is None:  # once per root: later checkpoints of the same listing reuse it
-            self._digest = _listing_digest(self._urls)
-        return {"root": self._root, "last": self._last, "digest": self._digest, "count": len(self._urls)}
+        if self._record is None:  # once per root: later checkpoints of the same listing reuse it
+            self._record = listing_record(self._urls)
+        return {"root": self._root, "last": self._last, **self._record}
 
     def restore(self, state: dict[str, Any] | None) -> None:
         self._root = self._last = None
-        self._urls, self._digest = [], None
+        self._urls, self._record = [], None
         if state is None or state["root"] is None:
             self._resume = None
         else:
-            self._resume = (state["root"], state["last"], state.get("digest"), state.get("count"))
+            self._resume = (state["root"], state["last"], {k: state[k] for k in ("digest", "count", "names")
+                                                           if k in state})
 
     def __iter__(self) -> Iterator[str]:
         resume, self._resume = self._resume, None  # the root to continue, set by restore()
         if resume is not None:
-            yield from self._yield_root(resume[0], after=resume[1], expected=resume[2:])
+            yield from self._yield_root(resume[0], after=resume[1], expected=resume[2])
         for root in self.source_datapipe:
             yield from self._yield_root(root, after=None)
         self._root = self._last = None
-        self._urls, self._digest = [], None
+        self._urls, self._record = [], None
 
-    def _yield_root(self, root: str, after: str | None,
-                    expected: tuple[str | None, int | None] = (None, None)) -> Iterator[str]:
+    def _yield_root(self, root: str, after: str | None, expected: dict[str, Any] | None = None) -> Iterator[str]:
         self._root, self._last = root, after
-        self._urls, self._digest = [], None
+        self._urls, self._record = [], None
         try:
             urls = self._list(root)
         except ReadError as exc:
@@ -330,8 +333,8 @@ class FSSpecFileLister(ResumablePipe):
             self.skip_log.record(exc)
             return
         self._urls = urls
-        if expected[0] is not None:
-            self._check_listing(root, after, urls, *expected)
+        if expected is not None and expected.get("digest") is not None:
+            self._check_listing(root, after, urls, expected)
         if not urls and root not in self._warned_empty:
             self._warned_empty.add(root)
             matching = f" matching masks {self.masks}" if self.masks else ""
@@ -347,16 +350,15 @@ class FSSpecFileLister(ResumablePipe):
             self._last = url
             yield url
 
-    def _check_listing(self, root: str, last: str | None, urls: list[str], digest: str, count: int | None) -> None:
+    def _check_listing(self, root: str, last: str | None, urls: list[str], expected: dict[str, Any]) -> None:
         """Refuse to resume ``root`` when its listing is not the one the checkpoint's positions count."""
-        self._digest = _listing_digest(urls)
-        if self._digest == digest:
+        change = listing_change(expected, urls)
+        if change is None:
             return
-        then = f"{count} files then" if isinstance(count, int) else "another listing then"
         gone = f"; {last!r}, the last file read, is gone" if last is not None and last not in set(urls) else ""
         raise ReadError(
             "resume listing", root, "list_files_by_fsspec",
-            f"the files under it changed since the checkpoint ({then}, {len(urls)} now{gone}): the positions "
+            f"the files under it changed since the checkpoint ({change}{gone}): the positions "
             "downstream (a shuffle's, each DataLoader worker's share) count files of the old listing and would "
             "repeat some files and skip others; resume from a checkpoint taken on these files, or start the "
             "epoch over",
