@@ -305,3 +305,40 @@ def _resumed_images(root: Path, state: dict) -> list:
     loader = _image_loader(root)
     loader.load_state_dict(state)
     return list(loader)
+
+
+def _listed(root: Path, workers: int = 0) -> pipekit.DataLoader:
+    from pipekit.pipes import IterableWrapper
+
+    pipe = IterableWrapper([str(root)]).list_files(masks="*.bin")
+    if workers:
+        pipe = pipe.sharding_filter()
+    return pipekit.DataLoader(pipe.map(os.path.basename), batch_size=None, num_workers=workers)
+
+
+@pytest.fixture
+def bin_files(tmp_path: Path) -> Path:
+    for i in range(8):
+        (tmp_path / f"f{i}.bin").write_bytes(b"x")
+    return tmp_path
+
+
+class TestTorchListFiles:
+    """torch's ``list_files`` (FileLister): resumed exactly, and refused when its listing changed."""
+
+    def test_resumes_exactly(self, bin_files: Path) -> None:
+        expected = list(_listed(bin_files))
+        loader = _listed(bin_files)
+        head, state = _checkpoint(loader, 3)
+        resumed = _listed(bin_files)
+        resumed.load_state_dict(state)
+        assert head + list(resumed) == expected
+
+    def test_unread_file_deleted_refused_naming_it(self, bin_files: Path) -> None:
+        head, state = _checkpoint(_listed(bin_files), 3)
+        assert head == ["f0.bin", "f1.bin", "f2.bin"]
+        (bin_files / "f5.bin").unlink()
+        resumed = _listed(bin_files)
+        resumed.load_state_dict(state)
+        with pytest.raises(StageError, match=r"list_files: .*changed.*gone '[^']*f5\.bin'"):
+            list(resumed)

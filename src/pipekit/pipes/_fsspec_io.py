@@ -667,5 +667,7 @@ def open_each(
         raise
 
 
-# The savers live in their own module (this one was past 880 lines); importable from here as before.
+# The savers live in their own module (this one was past 880 lines), importable from here as before; and
+# torch's list_files, resumable and checking its listing on resume (registered in torch's place on import).
+from pipekit.pipes import _file_lister  # noqa: E402, F401
 from pipekit.pipes._fsspec_save import FSSpecSaver, Saver  # noqa: E402
