@@ -560,7 +560,9 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
             local = local_path(url) if set(self.kwargs_for_open) <= _BUILTIN_OPEN_KWARGS else None
             if local is not None:
                 # Plain local files: Python's own open() is several times cheaper than
-                # resolving a filesystem per URL, and just as seekable.
+                # resolving a filesystem per URL, and just as seekable (~ expanded, as fsspec does).
+                if local.startswith("~"):
+                    local = os.path.expanduser(local)
                 file = open(local, self.mode, **self.kwargs_for_open)  # noqa: SIM115 - closed downstream
             else:
                 fs, path = _remote_fs(url, self.kwargs_for_connection)
@@ -610,6 +612,8 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
                 local = local_path(url) if type(url) is str else None
             if local is None:
                 return reopen(url)
+            if local.startswith("~"):  # as fsspec's local filesystem (and the lister) read it
+                local = os.path.expanduser(local)
             try:
                 file = open(local, mode, **kwargs)  # noqa: SIM115 - closed downstream
             except Exception as exc:
