@@ -95,6 +95,44 @@ class ClassFolders:
     files: dict[str, list[str]] = field(default_factory=dict)
 
 
+def _walk_files(top: str, where: str) -> list[str]:
+    """The non-hidden files under ``top``, following links to folders, each folder once.
+
+    A link to a folder already walked (back to its own folder or a parent: a loop; or to a folder of
+    the same class listed before) is not followed again, with a warning naming it: plain
+    ``os.walk(followlinks=True)`` goes round a loop until the path is too long, listing every file
+    dozens of times.
+    """
+    import warnings
+
+    found: list[str] = []
+    seen: set[tuple[int, int]] = set()
+    for dirpath, dirnames, names in os.walk(top, followlinks=True):
+        try:
+            st = os.stat(dirpath)
+        except OSError:
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        keep = []
+        for d in dirnames:
+            if d.startswith("."):
+                continue
+            sub = os.path.join(dirpath, d)
+            if os.path.islink(sub):
+                try:
+                    target = os.stat(sub)
+                except OSError:
+                    continue
+                if (target.st_dev, target.st_ino) in seen:  # (os.walk is top-down: every ancestor is seen)
+                    warnings.warn(f"{where}: {sub!r} links to a folder already listed (a loop, or a second "
+                                  "way to the same files); not followed", UserWarning, stacklevel=4)
+                    continue
+            keep.append(d)
+        dirnames[:] = keep
+        found.extend(os.path.join(dirpath, n) for n in names if not n.startswith("."))
+    return found
+
+
 def list_class_folders(
     root: str,
     storage_options: Mapping[str, Any] | None,
@@ -122,11 +160,7 @@ def list_class_folders(
         classes = sorted(e.name for e in os.scandir(path) if e.is_dir() and not e.name.startswith("."))
         files: dict[str, list[str]] = {}
         for name in classes:
-            found = []
-            for dirpath, dirnames, names in os.walk(os.path.join(path, name), followlinks=True):
-                dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-                found.extend(os.path.join(dirpath, n) for n in names if not n.startswith("."))
-            files[name] = sorted(found)
+            files[name] = sorted(_walk_files(os.path.join(path, name), where))
         return ClassFolders(os.path.join(path, ""), classes, files)
 
     from pipekit.errors import ReadError
