@@ -99,3 +99,24 @@ class TestZip:
         assert next(it)[1].read() == b"x" * 10
         with pytest.raises(ArchiveError, match=r"a\.zip.*load_from_zip.*member 'big' .*5,000 bytes.*max_member_bytes"):
             next(it)
+
+
+class TestEmptyArchive:
+    """An archive without a file member yields nothing: said once, not mistaken for data (issue 35)."""
+
+    @pytest.mark.parametrize("kind", ["tar", "zip"])
+    def test_warns_once_naming_it(self, tmp_path: Path, kind: str) -> None:
+        path = tmp_path / f"empty.{kind}"
+        if kind == "tar":
+            _tar(path, {})
+        else:
+            with zipfile.ZipFile(path, "w"):
+                pass
+        pipe = _load_tar(path) if kind == "tar" else _load_zip(path)
+        with pytest.warns(UserWarning, match=rf"load_from_{kind}: '[^']*empty\.{kind}' holds no files"):
+            assert list(pipe) == []
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert list(pipe) == []  # once per archive and pipe

@@ -33,6 +33,7 @@ import os
 import posixpath
 import stat
 import tarfile
+import warnings
 import zipfile
 from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
@@ -184,6 +185,15 @@ class ArchiveLoader(ResumablePipe):
             raise exc
         self.skip_log.record(exc)
 
+    def _warn_empty(self, url: str) -> None:
+        """Say (once per archive and pipe) that an archive holds no file: not mistaken for data read."""
+        warned = self.__dict__.setdefault("_warned_empty", set())
+        if url in warned:
+            return
+        warned.add(url)
+        warnings.warn(f"{self.stage}: {url!r} holds no files (members that are files); it yields nothing",
+                      UserWarning, stacklevel=3)
+
     def member_limit(self) -> int:
         """The per-member byte limit: ``max_member_bytes``, else :data:`MAX_MEMBER_BYTES`."""
         return self.max_member_bytes if self.max_member_bytes is not None else MAX_MEMBER_BYTES
@@ -209,8 +219,13 @@ class ArchiveLoader(ResumablePipe):
         self._url, self._entries = url, skip
         self._stamp = stamp if stamp is not None else _stream_stamp(stream)
         note_opened(url, self.stage)
+        skipped, yielded = self.skip_log.count, 0
         try:
-            yield from self._members(url, stream, skip)
+            for member in self._members(url, stream, skip):
+                yielded += 1
+                yield member
+            if not (yielded or skip or self.skip_log.count != skipped):
+                self._warn_empty(url)
         except ArchiveError as exc:
             self._fail(exc)
         finally:
