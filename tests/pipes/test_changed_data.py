@@ -138,14 +138,30 @@ class TestChanged:
 
 
 class TestLister:
-    def test_state_holds_a_digest_not_the_listing(self, shards: Path) -> None:
+    def test_state_holds_a_digest_and_the_names_compressed(self, shards: Path) -> None:
+        import zlib
+
         lister = FSSpecFileLister(str(shards), masks="*.tar")
         it = iter(lister)
         next(it)
         state = lister.state_dict()
         assert state["root"] == str(shards) and state["count"] == SHARDS
         assert isinstance(state["digest"], str) and len(state["digest"]) == 32
+        assert zlib.decompress(state["names"]).decode().splitlines() == sorted(str(p) for p in shards.glob("*.tar"))
         assert lister.state_dict() is not state and lister.state_dict() == state
+
+    def test_a_listing_past_the_names_limit_keeps_digest_and_count(self) -> None:
+        from pipekit._fs import listing_change, listing_record
+
+        urls = [f"s3://b/train/{i:08d}.tar" for i in range(2000)]
+        record = listing_record(urls, limit=100)
+        assert "names" not in record and record["count"] == 2000
+        assert listing_change(record, urls) is None
+        assert listing_change(record, urls[1:]) == "2000 files then, 1999 now"
+        full = listing_record(urls)
+        assert len(full["names"]) < 10_000  # sorted paths compress well
+        assert listing_change(full, urls[1:] + ["s3://b/train/x.tar"]) == (
+            "2000 files then, 2000 now: gone 's3://b/train/00000000.tar'; new 's3://b/train/x.tar'")
 
     def test_old_checkpoint_without_digest_still_loads(self, shards: Path) -> None:
         lister = FSSpecFileLister(str(shards), masks="*.tar")
