@@ -160,7 +160,7 @@ class TestLister:
         assert listing_change(record, urls[1:]) == "2000 files then, 1999 now"
         full = listing_record(urls)
         assert len(full["names"]) < 10_000  # sorted paths compress well
-        assert listing_change(full, urls[1:] + ["s3://b/train/x.tar"]) == (
+        assert listing_change(full, [*urls[1:], "s3://b/train/x.tar"]) == (
             "2000 files then, 2000 now: gone 's3://b/train/00000000.tar'; new 's3://b/train/x.tar'")
 
     def test_old_checkpoint_without_digest_still_loads(self, shards: Path) -> None:
