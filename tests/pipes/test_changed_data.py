@@ -138,7 +138,8 @@ class TestChanged:
 
 
 class TestLister:
-    def test_state_holds_a_digest_and_the_names_compressed(self, shards: Path) -> None:
+    def test_state_holds_a_digest_not_the_listing(self, shards: Path) -> None:
+        # (and, compressed and bounded, the names: a refusal names the files; the name is the guide's)
         import zlib
 
         lister = FSSpecFileLister(str(shards), masks="*.tar")
