@@ -147,7 +147,8 @@ def list_class_folders(
     given, ``~`` expanded; made absolute with ``absolute=True``), remote ones as full URLs.
 
     Raises:
-        not_found: ``root`` is not a folder (message ``"<where>: no such directory: <root>"``).
+        not_found: ``root`` is not a folder (message ``"<where>: no such directory: <root>"``, or that it is
+            a file).
         pipekit.errors.ReadError: listing a remote ``root`` failed otherwise, naming it.
     """
     path = local_path(root)
@@ -156,6 +157,8 @@ def list_class_folders(
         if absolute:
             path = os.path.abspath(path)
         if not os.path.isdir(path):
+            if os.path.isfile(path):  # e.g. an image of the folder given by mistake: not "no such directory"
+                raise not_found(f"{where}: {root!r} is a file, not a folder of class folders (root/<class>/<file>)")
             raise not_found(f"{where}: no such directory: {root!r}")
         classes = sorted(e.name for e in os.scandir(path) if e.is_dir() and not e.name.startswith("."))
         files: dict[str, list[str]] = {}

@@ -33,3 +33,8 @@ def test_linked_class_folder_is_followed(folder: Path, tmp_path: Path) -> None:
     os.symlink(tmp_path / "elsewhere", folder / "c")
     pipe = datasets.ImageFolder(folder, train=False, size=8, batch_size=None)
     assert pipe.classes == ["a", "b", "c"] and len(pipe.samples) == 3
+
+
+def test_root_that_is_a_file_says_so(folder: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"ImageFolder: .*a\.jpg' is a file, not a folder of class folders"):
+        datasets.ImageFolder(folder / "a" / "a.jpg", train=False, size=8)
