@@ -31,7 +31,9 @@ class FileListerIterDataPipe(ResumablePipe, TorchFileLister):
     Same arguments and output as torch's ``FileLister`` (each root's files
     in ``os.walk`` order, sorted per directory unless ``non_deterministic``).
     Resume: see the module docstring; a root whose files changed since the
-    checkpoint raises :class:`~pipekit.errors.ReadError` naming them.
+    checkpoint raises :class:`~pipekit.errors.ReadError` naming them.  With
+    ``non_deterministic=True`` the order is the filesystem's, which a resumed
+    run cannot check: the root resumes by count, unchecked.
 
     Example:
         >>> import os, tempfile
