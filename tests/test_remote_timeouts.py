@@ -298,3 +298,27 @@ class TestGdal:
         assert default["GDAL_HTTP_CONNECTTIMEOUT"] == "5" and default["GDAL_HTTP_LOW_SPEED_TIME"] == "15"
         mine = RasterOpener({"key": "k"}, gdal_options={"GDAL_HTTP_LOW_SPEED_TIME": "99"}).resolve("s3://b/a.tif")
         assert mine.config["GDAL_HTTP_LOW_SPEED_TIME"] == "99"
+
+
+@pytest.mark.slow  # each waits out real timeouts against a silent server
+@pytest.mark.timeout(60)
+class TestDownloads:
+    """``datasets.download_url`` (the TorchGeo datasets' downloads) honours the same timeouts."""
+
+    def test_http_download_default_timeouts(self, silent: SilentServer, short_timeouts: None, tmp_path) -> None:
+        from pipekit.datasets.utils import download_url
+
+        url = f"{silent.endpoint}/data.zip"
+        start = time.monotonic()
+        with pytest.raises(ReadError) as info:
+            download_url(url, tmp_path, retries=1)
+        assert time.monotonic() - start < 20  # 2 tries of 0.5 s (it was 60 s a try)
+        assert url in str(info.value) and "download_url" in str(info.value) and "timed out" in str(info.value)
+        assert len(silent.requests) == 2
+
+    def test_s3_download_default_timeouts(self, head_only: SilentServer, short_timeouts: None, tmp_path) -> None:
+        out = _in_fresh_process(f"""
+from pipekit.datasets.utils import download_url
+download_url("s3://bucket/data.zip", {str(tmp_path)!r}, retries=0, storage_options={_s3_options(head_only)!r})
+""")
+        assert out.startswith("ReadError:") and "s3://bucket/data.zip" in out and "download_url" in out, out

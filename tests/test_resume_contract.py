@@ -147,12 +147,6 @@ KNOWN_DEFECTS: dict[str, tuple[Callable[[Case], bool], Case]] = {
         lambda c: _has(c, "cache"),
         Case("ints", ops=(("shuffle", 8), ("cache",)), fraction=0.3),
     ),
-    # listed files (ImageFolder, list_files_by_fsspec) or shards deleted or replaced between checkpoint and
-    # resume: positions shift silently (duplicates and losses), or resume inside the new file's contents
-    "changed files between checkpoint and resume": (
-        lambda c: c.fault in ("delete", "replace"),
-        Case("imagefolder", shard_at=None, point="mid", fraction=0.3, fault="delete", victim=6),
-    ),
 }
 
 

@@ -312,7 +312,11 @@ def check_changed_data(case: Case, corpus: Corpus, first: Outcome, head: Outcome
     """A file changed between checkpoint and resume: exact, or refused, or re-planned and said so.
 
     Without an error or a warning (or skip) naming the file, a replaced file not yet opened at the
-    checkpoint may be read with its new contents (the same items by name); anything else must be exact.
+    checkpoint may be read with its new contents (the same items by name), and a checkpoint taken before
+    the first item resumes as the uninterrupted run's epoch over the files as they are now; anything else
+    must be exact.
+    A refusal (a typed error naming the file: ``run_case`` checked that) may come after items of the
+    resumed run, which must not repeat any item nor be empty.
     """
     if head.items + rest.items == first.items and rest.error is None:
         return  # the change did not touch what was left to read
@@ -323,9 +327,27 @@ def check_changed_data(case: Case, corpus: Corpus, first: Outcome, head: Outcome
     said = seen.names(name) or any(name in url for url in skipped)
     opened = any(name in s for b in head.items for s in strings_in(b))
     what = f"{case.fault} of {name} between checkpoint and resume"
+    if rest.error is not None:  # refused, naming the file
+        for ident in set(got):
+            if got[ident] > want[ident]:
+                raise ContractBrokenError(f"{what}, refused: {ident} duplicated before the refusal")
+        if any(has_empty_bytes(b) for b in rest.items):
+            raise ContractBrokenError(f"{what}, refused: an item before the refusal is empty (b'')")
+        return
+    if not head.items and not said:
+        # nothing was read at the checkpoint: the resumed epoch must be a fresh epoch over the files as they are
+        # now (with the checkpoint's seeds, which are the uninterrupted run's)
+        compare(rest, reference_run(case, corpus).epochs[0], f"{what}, checkpoint before the first item")
+        return
     if not said:
-        if case.fault == "replace" and not opened and got == want and rest.error is None:
-            return  # read afresh: its new contents, under the same names
+        if case.fault == "replace" and not opened and rest.error is None:
+            if got == want:
+                return  # read afresh: its new contents, under the same names
+            # a pipe routing by content (demux, filter) may route the new contents otherwise: then the whole
+            # epoch must be the uninterrupted run's over the files as they are now
+            fresh = reference_run(case, corpus).epochs[0]
+            if head.items + rest.items == fresh.items and fresh.error is None:
+                return
         raise ContractBrokenError(
             f"{what}: the resumed epoch differs from the uninterrupted one"
             f"{' (the file was being read at the checkpoint)' if opened else ''} and no error, warning or skip "

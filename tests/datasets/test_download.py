@@ -410,3 +410,11 @@ class TestEuroSAT:
         with pytest.raises(HashError, match=r"EuroSATallBands\.zip"):
             mirror(tmp_path / "c", download=True, checksum=True)
         assert not (tmp_path / "c" / "EuroSATallBands.zip").exists()
+
+
+def test_timeout_is_checked() -> None:
+    from pipekit.datasets.utils import download_url
+
+    for bad in (0, -1, "5", True):
+        with pytest.raises(ValueError, match="download_url: timeout must be a number of seconds > 0 or None"):
+            download_url("http://127.0.0.1:9/x.zip", "/nonexistent-root-r35", timeout=bad)

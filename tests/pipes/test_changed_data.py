@@ -139,13 +139,30 @@ class TestChanged:
 
 class TestLister:
     def test_state_holds_a_digest_not_the_listing(self, shards: Path) -> None:
+        # (and, compressed and bounded, the names: a refusal names the files; the name is the guide's)
+        import zlib
+
         lister = FSSpecFileLister(str(shards), masks="*.tar")
         it = iter(lister)
         next(it)
         state = lister.state_dict()
         assert state["root"] == str(shards) and state["count"] == SHARDS
         assert isinstance(state["digest"], str) and len(state["digest"]) == 32
+        assert zlib.decompress(state["names"]).decode().splitlines() == sorted(str(p) for p in shards.glob("*.tar"))
         assert lister.state_dict() is not state and lister.state_dict() == state
+
+    def test_a_listing_past_the_names_limit_keeps_digest_and_count(self) -> None:
+        from pipekit._fs import listing_change, listing_record
+
+        urls = [f"s3://b/train/{i:08d}.tar" for i in range(2000)]
+        record = listing_record(urls, limit=100)
+        assert "names" not in record and record["count"] == 2000
+        assert listing_change(record, urls) is None
+        assert listing_change(record, urls[1:]) == "2000 files then, 1999 now"
+        full = listing_record(urls)
+        assert len(full["names"]) < 10_000  # sorted paths compress well
+        assert listing_change(full, [*urls[1:], "s3://b/train/x.tar"]) == (
+            "2000 files then, 2000 now: gone 's3://b/train/00000000.tar'; new 's3://b/train/x.tar'")
 
     def test_old_checkpoint_without_digest_still_loads(self, shards: Path) -> None:
         lister = FSSpecFileLister(str(shards), masks="*.tar")
@@ -224,3 +241,121 @@ class TestOnS3:
         with pytest.raises(StageError, match=r"shard-000001\.tar' in load_from_tar: the file changed since the "
                                              r"checkpoint \(size:version \d+:\"\w+\" then"):
             list(fresh)
+
+
+class TestListingNamesTheFiles:
+    """A changed listing is refused naming the files added or gone, not only the counts."""
+
+    def test_unread_shard_deleted_is_named(self, shards: Path) -> None:
+        _, state = _checkpoint(_loader(shards), 13)
+        (shards / "shard-000003.tar").unlink()
+        with pytest.raises(StageError, match=r"gone '[^']*shard-000003\.tar'"):
+            _resumed(shards, state)
+
+    def test_shard_added_is_named(self, shards: Path) -> None:
+        _, state = _checkpoint(_loader(shards), 13)
+        shutil.copy(shards / "shard-000000.tar", shards / "shard-000000a.tar")
+        with pytest.raises(StageError, match=r"new '[^']*shard-000000a\.tar'"):
+            _resumed(shards, state)
+
+
+def _image_loader(root: Path, workers: int = 0) -> pipekit.DataLoader:
+    from pipekit import datasets
+
+    pipe = datasets.ImageFolder(root, train=False, size=8, batch_size=None, transform=False, decode=_no_decode)
+    return pipekit.DataLoader(pipe, batch_size=None, num_workers=workers, collate_fn=_urls)
+
+
+def _no_decode(pipe):
+    return pipe.map(read_url)
+
+
+def read_url(item: tuple[str, object]) -> tuple[str, bytes]:
+    url, stream = item
+    stream.close()
+    return url, b""
+
+
+def _urls(sample: dict) -> str:
+    return os.path.basename(sample["url"])
+
+
+@pytest.fixture
+def image_folder(tmp_path: Path) -> Path:
+    for c in ("a", "b"):
+        (tmp_path / "images" / c).mkdir(parents=True)
+        for i in range(4):
+            (tmp_path / "images" / c / f"{c}{i}.jpg").write_bytes(b"x")
+    return tmp_path / "images"
+
+
+class TestImageFolder:
+    """ImageFolder lists its files when built: a resumed run's new listing must be the checkpointed one."""
+
+    def test_unchanged_resumes_exactly(self, image_folder: Path) -> None:
+        expected = list(_image_loader(image_folder))
+        head, state = _checkpoint(_image_loader(image_folder), 3)
+        assert head + _resumed_images(image_folder, state) == expected
+
+    def test_unread_file_deleted_refused_naming_it(self, image_folder: Path) -> None:
+        head, state = _checkpoint(_image_loader(image_folder), 3)
+        assert head == ["a0.jpg", "a1.jpg", "a2.jpg"]
+        (image_folder / "b" / "b1.jpg").unlink()
+        with pytest.raises(StageError, match=r"ImageFolder.*changed.*gone '[^']*b1\.jpg'"):
+            _resumed_images(image_folder, state)
+
+    def test_file_added_refused_naming_it(self, image_folder: Path) -> None:
+        _, state = _checkpoint(_image_loader(image_folder), 3)
+        (image_folder / "a" / "a00.jpg").write_bytes(b"x")
+        with pytest.raises(StageError, match=r"new '[^']*a00\.jpg'"):
+            _resumed_images(image_folder, state)
+
+    def test_content_replaced_is_read_afresh(self, image_folder: Path) -> None:
+        # positions count names, and each file is read whole: new contents under the same names lose nothing
+        expected = list(_image_loader(image_folder))
+        head, state = _checkpoint(_image_loader(image_folder), 3)
+        (image_folder / "b" / "b1.jpg").write_bytes(b"other")
+        assert head + _resumed_images(image_folder, state) == expected
+
+
+def _resumed_images(root: Path, state: dict) -> list:
+    loader = _image_loader(root)
+    loader.load_state_dict(state)
+    return list(loader)
+
+
+def _listed(root: Path, workers: int = 0) -> pipekit.DataLoader:
+    from pipekit.pipes import IterableWrapper
+
+    pipe = IterableWrapper([str(root)]).list_files(masks="*.bin")
+    if workers:
+        pipe = pipe.sharding_filter()
+    return pipekit.DataLoader(pipe.map(os.path.basename), batch_size=None, num_workers=workers)
+
+
+@pytest.fixture
+def bin_files(tmp_path: Path) -> Path:
+    for i in range(8):
+        (tmp_path / f"f{i}.bin").write_bytes(b"x")
+    return tmp_path
+
+
+class TestTorchListFiles:
+    """torch's ``list_files`` (FileLister): resumed exactly, and refused when its listing changed."""
+
+    def test_resumes_exactly(self, bin_files: Path) -> None:
+        expected = list(_listed(bin_files))
+        loader = _listed(bin_files)
+        head, state = _checkpoint(loader, 3)
+        resumed = _listed(bin_files)
+        resumed.load_state_dict(state)
+        assert head + list(resumed) == expected
+
+    def test_unread_file_deleted_refused_naming_it(self, bin_files: Path) -> None:
+        head, state = _checkpoint(_listed(bin_files), 3)
+        assert head == ["f0.bin", "f1.bin", "f2.bin"]
+        (bin_files / "f5.bin").unlink()
+        resumed = _listed(bin_files)
+        resumed.load_state_dict(state)
+        with pytest.raises(StageError, match=r"list_files: .*changed.*gone '[^']*f5\.bin'"):
+            list(resumed)

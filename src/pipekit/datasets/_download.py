@@ -11,7 +11,11 @@ names and defaults, and:
   ``<file>.part`` and, after an interrupted transfer, continues from the
   partial file (an HTTP ``Range`` request, a seek for fsspec) instead of
   starting again; the file is moved into place only after its checksum
-  matched.
+  matched.  Each try waits at most ``PIPEKIT_CONNECT_TIMEOUT`` (5 s) to
+  connect and ``PIPEKIT_READ_TIMEOUT`` (15 s) for the next bytes, as every
+  remote read of pipekit does (:mod:`pipekit.retry`), unless ``timeout=``
+  says otherwise: a server that accepts and never answers fails the call,
+  naming the URL, instead of hanging it.
 * :func:`extract_archive` (:mod:`pipekit.datasets._extract`) refuses members
   that would land outside the destination (``..``, absolute paths, links
   pointing out of it, devices) and archives past its limits (bytes, members,
@@ -30,6 +34,7 @@ import hashlib
 import http.client
 import os
 import posixpath
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -38,6 +43,8 @@ from typing import Any
 
 from pipekit.datasets._extract import extract_archive
 from pipekit.errors import HashError, ReadError
+from pipekit.pipes._fsspec_io import _remote_fs
+from pipekit.retry import default_timeouts
 
 __all__ = [
     "calculate_md5",
@@ -100,26 +107,78 @@ class _InterruptedError(Exception):
     """The transfer stopped before the end (the ``.part`` file holds what arrived)."""
 
 
-def _redirect_opener(max_redirect_hops: int) -> urllib.request.OpenerDirector:
+class _TimedHTTPConnection(http.client.HTTPConnection):
+    """An HTTP connection that waits ``connect`` seconds to connect, then ``read`` seconds for each read."""
+
+    def __init__(self, *args: Any, connect: float, read: float, **kwargs: Any) -> None:
+        kwargs["timeout"] = connect
+        super().__init__(*args, **kwargs)
+        self._read_timeout = read
+
+    def connect(self) -> None:
+        super().connect()
+        self.sock.settimeout(self._read_timeout)
+
+
+class _TimedHTTPSConnection(http.client.HTTPSConnection):
+    """:class:`_TimedHTTPConnection` over TLS (the handshake within the connect timeout)."""
+
+    def __init__(self, *args: Any, connect: float, read: float, **kwargs: Any) -> None:
+        kwargs["timeout"] = connect
+        super().__init__(*args, **kwargs)
+        self._read_timeout = read
+
+    def connect(self) -> None:
+        super().connect()
+        self.sock.settimeout(self._read_timeout)
+
+
+class _TimedHTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, connect: float, read: float) -> None:
+        super().__init__()
+        self.timeouts = {"connect": connect, "read": read}
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_TimedHTTPConnection, req, **self.timeouts)
+
+
+class _TimedHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, connect: float, read: float) -> None:
+        super().__init__()
+        self.timeouts = {"connect": connect, "read": read}
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_TimedHTTPSConnection, req, **self.timeouts)
+
+
+def _redirect_opener(max_redirect_hops: int, timeouts: tuple[float, float]) -> urllib.request.OpenerDirector:
     handler = urllib.request.HTTPRedirectHandler()
     handler.max_redirections = max_redirect_hops  # type: ignore[attr-defined]
-    return urllib.request.build_opener(handler)
+    return urllib.request.build_opener(handler, _TimedHTTPHandler(*timeouts), _TimedHTTPSHandler(*timeouts))
 
 
-def _http_once(url: str, part: str, max_redirect_hops: int, timeout: float) -> None:
+def _timeouts(timeout: float | None) -> tuple[float, float]:
+    """(connect, read) seconds of a download: ``timeout`` for both, else pipekit's remote timeouts."""
+    if timeout is not None:
+        return float(timeout), float(timeout)
+    timeouts = default_timeouts()
+    return timeouts.connect, timeouts.read
+
+
+def _http_once(url: str, part: str, max_redirect_hops: int, timeouts: tuple[float, float]) -> None:
     """One HTTP request, appending to ``part`` from its size on (``Range``) or rewriting it (200)."""
     have = os.path.getsize(part) if os.path.exists(part) else 0
     request = urllib.request.Request(url, headers={"User-Agent": "pipekit", "Accept-Encoding": "identity"})
     if have:
         request.add_header("Range", f"bytes={have}-")
     try:
-        response = _redirect_opener(max_redirect_hops).open(request, timeout=timeout)
+        response = _redirect_opener(max_redirect_hops, timeouts).open(request)
     except urllib.error.HTTPError as exc:
         if exc.code == 416 and have:  # nothing after what we have: the partial file is complete
             return
         raise ReadError("download", url, "download_url", f"HTTP {exc.code} {exc.reason}") from exc
     except (urllib.error.URLError, OSError) as exc:
-        raise _InterruptedError(f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}") from exc
+        raise _InterruptedError(_why(exc, timeouts)) from exc
     with response:
         if have and response.status == 206:
             start = _content_range_start(response.headers.get("Content-Range"))
@@ -139,10 +198,17 @@ def _http_once(url: str, part: str, max_redirect_hops: int, timeout: float) -> N
             except (http.client.IncompleteRead, OSError) as exc:
                 if isinstance(exc, http.client.IncompleteRead) and exc.partial:
                     out.write(exc.partial)
-                raise _InterruptedError(f"{type(exc).__name__}: {exc}") from exc
+                raise _InterruptedError(_why(exc, timeouts)) from exc
     got = os.path.getsize(part)
     if expected is not None and got < expected:
         raise _InterruptedError(f"connection closed after {got} of {expected} bytes")
+
+
+def _why(exc: BaseException, timeouts: tuple[float, float]) -> str:
+    reason = getattr(exc, "reason", exc)
+    if isinstance(reason, (TimeoutError, socket.timeout)):
+        return f"timed out (connect timeout {timeouts[0]} s, read timeout {timeouts[1]} s)"
+    return f"{type(exc).__name__}: {reason}"
 
 
 def _content_range_start(value: str | None) -> int | None:
@@ -157,11 +223,11 @@ def _content_range_start(value: str | None) -> int | None:
 
 def _fsspec_once(url: str, part: str, storage_options: Mapping[str, Any]) -> None:
     """Copy an fsspec URL into ``part``, continuing after the bytes it already holds."""
-    import fsspec
-
     have = os.path.getsize(part) if os.path.exists(part) else 0
     try:
-        with fsspec.open(url, "rb", **storage_options) as src:
+        # pipekit's remote timeouts filled in, and s3fs trying each request once (see _remote_fs)
+        fs, path = _remote_fs(url, dict(storage_options))
+        with fs.open(path, "rb") as src:
             size = getattr(src, "size", None)
             if have and size is not None and have > size:
                 have = 0  # the source shrank: start again
@@ -190,7 +256,7 @@ def download_url(
     sha256: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
     retries: int = 3,
-    timeout: float = 60.0,
+    timeout: float | None = None,
 ) -> None:
     """Download ``url`` to ``root/filename``, resuming interrupted transfers and checking digests.
 
@@ -212,7 +278,11 @@ def download_url(
         sha256: the expected SHA-256 hex digest, or ``None``.
         storage_options: fsspec options for non-HTTP URLs (s3fs spelling for S3).
         retries: further attempts after an interrupted transfer.
-        timeout: seconds an HTTP connection may stay silent.
+        timeout: seconds an HTTP download may wait to connect and for the
+            next bytes; ``None`` (default): ``PIPEKIT_CONNECT_TIMEOUT`` (5 s) to
+            connect and ``PIPEKIT_READ_TIMEOUT`` (15 s) for each read (see
+            :mod:`pipekit.retry`), which fsspec URLs (``s3://``...) get as well.
+            A try that times out counts as an interrupted transfer.
 
     Raises:
         HashError: the downloaded bytes do not match ``md5`` / ``sha256`` (the
@@ -239,6 +309,8 @@ def download_url(
         raise TypeError(f"download_url: url must be a non-empty string, got {url!r}")
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         raise ValueError(f"download_url: retries must be an int >= 0, got {retries!r}")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+        raise ValueError(f"download_url: timeout must be a number of seconds > 0 or None, got {timeout!r}")
     root = os.path.expanduser(os.fspath(root))
     if not filename:
         filename = posixpath.basename(url.split("?", 1)[0].rstrip("/"))
@@ -254,7 +326,7 @@ def download_url(
     for attempt in range(retries + 1):
         try:
             if _is_http(url):
-                _http_once(url, part, max_redirect_hops, timeout)
+                _http_once(url, part, max_redirect_hops, _timeouts(timeout))
             else:
                 _fsspec_once(url, part, options)
             last = None

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 import pipekit.pipes  # noqa: F401  (registers the functional names used below)
-from pipekit._fs import list_class_folders
+from pipekit._fs import list_class_folders, listing_change, listing_record
 from pipekit.collate import collate
 from pipekit.datasets._recipe import (
     ApplyToKey,
@@ -44,6 +44,7 @@ from pipekit.datasets._recipe import (
     check_stage,
     standard_image_transforms,
 )
+from pipekit.errors import ReadError
 from pipekit.pipes.base import IterDataPipe
 
 __all__ = ["ImageFolder", "IMG_EXTENSIONS", "collate_by_aspect"]
@@ -74,6 +75,42 @@ def _missing_images(root: str, name: str, extensions: tuple[str, ...]) -> None:
         f"ImageFolder: class folder {name!r} of {root!r} has no image files "
         f"(extensions {', '.join(extensions)}); remove it or pass allow_empty=True"
     )
+
+
+class _ListedFiles(ListSource):
+    """The recipe's files, shuffled per epoch; its checkpoint also records the listing its positions count.
+
+    The files are listed when the recipe is built, so a resumed run works on a new listing: a file added or
+    deleted since the checkpoint would shift every position after it (files repeated, others never read).
+    The checkpoint keeps :func:`pipekit._fs.listing_record` of the list (a digest, the count and the names,
+    compressed), and restoring it on another listing raises :class:`~pipekit.errors.ReadError` naming the
+    files added and gone.  A file whose contents changed under the same name is read afresh: each file is
+    read whole, so no position points inside one.
+    """
+
+    def __init__(self, items: Sequence[str], shuffle: bool, root: str) -> None:
+        super().__init__(items, shuffle=shuffle)
+        self.root = root
+        self._record: dict[str, Any] | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        if self._record is None:  # once: the list does not change after the recipe is built
+            self._record = listing_record(self.items)
+        return {**super().state_dict(), "listing": self._record}
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        listing = None if state is None else state.get("listing")
+        if isinstance(listing, dict):
+            change = listing_change(listing, self.items)
+            if change is not None:
+                raise ReadError(
+                    "resume listing", self.root, "ImageFolder",
+                    f"the image files under it changed since the checkpoint ({change}): the checkpoint's "
+                    "positions count files of the old listing and would repeat some files and skip others; "
+                    "resume from a checkpoint taken on these files, or start the epoch over",
+                )
+            self._record = dict(listing)
+        super().restore(state)
 
 
 class _ToSample:
@@ -170,7 +207,9 @@ class ImageFolder(Recipe):
     :attr:`class_to_idx`, as torchvision's ``ImageFolder``).  Files are listed
     once, when the recipe is built; in training they are shuffled as a whole
     list each epoch *before* anything is read (a checkpoint stores the epoch's
-    seed and position only), then split between DataLoader workers and
+    seed and position, and a record of the listing: resuming on a folder
+    where files were added or deleted since raises
+    :class:`~pipekit.errors.ReadError` naming them), then split between DataLoader workers and
     distributed ranks by ``sharding_filter``, so each file is read once per
     epoch.  Batches are dicts ``{"image": uint8 [B, 3, size, size],
     "label": int64 [B], "url": [B urls]}``; convert and normalise the images
@@ -312,7 +351,7 @@ class ImageFolder(Recipe):
         self.classes: list[str] = classes
         self.class_to_idx: dict[str, int] = {name: i for i, name in enumerate(classes)}
         self.targets: list[int] = [label for _, label in files]
-        source = ListSource([url for url, _ in files], shuffle=self.train if shuffle is None else shuffle)
+        source = _ListedFiles([url for url, _ in files], self.train if shuffle is None else shuffle, root)
         self._urls: list[str] = source.items  # the source's own list: pickled to workers once
 
         pipe: IterDataPipe = source

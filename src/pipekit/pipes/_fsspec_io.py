@@ -18,9 +18,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import posixpath
 import stat
-import uuid
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -28,10 +26,10 @@ from typing import Any
 
 from fsspec.implementations.local import LocalFileSystem as _LocalFileSystem
 
-from pipekit._fs import fs_is_local, local_path, url_to_fs
+from pipekit._fs import fs_is_local, listing_change, listing_record, local_path, url_to_fs
 from pipekit.errors import ReadError, SkipLog, check_on_error
 from pipekit.pipes._builtin import IterableWrapper
-from pipekit.pipes._list_match import _join_url, _listing_digest, _matcher, _scan_local
+from pipekit.pipes._list_match import _join_url, _matcher, _scan_local
 from pipekit.pipes._stream_items import note_opened
 from pipekit.pipes.base import IterDataPipe, StreamWrapper, functional_datapipe
 from pipekit.pipes.state import ResumablePipe
@@ -156,12 +154,15 @@ class FSSpecFileLister(ResumablePipe):
 
     Resume: the checkpoint is ``{"root": the root being listed, "last": the
     last URL yielded, "digest": a 128-bit hash of that root's listing,
-    "count": its number of files}`` (a digest, not the listing: the
-    checkpoint stays small for any number of files); a restored copy lists
+    "count": its number of files, "names": the listing, zlib-compressed}``
+    (``names`` only while it compresses to at most
+    :data:`pipekit._fs.LISTING_NAMES_LIMIT` bytes, 1 MiB: the checkpoint stays
+    bounded for any number of files); a restored copy lists
     that root again, continues after that URL, then lists the next roots.
     If the root's listing is not the one the checkpoint was taken on (a file
     added, deleted or renamed, read or not), resuming raises
-    :class:`~pipekit.errors.ReadError` naming the root and the counts, even
+    :class:`~pipekit.errors.ReadError` naming the root, the counts and the
+    files added and gone (when the checkpoint holds the names), even
     with ``on_error="skip"``: the positions of the pipes downstream (a
     shuffle's, each DataLoader worker's share of the files) count files of
     that listing, and would repeat some and skip others.  A checkpoint
@@ -216,8 +217,8 @@ class FSSpecFileLister(ResumablePipe):
         self._root: str | None = None
         self._last: str | None = None
         self._urls: list[str] = []  # the listing of _root
-        self._digest: str | None = None  # its digest, computed by the first state_dict() that needs it
-        self._resume: tuple[str, str | None, str | None, int | None] | None = None
+        self._record: dict[str, Any] | None = None  # its checkpoint record, made by the first state_dict()
+        self._resume: tuple[str, str | None, dict[str, Any]] | None = None
 
     @property
     def datapipe(self) -> IterDataPipe:
@@ -297,31 +298,31 @@ class FSSpecFileLister(ResumablePipe):
     def state_dict(self) -> dict[str, Any]:
         if self._root is None:
             return {"root": None, "last": None}
-        if self._digest is None:  # once per root: later checkpoints of the same listing reuse it
-            self._digest = _listing_digest(self._urls)
-        return {"root": self._root, "last": self._last, "digest": self._digest, "count": len(self._urls)}
+        if self._record is None:  # once per root: later checkpoints of the same listing reuse it
+            self._record = listing_record(self._urls)
+        return {"root": self._root, "last": self._last, **self._record}
 
     def restore(self, state: dict[str, Any] | None) -> None:
         self._root = self._last = None
-        self._urls, self._digest = [], None
+        self._urls, self._record = [], None
         if state is None or state["root"] is None:
             self._resume = None
         else:
-            self._resume = (state["root"], state["last"], state.get("digest"), state.get("count"))
+            self._resume = (state["root"], state["last"], {k: state[k] for k in ("digest", "count", "names")
+                                                           if k in state})
 
     def __iter__(self) -> Iterator[str]:
         resume, self._resume = self._resume, None  # the root to continue, set by restore()
         if resume is not None:
-            yield from self._yield_root(resume[0], after=resume[1], expected=resume[2:])
+            yield from self._yield_root(resume[0], after=resume[1], expected=resume[2])
         for root in self.source_datapipe:
             yield from self._yield_root(root, after=None)
         self._root = self._last = None
-        self._urls, self._digest = [], None
+        self._urls, self._record = [], None
 
-    def _yield_root(self, root: str, after: str | None,
-                    expected: tuple[str | None, int | None] = (None, None)) -> Iterator[str]:
+    def _yield_root(self, root: str, after: str | None, expected: dict[str, Any] | None = None) -> Iterator[str]:
         self._root, self._last = root, after
-        self._urls, self._digest = [], None
+        self._urls, self._record = [], None
         try:
             urls = self._list(root)
         except ReadError as exc:
@@ -330,8 +331,8 @@ class FSSpecFileLister(ResumablePipe):
             self.skip_log.record(exc)
             return
         self._urls = urls
-        if expected[0] is not None:
-            self._check_listing(root, after, urls, *expected)
+        if expected is not None and expected.get("digest") is not None:
+            self._check_listing(root, after, urls, expected)
         if not urls and root not in self._warned_empty:
             self._warned_empty.add(root)
             matching = f" matching masks {self.masks}" if self.masks else ""
@@ -347,16 +348,15 @@ class FSSpecFileLister(ResumablePipe):
             self._last = url
             yield url
 
-    def _check_listing(self, root: str, last: str | None, urls: list[str], digest: str, count: int | None) -> None:
+    def _check_listing(self, root: str, last: str | None, urls: list[str], expected: dict[str, Any]) -> None:
         """Refuse to resume ``root`` when its listing is not the one the checkpoint's positions count."""
-        self._digest = _listing_digest(urls)
-        if self._digest == digest:
+        change = listing_change(expected, urls)
+        if change is None:
             return
-        then = f"{count} files then" if isinstance(count, int) else "another listing then"
         gone = f"; {last!r}, the last file read, is gone" if last is not None and last not in set(urls) else ""
         raise ReadError(
             "resume listing", root, "list_files_by_fsspec",
-            f"the files under it changed since the checkpoint ({then}, {len(urls)} now{gone}): the positions "
+            f"the files under it changed since the checkpoint ({change}{gone}): the positions "
             "downstream (a shuffle's, each DataLoader worker's share) count files of the old listing and would "
             "repeat some files and skip others; resume from a checkpoint taken on these files, or start the "
             "epoch over",
@@ -560,7 +560,9 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
             local = local_path(url) if set(self.kwargs_for_open) <= _BUILTIN_OPEN_KWARGS else None
             if local is not None:
                 # Plain local files: Python's own open() is several times cheaper than
-                # resolving a filesystem per URL, and just as seekable.
+                # resolving a filesystem per URL, and just as seekable (~ expanded, as fsspec does).
+                if local.startswith("~"):
+                    local = os.path.expanduser(local)
                 file = open(local, self.mode, **self.kwargs_for_open)  # noqa: SIM115 - closed downstream
             else:
                 fs, path = _remote_fs(url, self.kwargs_for_connection)
@@ -610,6 +612,8 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
                 local = local_path(url) if type(url) is str else None
             if local is None:
                 return reopen(url)
+            if local.startswith("~"):  # as fsspec's local filesystem (and the lister) read it
+                local = os.path.expanduser(local)
             try:
                 file = open(local, mode, **kwargs)  # noqa: SIM115 - closed downstream
             except Exception as exc:
@@ -667,221 +671,7 @@ def open_each(
         raise
 
 
-@functional_datapipe("save_by_fsspec")
-class FSSpecSaver(IterDataPipe[str]):
-    """Write ``(meta, data)`` items to files and yield the paths written.
-
-    The target is ``filepath_fn(meta)`` (or ``meta`` itself when
-    ``filepath_fn`` is ``None``); missing parent directories are created.
-    Writes are atomic where the filesystem allows it, so a reader never sees a
-    half-written file: local files (and other filesystems with directories)
-    are written under a temporary name in the same directory and then renamed;
-    object stores (S3, GCS, Azure, memory) only create the object when the
-    upload completes.  Append modes (``"a"``, ``"ab"``) write in place.
-
-    Args:
-        source_datapipe: a pipe yielding ``(meta, data)`` tuples; ``data`` is
-            ``bytes`` for binary modes and ``str`` for text modes.
-        mode: ``"w"`` (text, the default, as in torchdata), ``"wb"``, ``"a"``
-            or ``"ab"``.
-        filepath_fn: maps ``meta`` to the target path or URL.
-        kwargs_for_open: extra arguments for ``fs.open()`` (``encoding``...).
-        storage_options: fsspec storage options (merged with ``kwargs``).
-        kwargs: more storage options (credentials, ``client_kwargs``...).
-
-    Write failures raise :class:`~pipekit.errors.ReadError` naming the path
-    and ``save_by_fsspec``.  The pipe is stateless for resume.
-
-    Example:
-        >>> import fsspec
-        >>> from pipekit.pipes import IterableWrapper
-        >>> items = IterableWrapper([("1.txt", b"DATA1"), ("2.txt", b"DATA2")])
-        >>> list(items.save_by_fsspec(mode="wb", filepath_fn=lambda name: "memory://saver_doc/" + name))
-        ['memory://saver_doc/1.txt', 'memory://saver_doc/2.txt']
-        >>> fsspec.filesystem("memory").cat("/saver_doc/2.txt")
-        b'DATA2'
-    """
-
-    stateless = True
-
-    def __init__(
-        self,
-        source_datapipe: IterDataPipe[tuple[Any, bytes | bytearray | str]],
-        mode: str = "w",
-        filepath_fn: Callable[[Any], str] | None = None,
-        *,
-        kwargs_for_open: dict[str, Any] | None = None,
-        storage_options: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        if not isinstance(mode, str) or mode not in ("w", "wb", "wt", "a", "ab", "at"):
-            raise ValueError(f'mode must be "w", "wb", "wt", "a", "ab" or "at", got {mode!r}')
-        if filepath_fn is not None and not callable(filepath_fn):
-            raise TypeError(f"filepath_fn must be callable or None, got {type(filepath_fn).__name__}")
-        if kwargs_for_open is not None and not isinstance(kwargs_for_open, dict):
-            raise TypeError(f"kwargs_for_open must be a dict or None, got {type(kwargs_for_open).__name__}")
-        self.source_datapipe = source_datapipe
-        self.mode = mode
-        self.filepath_fn = filepath_fn
-        self.kwargs_for_open: dict[str, Any] = dict(kwargs_for_open or {})
-        self.kwargs_for_connection = _storage_options(storage_options, kwargs)
-
-    def _check_data(self, filepath: str, data: Any) -> None:
-        binary = "b" in self.mode
-        ok = isinstance(data, bytes | bytearray | memoryview) if binary else isinstance(data, str)
-        if not ok:
-            need = "bytes" if binary else "str"
-            raise TypeError(
-                f"save_by_fsspec: data for {filepath!r} is {type(data).__name__}, "
-                f"but mode {self.mode!r} writes {need}"
-            )
-
-    def _write(self, filepath: str, data: Any) -> None:
-        fs, path = url_to_fs(filepath, self.kwargs_for_connection)
-        if "a" in self.mode or set(_protocols(fs)) & _OBJECT_STORES:
-            if fs_is_local(fs) or not set(_protocols(fs)) & _OBJECT_STORES:
-                fs.makedirs(fs._parent(path), exist_ok=True)
-            with fs.open(path, self.mode, **self.kwargs_for_open) as f:
-                f.write(data)
-            return
-        parent = fs._parent(path)
-        fs.makedirs(parent, exist_ok=True)
-        tmp = posixpath.join(parent, f".{posixpath.basename(path)}.{uuid.uuid4().hex}.pipekit-tmp")
-        try:
-            with fs.open(tmp, self.mode, **self.kwargs_for_open) as f:
-                f.write(data)
-            if fs_is_local(fs):
-                os.replace(tmp, path)  # atomic on POSIX and Windows
-            else:
-                fs.mv(tmp, path)
-        except BaseException:
-            try:
-                if fs.exists(tmp):
-                    fs.rm(tmp)
-            except Exception:  # best effort; the original error matters
-                pass
-            raise
-
-    def __iter__(self) -> Iterator[str]:
-        for item in self.source_datapipe:
-            if not isinstance(item, tuple | list) or len(item) != 2:
-                raise TypeError(f"save_by_fsspec: expected (meta, data) tuples, got {type(item).__name__}")
-            meta, data = item
-            filepath = meta if self.filepath_fn is None else self.filepath_fn(meta)
-            if not isinstance(filepath, str):
-                raise TypeError(
-                    f"save_by_fsspec: the target path must be a str, got {type(filepath).__name__}: {filepath!r}"
-                )
-            self._check_data(filepath, data)
-            try:
-                self._write(filepath, data)
-            except Exception as exc:
-                raise ReadError("write", filepath, "save_by_fsspec", _reason(exc)) from exc
-            yield filepath
-
-    def __len__(self) -> int:
-        return len(self.source_datapipe)  # type: ignore[arg-type]
-
-
-@functional_datapipe("save_to_disk")
-class Saver(IterDataPipe[str]):
-    """Write ``(meta, data)`` items to local files and yield the paths written (functional name: ``save_to_disk``).
-
-    The target is ``filepath_fn(meta)`` (or ``meta`` itself when
-    ``filepath_fn`` is ``None``); missing parent directories are created and
-    an existing file is replaced.  Each file is written under a temporary
-    name in the target's directory and then renamed over the target
-    (``os.replace``), so a reader never sees a half-written file and a failed
-    write leaves the old file intact.  For other filesystems use
-    :class:`FSSpecSaver` (``save_by_fsspec``).
-
-    Args:
-        source_datapipe: a pipe yielding ``(meta, data)`` tuples; ``data`` is
-            ``bytes`` for binary modes and ``str`` for text modes.
-        mode: ``"w"`` (text, the default, as in torchdata), ``"wb"`` or
-            ``"wt"``; torchdata's shorthands ``"b"`` and ``"t"`` mean ``"wb"``
-            and ``"wt"``.
-        filepath_fn: maps ``meta`` to the target path (a ``str`` or
-            ``os.PathLike``).
-
-    Yields each target path as a ``str``, as given (relative paths stay
-    relative).  Write failures raise :class:`~pipekit.errors.ReadError` naming
-    the path and ``save_to_disk``.  The pipe is stateless for resume.
-
-    Example:
-        >>> import os, tempfile
-        >>> from pipekit.pipes import IterableWrapper
-        >>> root = tempfile.mkdtemp()
-        >>> def filepath_fn(name: str) -> str:
-        ...     return os.path.join(root, os.path.basename(name))
-        >>> name_to_data = {"1.txt": b"DATA1", "2.txt": b"DATA2", "3.txt": b"DATA3"}
-        >>> source_dp = IterableWrapper(sorted(name_to_data.items()))
-        >>> saver_dp = source_dp.save_to_disk(filepath_fn=filepath_fn, mode="wb")
-        >>> res_file_paths = list(saver_dp)
-        >>> [os.path.relpath(p, root) for p in res_file_paths]
-        ['1.txt', '2.txt', '3.txt']
-        >>> open(res_file_paths[1], "rb").read()
-        b'DATA2'
-    """
-
-    stateless = True
-
-    def __init__(
-        self,
-        source_datapipe: IterDataPipe[tuple[Any, bytes | bytearray | str]],
-        mode: str = "w",
-        filepath_fn: Callable[[Any], str | os.PathLike] | None = None,
-    ) -> None:
-        if not isinstance(mode, str) or mode not in ("w", "wb", "wt", "b", "t"):
-            raise ValueError(f'mode must be "w", "wb" or "wt" (or torchdata\'s "b", "t"), got {mode!r}')
-        if filepath_fn is not None and not callable(filepath_fn):
-            raise TypeError(f"filepath_fn must be callable or None, got {type(filepath_fn).__name__}")
-        self.source_datapipe = source_datapipe
-        self.mode = mode if "w" in mode else "w" + mode
-        self.filepath_fn = filepath_fn
-
-    def _write(self, path: str, data: bytes | bytearray | memoryview | str) -> None:
-        parent = os.path.dirname(path)
-        if parent:
-            os.makedirs(parent, exist_ok=True)
-        tmp = os.path.join(parent, f".{os.path.basename(path)}.{uuid.uuid4().hex}.pipekit-tmp")
-        try:
-            with open(tmp, self.mode.replace("w", "x")) as f:  # "x": never clobber another writer's file
-                f.write(data)
-            os.replace(tmp, path)  # atomic on POSIX and Windows
-        except BaseException:
-            with contextlib.suppress(OSError):  # best effort (it may not exist); the original error matters
-                os.unlink(tmp)
-            raise
-
-    def __iter__(self) -> Iterator[str]:
-        binary = "b" in self.mode
-        for item in self.source_datapipe:
-            if not isinstance(item, tuple | list) or len(item) != 2:
-                raise TypeError(f"save_to_disk: expected (meta, data) tuples, got {type(item).__name__}")
-            meta, data = item
-            target = meta if self.filepath_fn is None else self.filepath_fn(meta)
-            if not isinstance(target, str | os.PathLike):
-                raise TypeError(
-                    f"save_to_disk: the target path must be a str or os.PathLike, "
-                    f"got {type(target).__name__}: {target!r}"
-                )
-            path = os.fspath(target)
-            if not isinstance(path, str):
-                raise TypeError(f"save_to_disk: the target path must be a str, got bytes: {path!r}")
-            ok = isinstance(data, bytes | bytearray | memoryview) if binary else isinstance(data, str)
-            if not ok:
-                need = "bytes" if binary else "str"
-                raise TypeError(
-                    f"save_to_disk: data for {path!r} is {type(data).__name__}, but mode {self.mode!r} writes {need}"
-                )
-            if not path or path.endswith(("/", os.sep)):
-                raise ReadError("write", path, "save_to_disk", "the target path names no file")
-            try:
-                self._write(path, data)
-            except Exception as exc:
-                raise ReadError("write", path, "save_to_disk", _reason(exc)) from exc
-            yield path
-
-    def __len__(self) -> int:
-        return len(self.source_datapipe)  # type: ignore[arg-type]
+# The savers live in their own module (this one was past 880 lines), importable from here as before; and
+# torch's list_files, resumable and checking its listing on resume (registered in torch's place on import).
+from pipekit.pipes import _file_lister  # noqa: E402, F401
+from pipekit.pipes._fsspec_save import FSSpecSaver, Saver  # noqa: E402
