@@ -15,7 +15,9 @@ Where each pipe lives (functional name -> module):
 ==========================================================  ============================
 ``map filter shuffle batch unbatch collate zip concat mux``  :mod:`~pipekit.pipes._builtin`
 ``fork demux groupby sharding_filter`` (torch's own)         :mod:`~pipekit.pipes._builtin`
-``list_files_by_fsspec open_files_by_fsspec save_by_fsspec`` :mod:`~pipekit.pipes._fsspec_io`
+``list_files_by_fsspec open_files_by_fsspec``               :mod:`~pipekit.pipes._fsspec_io`
+``save_by_fsspec save_to_disk``                              :mod:`~pipekit.pipes._fsspec_save`
+``list_files`` (torch's, resumable)                          :mod:`~pipekit.pipes._file_lister`
 ``load_from_tar load_from_zip``                              :mod:`~pipekit.pipes._archives`
 ``decompress load_from_bz2 load_from_xz extract``            :mod:`~pipekit.pipes._decompress`
 ``webdataset shard_expand``                                  :mod:`~pipekit.pipes._webdataset`
@@ -42,7 +44,6 @@ Where each pipe lives (functional name -> module):
 ``fullsync``                                                 :mod:`~pipekit.pipes._distributed`
 ``append_index normalize augment augment_batch``             :mod:`~pipekit.pipes._sample_transforms`
 ``read_geo`` (bounding boxes -> geo samples)                 :mod:`pipekit.geo._pipes`
-``list_files_by_fsspec ... save_to_disk``                    :mod:`~pipekit.pipes._fsspec_io`
 ==========================================================  ============================
 
 ``pipekit.pipes.base.owner_of("decode_image")`` answers the same question at run time.
