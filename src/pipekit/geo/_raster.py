@@ -43,6 +43,7 @@ from pipekit.geo._base import (
     _to_tensor,
 )
 from pipekit.geo._bbox import BoundingBox
+from pipekit.geo._crs import user_crs
 from pipekit.geo._index import GeoIndex
 from pipekit.geo._read import Grid, resampling_from
 from pipekit.geo._reader import RasterReader, ReadSettings
@@ -333,8 +334,9 @@ class RasterDataset(GeoDataset):
         return np.arange(len(self._files)) if self._rows is None else self._rows
 
     @property
-    def crs(self) -> CRS:
-        return self._crs
+    def crs(self) -> Any:
+        """The dataset's CRS: pyproj's ``CRS``, as TorchGeo 0.8 gives (kept inside as rasterio's, ``_crs``)."""
+        return user_crs(self._crs)
 
     @crs.setter
     def crs(self, value: Any) -> None:
@@ -507,7 +509,7 @@ class RasterDataset(GeoDataset):
             >>> RasterDataset(root, index_cache=True).files == [f"{root}/a.tif"]
             True
         """
-        return self._cached_headers.save(path, self._files, self.crs)
+        return self._cached_headers.save(path, self._files, self._crs)
 
     # -- reading ----------------------------------------------------------------------------
     def _layers(self) -> dict[str, int]:
@@ -548,7 +550,7 @@ class RasterDataset(GeoDataset):
         tensor = _to_tensor(stack, self._dtypes()[key])
         if key == "mask" and tensor.shape[1] == 1:
             tensor = tensor[:, 0]
-        return {key: tensor, "dates": torch.from_numpy(starts), "crs": self._crs, "bounds": bounds,
+        return {key: tensor, "dates": torch.from_numpy(starts), "crs": self.crs, "bounds": bounds,
                 "transform": grid.transform}
 
     def _mosaic(self, hits: np.ndarray, grid: Grid, track_valid: bool) -> Arrays:

@@ -575,7 +575,7 @@ class VectorDataset(GeoDataset):
                 sample["mask"] = torch.from_numpy(np.ascontiguousarray(masks[covered]))
             sample["bbox_xyxy"] = torch.from_numpy(np.ascontiguousarray(boxes[keep]))
             sample["label"] = torch.from_numpy(labels[keep].astype(np.int32))
-        sample["crs"] = self._crs
+        sample["crs"] = self.crs
         sample["bounds"] = bounds
         sample["transform"] = grid.transform
         return sample
