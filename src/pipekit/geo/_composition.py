@@ -52,18 +52,18 @@ def _align(
     for d in (dataset1, dataset2):
         if not isinstance(d, GeoDataset):
             raise TypeError(f"{kind} combines GeoDatasets, got {type(d).__name__}")
-    target_crs = dataset1.crs if crs is None else _to_crs(crs)
+    target_crs = dataset1._crs if crs is None else _to_crs(crs)
     if res is not None:
         target_res = _to_res(res)
-    elif target_crs == dataset1.crs:
+    elif target_crs == dataset1._crs:
         target_res = dataset1.res
     else:
-        target_res = _default_res(dataset1.crs, target_crs, dataset1.res, dataset1._extent())
+        target_res = _default_res(dataset1._crs, target_crs, dataset1.res, dataset1._extent())
     moved = []
     out = []
     for d in (dataset1, dataset2):
-        if d.crs != target_crs or d.res != target_res:
-            moved.append(f"{d.name} ({_crs_name(d.crs)}, res {d.res})")
+        if d._crs != target_crs or d.res != target_res:
+            moved.append(f"{d.name} ({_crs_name(d._crs)}, res {d.res})")
             d = d._retargeted(target_crs, target_res)
         out.append(d)
     source = "given" if crs is not None or res is not None else f"from {dataset1.name}"
@@ -210,7 +210,7 @@ class IntersectionDataset(GeoDataset):
                         merged[key] = _concat(merged[key], value)
                 else:
                     merged[key] = value
-        merged["crs"] = self._crs
+        merged["crs"] = self.crs
         merged["bounds"] = bounds
         merged["transform"] = grid.transform
         return merged
