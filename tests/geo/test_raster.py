@@ -388,13 +388,27 @@ class TestComposition:
         got = reversed_union[box(90, 30, 120, 40)]["image"].numpy()[0]
         assert (got[:, 10:] == 200).all() and (got[:, :10] == 100).all()
 
-    def test_union_refuses_different_layouts_and_child_transforms(self, utm_scene, mosaic_pair):
+    def test_union_refuses_different_layouts(self, utm_scene, mosaic_pair):
         three = RasterDataset(utm_scene["root"])
         one = RasterDataset(mosaic_pair["root"])
         with pytest.raises(ValueError, match=r"cannot mosaic samples of different layouts"):
             three | one
-        with pytest.raises(ValueError, match="has its own transforms"):
-            RasterDataset(utm_scene["root"], bands=[1], transforms=lambda s: s) | one
+
+    def test_union_of_operands_with_transforms_runs_them_and_merges_as_torchgeo(self, mosaic_pair):
+        def plus_one(sample):
+            return {**sample, "image": sample["image"] + 1, "seen": sample.get("seen", 0) + 1}
+
+        a = RasterDataset(mosaic_pair["root"] / "a.tif", transforms=plus_one)
+        b = RasterDataset(mosaic_pair["root"] / "b.tif")
+        union = a | a  # TorchGeo's `ds | ds`
+        assert isinstance(union, UnionDataset) and len(union) == 2
+        # each operand's sample goes through its own transforms, then the samples merge by maximum
+        # (TorchGeo's merge_samples): a's data 100 -> 101, its nodata hole (0) -> 1
+        got = (a | b)[box(90, 30, 120, 40)]
+        image = got["image"].numpy()[0]
+        assert (image[:, :10] == 101).all() and (image[:, 10:] == 200).all() and got["seen"] == 1
+        hole = (a | a)[box(140, 40, 20, 20)]["image"].numpy()
+        assert (hole == 1).all()
 
     def test_intersection_holds_both_keys(self, utm_scene, mosaic_pair):
         image = RasterDataset(utm_scene["root"])

@@ -31,7 +31,7 @@ from pipekit.geo._base import (
     _to_res,
 )
 from pipekit.geo._bbox import BoundingBox
-from pipekit.geo._collate import concat_samples
+from pipekit.geo._collate import concat_samples, merge_samples
 from pipekit.geo._index import GeoIndex
 from pipekit.geo._read import Grid
 
@@ -335,9 +335,13 @@ class UnionDataset(GeoDataset):
 
     Raises:
         ValueError: without ``collate_fn``, the operands' sample keys or band
-            counts differ, or an operand has its own ``transforms`` (pixels
-            are mosaicked before any transform runs: give ``transforms=`` to
-            the union instead).
+            counts differ.
+
+    An operand with its own ``transforms`` (TorchGeo's ``ds | ds``) makes the
+    union TorchGeo's: each operand's sample goes through its transforms, then
+    they are merged by :func:`~pipekit.datasets.utils.merge_samples` (the
+    pixelwise maximum), since the first-valid mosaic reads raw pixels before
+    any transform could run.
     """
 
     def __init__(
@@ -364,12 +368,11 @@ class UnionDataset(GeoDataset):
                 f"{dataset1.name} | {dataset2.name}: cannot mosaic samples of different layouts "
                 f"({l1} vs {l2}); choose bands= so that both read the same number of bands"
             )
-        for d in (dataset1, dataset2):
-            if d._has_transforms() and collate_fn is None:
-                raise ValueError(
-                    f"{dataset1.name} | {dataset2.name}: {d.name} has its own transforms, but a union mosaics "
-                    "raw pixels before any transform runs; pass transforms= to the union instead"
-                )
+        if collate_fn is None and (dataset1._has_transforms() or dataset2._has_transforms()):
+            # pipekit's first-valid mosaic reads raw pixels, before any operand's transforms could run: an
+            # operand with its own transforms makes the union TorchGeo's, each operand's sample after its
+            # transforms, merged by merge_samples (the pixelwise maximum)
+            self.collate_fn = merge_samples
         self.transforms = transforms
         d1, d2, self._crs, self._res = _align("UnionDataset", dataset1, dataset2, crs, res)
         self.datasets = [d1, d2]
