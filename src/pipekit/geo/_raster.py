@@ -599,10 +599,14 @@ class RasterDataset(GeoDataset):
 
     def _plot_spec(self) -> dict[str, Any]:
         spec: dict[str, Any] = {}
-        if self.is_image:
-            if self.rgb_bands and all(b in self.bands for b in self.rgb_bands):
-                spec["rgb"] = [self.bands.index(b) for b in self.rgb_bands]
-        else:
+        if self.is_image and self.rgb_bands:
+            bands = list(self.bands or ())
+            missing = [b for b in self.rgb_bands if b not in bands]
+            if missing:  # other bands drawn as red, green and blue would mislead (TorchGeo raises too)
+                raise ValueError(f"{self.name}: Dataset does not contain some of the RGB bands "
+                                 f"(missing {', '.join(map(str, missing))}; bands={bands})")
+            spec["rgb"] = [bands.index(b) for b in self.rgb_bands]
+        elif not self.is_image:
             if self.cmap is not None:
                 spec["cmap"] = self.cmap
             if self.class_names is not None:
