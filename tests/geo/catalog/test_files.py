@@ -14,7 +14,7 @@ import rasterio
 from affine import Affine
 
 from pipekit.datasets import RasterDataset
-from pipekit.errors import ParseError, ReadError
+from pipekit.errors import DatasetNotFoundError, ParseError, ReadError
 from pipekit.geo import BoundingBox
 from pipekit.geo.catalog._dates import date_interval
 
@@ -150,10 +150,12 @@ class TestDiscovery:
 
     def test_no_files_names_root_and_glob(self, tmp_path):
         (tmp_path / "readme.txt").write_text("not a raster")
-        with pytest.raises(FileNotFoundError, match=re.escape("'scene_*.tif'")) as info:
+        # TorchGeo's DatasetNotFoundError and its "Dataset not found" (a FileNotFoundError, as before)
+        with pytest.raises(DatasetNotFoundError, match=r"^Dataset not found: Dated: no files matching filename_glob "
+                                                       + re.escape("'scene_*.tif'")) as info:
             Dated(tmp_path)
         assert str(tmp_path) in str(info.value)
-        with pytest.raises(FileNotFoundError, match="no such file or directory"):
+        with pytest.raises(DatasetNotFoundError, match=r"^Dataset not found: RasterDataset: no such file or directory"):
             RasterDataset(tmp_path / "missing")
 
     def test_memory_filesystem_root(self, utm_scene):
