@@ -291,6 +291,18 @@ class TestTasks:
         sample = ds[BoundingBox(X0, X0 + 200, Y0, Y0 + 100)]
         assert sample["label"].tolist() == [1] and len(sample["mask"]) == len(sample["bbox_xyxy"]) == 1
 
+    @pytest.mark.parametrize("task", ["semantic_segmentation", "object_detection", "instance_segmentation"])
+    def test_a_query_inside_the_hole_has_no_shapes_and_empty_targets(self, gpkg, task):
+        ds = VectorDataset(gpkg, res=RES, label_name="crop", task=task)
+        sample = ds[BoundingBox(X0 + 150, X0 + 250, Y0 + 150, Y0 + 250)]  # inside the square's hole
+        if task == "semantic_segmentation":
+            assert torch.equal(sample["mask"], torch.zeros(10, 10, dtype=sample["mask"].dtype))
+            return
+        assert sample["bbox_xyxy"].shape == (0, 4) and sample["bbox_xyxy"].dtype == torch.float32
+        assert sample["label"].shape == (0,)
+        if task == "instance_segmentation":  # no instance: [0, H, W], the [N, H, W] of N = 0 instances
+            assert sample["mask"].shape == (0, 10, 10) and sample["mask"].dtype == torch.uint8
+
     def test_get_label_override(self, gpkg):
         class ByName(VectorDataset):
             def get_label(self, feature):

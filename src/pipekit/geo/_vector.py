@@ -570,7 +570,7 @@ class VectorDataset(GeoDataset):
             keep = ~np.isnan(boxes).any(axis=1)
             if self.task == "instance_segmentation":
                 masks = instance_masks(geoms[keep], grid.transform, shape, self.all_touched)
-                covered = masks.reshape(len(masks), -1).any(axis=1)
+                covered = masks.reshape(len(masks), shape[0] * shape[1]).any(axis=1)  # -1 fails for 0 masks
                 keep[np.flatnonzero(keep)[~covered]] = False
                 sample["mask"] = torch.from_numpy(np.ascontiguousarray(masks[covered]))
             sample["bbox_xyxy"] = torch.from_numpy(np.ascontiguousarray(boxes[keep]))
