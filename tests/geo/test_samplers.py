@@ -261,7 +261,6 @@ class TestRandomGeoSampler:
             ({"size": (1, 2, 3)}, ValueError, "pair"),
             ({"size": "big"}, TypeError, "number"),
             ({"size": True}, TypeError, "number"),
-            ({"size": 2.5}, ValueError, "whole"),
             ({"size": 4, "units": "meters"}, ValueError, "units"),
             ({"size": 4, "length": -1}, ValueError, "length"),
             ({"size": 4, "length": 2.5}, ValueError, "length"),
@@ -410,8 +409,16 @@ class TestGridGeoSampler:
         assert len(sampler) == 9
         with pytest.raises(ValueError, match="stride"):
             GridGeoSampler(ds, size=10, stride=0)
-        with pytest.raises(ValueError, match="whole"):
-            GridGeoSampler(ds, size=10, stride=2.5)
+
+    def test_fractional_pixel_sizes_are_crs_lengths(self):
+        # TorchGeo takes a size or stride that is not a whole number of pixels (2.5 pixels: 25 m at 10 m)
+        ds = FakeGeoDataset([fp(0, 100, 0, 100)], res=(10.0, 10.0))
+        boxes = boxes_of(GridGeoSampler(ds, size=2.5, stride=3))
+        assert {(b.width, b.height) for b in boxes} == {(25.0, 25.0)}
+        assert sorted({b.minx for b in boxes}) == [0.0, 30.0, 60.0, 75.0]  # the last column ends at the edge
+        assert len(boxes_of(GridGeoSampler(ds, size=5, stride=2.5))) == 9  # x and y at 0, 25 and 50 m
+        random = boxes_of(RandomGeoSampler(ds, size=(2.5, 1.5), length=5, seed=0))
+        assert {(b.height, b.width) for b in random} == {(25.0, 15.0)}
 
     def test_large_grid_is_fast_and_exact(self):
         import time

@@ -59,7 +59,7 @@ def _units(units: Any) -> Units:
 
 
 def _pair(value: Any, name: str, pixels: bool) -> tuple[float, float]:
-    """``value`` as ``(height, width)``, validated positive (whole numbers when in pixels)."""
+    """``value`` as ``(height, width)``, validated positive (in pixels, fractions too: TorchGeo takes 2.5 pixels)."""
     if isinstance(value, (tuple, list)):
         if len(value) != 2:
             raise ValueError(f"{name} must be a number or a (height, width) pair, got {value!r}")
@@ -73,8 +73,6 @@ def _pair(value: Any, name: str, pixels: bool) -> tuple[float, float]:
         f = float(v)
         if not math.isfinite(f) or f <= 0:
             raise ValueError(f"{name} must be positive and finite, got {value!r}")
-        if pixels and f != round(f):
-            raise ValueError(f"{name} in pixels must be whole numbers, got {value!r} (use units='crs' for CRS units)")
         out.append(f)
     return out[0], out[1]
 
