@@ -541,7 +541,7 @@ class VectorDataset(GeoDataset):
             idx = np.sort(layer.tree.query(box, predicate="intersects"))
             if layer.times is not None and len(idx):
                 t = layer.times[idx]
-                idx = idx[(t[:, 0] <= bbox.maxt) & (t[:, 1] >= bbox.mint)]
+                idx = idx[(t[:, 0] <= bbox.maxt_s) & (t[:, 1] >= bbox.mint_s)]
             if mappings:
                 part = np.empty(len(idx), dtype=object)
                 part[:] = layer.shapes(idx)
