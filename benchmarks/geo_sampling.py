@@ -317,7 +317,7 @@ def boxes_digest(boxes: list[Any]) -> str:
     from pipekit.geo._bbox import from_slices
 
     for b in boxes:  # BoundingBoxes or TorchGeo 0.8 slices: the same digest for the same box
-        h.update(repr(tuple(round(float(v), 6) for v in from_slices(b))).encode())
+        h.update(repr(tuple(round(float(v), 6) for v in from_slices(b).seconds())).encode())
     return h.hexdigest()[:12]
 
 
