@@ -238,10 +238,17 @@ class TestInvalid:
 
 
 class TestErrors:
-    def test_corrupt_file_names_file_and_stage(self, tmp_path):
-        bad = tmp_path / "broken.gpkg"
+    def test_corrupt_file_is_left_out_with_a_warning_naming_it(self, tmp_path, gpkg):
+        # TorchGeo leaves a file it cannot read out silently; pipekit leaves it out too, naming it and counting
+        bad = gpkg.parent / "broken.gpkg"
         bad.write_bytes(b"SQLite format 3\x00" + b"\x00garbage" * 100)
-        with pytest.raises(ReadError, match=r"read vector file.*broken\.gpkg.*VectorDataset"):
+        (gpkg.parent / "broken.geojson").write_text('{"type": "FeatureCollection", "features": [')
+        with pytest.warns(UserWarning, match=r"VectorDataset: left out 2 file\(s\) of 3 that are not vector files "
+                                             r"GDAL can read: '.*broken\.geojson'.*'.*broken\.gpkg'"):
+            ds = VectorDataset(gpkg.parent, res=RES)
+        assert ds.files == [str(gpkg)] and ds.skip_log.count == 2
+        with pytest.warns(UserWarning, match="left out 1 file"), \
+                pytest.raises(DatasetNotFoundError, match=r"no readable vector file"):
             VectorDataset(bad)
 
     def test_corrupt_file_skipped_and_counted(self, tmp_path, gpkg):
