@@ -250,6 +250,9 @@ class TestErrors:
         with pytest.warns(UserWarning, match="left out 1 file"), \
                 pytest.raises(DatasetNotFoundError, match=r"no readable vector file"):
             VectorDataset(bad)
+        (gpkg.parent / "gone.gpkg").symlink_to(tmp_path / "nowhere.gpkg")  # listed, then not there: raised
+        with pytest.raises(ReadError, match=r"read vector file.*gone\.gpkg.*VectorDataset"):
+            VectorDataset(gpkg.parent, res=RES)
 
     def test_corrupt_file_skipped_and_counted(self, tmp_path, gpkg):
         (gpkg.parent / "broken.geojson").write_text('{"type": "FeatureCollection", "features": [')
