@@ -49,7 +49,7 @@ def queries(rng: np.random.Generator, n: int) -> list[BoundingBox]:
 def brute(b: np.ndarray, q: BoundingBox, spatial_only: bool) -> np.ndarray:
     m = (b[:, 0] <= q.maxx) & (b[:, 1] >= q.minx) & (b[:, 2] <= q.maxy) & (b[:, 3] >= q.miny)
     if not spatial_only:
-        m &= (b[:, 4] <= q.maxt) & (b[:, 5] >= q.mint)
+        m &= (b[:, 4] <= q.maxt_s) & (b[:, 5] >= q.mint_s)
     return np.flatnonzero(m)
 
 

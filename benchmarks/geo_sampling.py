@@ -279,7 +279,7 @@ class FloorDataset(Dataset):
         for scene, handles in zip(self.scenes, h["bands"]):
             sl, sb, sr, st = scene["bounds"]
             if (
-                scene["mint"] <= bbox.mint <= scene["maxt"]
+                scene["mint"] <= bbox.mint_s <= scene["maxt"]
                 and sl <= bbox.minx
                 and bbox.maxx <= sr
                 and sb <= bbox.miny
@@ -317,7 +317,7 @@ def boxes_digest(boxes: list[Any]) -> str:
     from pipekit.geo._bbox import from_slices
 
     for b in boxes:  # BoundingBoxes or TorchGeo 0.8 slices: the same digest for the same box
-        h.update(repr(tuple(round(float(v), 6) for v in from_slices(b))).encode())
+        h.update(repr(tuple(round(float(v), 6) for v in from_slices(b).seconds())).encode())
     return h.hexdigest()[:12]
 
 
@@ -966,7 +966,7 @@ class TileCounter:
         """``(bytes of the tiles the patch touches, bytes of those no earlier patch touched)``."""
         tiles = []
         for scene in self.scenes:
-            if scene["mint"] <= bbox.mint <= scene["maxt"]:
+            if scene["mint"] <= bbox.mint_s <= scene["maxt"]:
                 for path in scene["paths"]:
                     inv = ~self.files[path]["transform"]
                     c0, r0 = apply(inv, bbox.minx, bbox.maxy)

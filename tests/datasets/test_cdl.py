@@ -21,7 +21,7 @@ from rasterio.enums import Resampling
 from rasterio.warp import reproject
 
 from pipekit.datasets import CDL, CDL_CLASSES
-from pipekit.errors import ArchiveError, HashError, ReadError
+from pipekit.errors import ArchiveError, DatasetNotFoundError, HashError, ReadError
 from pipekit.geo import BoundingBox
 
 # CONUS Albers coordinates in central Iowa
@@ -291,8 +291,13 @@ class TestYears:
             CDL(cdl_root, years=[2020, 2019])
 
     def test_nothing_there(self, tmp_path):
-        with pytest.raises(FileNotFoundError, match=r"no file for year\(s\) \[2023\] .* in '.*nothing'"):
+        # TorchGeo's DatasetNotFoundError, still a FileNotFoundError (what pipekit raised before)
+        with pytest.raises(DatasetNotFoundError, match=r"Dataset not found: .*no file for year\(s\) \[2023\] "
+                                                       r".* in '.*nothing'"):
             CDL(tmp_path / "nothing")
+        (tmp_path / "empty").mkdir()
+        with pytest.raises(DatasetNotFoundError, match="pass download=True"):
+            CDL(tmp_path / "empty")
 
 
 class TestZipsAndDownload:

@@ -368,12 +368,18 @@ class TestEuroSAT:
         assert sample["label"].dtype == torch.int64 and sample["label"].item() == 1
         assert sample["image"][:, 0, 0].tolist() == [1000 + 20 + b for b in range(13)]
         n = len(server.ranges)
-        (tmp_path / "EuroSATallBands.zip").unlink()  # the extracted folder is enough
+        (tmp_path / "EuroSATallBands.zip").rename(tmp_path / "EuroSATallBands.zip.bak")  # the folder is enough
         rgb = mirror(tmp_path, split="val", bands=EuroSAT.BAND_SETS["rgb"], download=True)
         assert len(server.ranges) == n + 1  # only the val list was fetched
         assert len(rgb) == 3 and rgb[0]["image"][:, 0, 0].tolist() == [60 + 3, 60 + 2, 60 + 1]
         again = mirror(tmp_path, split="train")
-        assert torch.equal(again[5]["image"], ds[5]["image"]) and again.root == str(tmp_path)
+        assert torch.equal(again[5]["image"], ds[5]["image"])
+        # TorchGeo's dataset.root is the class folders' parent (ImageFolder's root): removing it and
+        # building again extracts the archive left in the root given
+        assert again.root == os.path.join(str(tmp_path), EuroSAT.base_dir)
+        shutil.copy(tmp_path / "EuroSATallBands.zip.bak", tmp_path / "EuroSATallBands.zip")
+        shutil.rmtree(again.root)
+        assert len(mirror(tmp_path, split="train")) == 6
 
     def test_plot(self, mirror, tmp_path):
         import matplotlib

@@ -297,3 +297,15 @@ class TestWithCDL:
         assert (tmp_path / "landsat.png").stat().st_size > 1000
         labels = [t.get_text() for t in fig.get_axes()[1].get_legend().get_texts()]
         assert "1: Corn" in labels
+
+    def test_plot_without_the_rgb_bands_raises_naming_them(self, landsat):
+        pytest.importorskip("matplotlib")
+        # drawing other bands as if they were red, green and blue would mislead: refused, as TorchGeo
+        ds = Landsat8(landsat["l8"], bands=["SR_B4", "SR_B5"])
+        sample = ds[utm_box(0, 0, 8)]
+        with pytest.raises(ValueError, match=r"Landsat8: Dataset does not contain some of the RGB bands "
+                                             r"\(missing SR_B3, SR_B2; bands=\['SR_B4', 'SR_B5'\]\)"):
+            ds.plot(sample)
+        with pytest.raises(ValueError, match="RGB bands"):
+            (ds & CDL(landsat["cdl"])).plot(sample)
+

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 import pickle
-from datetime import date, datetime, timezone
+import re
+from datetime import date, datetime, timedelta, timezone
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from pipekit.geo._bbox import BoundingBox, from_slices, to_timestamp
@@ -14,25 +16,34 @@ from pipekit.geo._bbox import BoundingBox, from_slices, to_timestamp
 
 class TestBoundingBox:
     def test_fields_and_tuple_behaviour(self):
-        b = BoundingBox(0, 10, -5, 5, 100, 200)
-        assert tuple(b) == (0.0, 10.0, -5.0, 5.0, 100.0, 200.0)
+        # TorchGeo's: times read back as datetimes (pandas Timestamps), in the tuple too; seconds in mint_s/maxt_s
+        day, next_day = datetime(2025, 4, 24), datetime(2025, 4, 25)
+        b = BoundingBox(0, 10, -5, 5, day, next_day)
+        assert tuple(b) == (0.0, 10.0, -5.0, 5.0, day, next_day)
         minx, maxx, miny, maxy, mint, maxt = b
-        assert (minx, maxx, miny, maxy, mint, maxt) == (0.0, 10.0, -5.0, 5.0, 100.0, 200.0)
-        assert b[1] == 10.0
+        assert (minx, maxx, miny, maxy, mint, maxt) == (0.0, 10.0, -5.0, 5.0, day, next_day)
+        assert isinstance(b.mint, pd.Timestamp) and b.mint == day and b.maxt == next_day
+        assert b[1] == 10.0 and b[-1] == next_day and b[1:3] == [10.0, -5.0]
         assert len(b) == 6
-        assert b.width == 10 and b.height == 10 and b.area == 100 and b.volume == 10_000
+        assert (b.mint_s, b.maxt_s) == (day.replace(tzinfo=timezone.utc).timestamp(), next_day.replace(
+            tzinfo=timezone.utc).timestamp())
+        assert b.seconds() == (0.0, 10.0, -5.0, 5.0, b.mint_s, b.maxt_s)
+        assert b.width == 10 and b.height == 10 and b.area == 100 and b.volume == 100 * timedelta(days=1)
+        assert BoundingBox(0, 10, -5, 5, 100, 200) == BoundingBox(0, 10, -5, 5, 100.0, 200.0)
 
     def test_default_time_is_open(self):
         b = BoundingBox(0, 1, 0, 1)
-        assert b.mint == -math.inf and b.maxt == math.inf
+        assert b.mint_s == -math.inf and b.maxt_s == math.inf
+        assert b.mint == pd.Timestamp.min and b.maxt == pd.Timestamp.max  # TorchGeo's open ends
+        assert BoundingBox(0, 1, 0, 1, pd.Timestamp.min, pd.Timestamp.max) == b
         assert b.volume == math.inf
 
     @pytest.mark.parametrize(
         ("args", "message"),
         [
-            ((1, 0, 0, 1), "minx 1.0 > maxx 0.0"),
-            ((0, 1, 2, 1), "miny 2.0 > maxy 1.0"),
-            ((0, 1, 0, 1, 5, 4), "mint 5.0 > maxt 4.0"),
+            ((1, 0, 0, 1), "Bounding box is invalid: 'minx=1' > 'maxx=0'"),
+            ((0, 1, 2.5, 1), "Bounding box is invalid: 'miny=2.5' > 'maxy=1'"),
+            ((0, 1, 0, 1, 5, 4), "Bounding box is invalid: 'mint=1970-01-01 00:00:05' > 'maxt=1970-01-01 00:00:04'"),
             ((0, math.inf, 0, 1), "maxx must be finite"),
             ((0, 1, math.nan, 1), "miny must be finite"),
         ],
@@ -49,8 +60,8 @@ class TestBoundingBox:
 
     def test_times_from_dates(self):
         b = BoundingBox(0, 1, 0, 1, date(2020, 1, 1), datetime(2020, 1, 2, tzinfo=timezone.utc))
-        assert b.maxt - b.mint == 86400
-        assert to_timestamp(np.datetime64("2020-01-01T00:00:00")) == b.mint
+        assert b.maxt_s - b.mint_s == 86400 and b.maxt - b.mint == timedelta(days=1)
+        assert to_timestamp(np.datetime64("2020-01-01T00:00:00")) == b.mint_s
 
     def test_intersects_touching_and_time(self):
         a = BoundingBox(0, 10, 0, 10, 0, 10)
@@ -64,8 +75,9 @@ class TestBoundingBox:
         a, b = BoundingBox(0, 10, 0, 10), BoundingBox(5, 15, -5, 5)
         assert a & b == BoundingBox(5, 10, 0, 5)
         assert a | b == BoundingBox(0, 15, -5, 10)
-        with pytest.raises(ValueError, match="do not intersect"):
-            a & BoundingBox(20, 30, 20, 30)
+        far = BoundingBox(20, 30, 20, 30)
+        with pytest.raises(ValueError, match=re.escape(f"Bounding boxes {a} and {far} do not overlap")):
+            a & far
 
     def test_contains(self):
         a = BoundingBox(0, 10, 0, 10)
@@ -79,12 +91,12 @@ class TestBoundingBox:
         left, right = a.split(0.25, horizontal=horizontal)
         assert left | right == a
         assert left.area == pytest.approx(a.area / 4)
-        with pytest.raises(ValueError, match="strictly between 0 and 1"):
+        with pytest.raises(ValueError, match="Input proportion must be between 0 and 1"):
             a.split(1.0)
 
     def test_with_time_and_pickle(self):
         a = BoundingBox(0, 1, 0, 1).with_time(5, 6)
-        assert (a.mint, a.maxt) == (5.0, 6.0)
+        assert (a.mint_s, a.maxt_s) == (5.0, 6.0)
         assert pickle.loads(pickle.dumps(a)) == a
         assert "mint=1970-01-01T00:00:05Z" in repr(a)
 

@@ -12,7 +12,7 @@ from pipekit.geo._index import FANOUT, GeoIndex
 
 
 def brute_query(bounds: np.ndarray, q, spatial_only: bool = False) -> np.ndarray:
-    q = tuple(q)
+    q = q.seconds() if isinstance(q, BoundingBox) else tuple(q)  # times in seconds
     if len(q) == 4:
         q = (*q, -np.inf, np.inf)
     b = bounds

@@ -175,7 +175,7 @@ class TestRandomGeoSampler:
 
     def test_time_interval_is_the_footprints(self, two_tiles):
         for box in boxes_of(RandomGeoSampler(two_tiles, size=10, length=100, seed=0)):
-            assert (box.mint, box.maxt) == ((0, DAY) if box.minx < 1000 else (DAY, 2 * DAY))
+            assert (box.mint_s, box.maxt_s) == ((0, DAY) if box.minx < 1000 else (DAY, 2 * DAY))
 
     def test_default_length_tiles_the_footprints(self):
         ds = FakeGeoDataset([fp(0, 100, 0, 100), fp(200, 260, 0, 30)])
@@ -210,7 +210,7 @@ class TestRandomGeoSampler:
         assert sampler.footprints[0, :4].tolist() == [1240, 1780, 5120, 5880]
         for box in boxes_of(sampler):
             assert_on_grid_and_inside(box, footprint, res, (8, 8))
-            assert roi.contains(box.with_time(roi.mint, roi.maxt))
+            assert roi.contains(box.with_time(roi.mint_s, roi.maxt_s))
 
     def test_roi_without_footprints_yields_nothing_and_says_why(self, two_tiles):
         with pytest.warns(UserWarning, match="the roi does not intersect any footprint"):
@@ -225,11 +225,11 @@ class TestRandomGeoSampler:
         toi = (datetime(1970, 1, 1, 12, tzinfo=timezone.utc), None)
         sampler = RandomGeoSampler(two_tiles, size=10, length=100, toi=toi, seed=0)
         assert sampler.hits.tolist() == [0, 1]
-        times = {(b.mint, b.maxt) for b in boxes_of(sampler)}
+        times = {(b.mint_s, b.maxt_s) for b in boxes_of(sampler)}
         assert times <= {(DAY / 2, DAY), (DAY, 2 * DAY)}
         only_second = RandomGeoSampler(two_tiles, size=10, length=100, toi=slice(DAY + 1, None), seed=0)
         assert only_second.hits.tolist() == [1]
-        assert all(b.minx >= 1000 and b.mint == DAY + 1 for b in boxes_of(only_second))
+        assert all(b.minx >= 1000 and b.mint_s == DAY + 1 for b in boxes_of(only_second))
         with pytest.warns(UserWarning, match="the toi do not overlap"):
             assert list(RandomGeoSampler(two_tiles, size=10, toi=(3 * DAY, 4 * DAY))) == []
         with pytest.raises(ValueError, match="starts after"):
@@ -394,7 +394,7 @@ class TestGridGeoSampler:
         boxes = boxes_of(GridGeoSampler(ds, size=8, roi=roi))
         cover = np.zeros((100, 100), dtype=bool)
         for b in boxes:
-            assert roi.contains(b.with_time(roi.mint, roi.maxt))
+            assert roi.contains(b.with_time(roi.mint_s, roi.maxt_s))
             cover[round(100 - b.maxy) : round(100 - b.miny), round(b.minx) : round(b.maxx)] = True
         # whole pixels inside the roi: columns 11..59, rows (from the top) 23..79
         assert cover[23:80, 11:60].all()
@@ -403,7 +403,7 @@ class TestGridGeoSampler:
     def test_toi_and_time_intervals(self):
         ds = FakeGeoDataset([fp(0, 10, 0, 10, 0, DAY), fp(20, 30, 0, 10, 2 * DAY, 3 * DAY)])
         boxes = boxes_of(GridGeoSampler(ds, size=5, toi=(DAY / 2, 2.5 * DAY)))
-        assert {(b.minx < 15, b.mint, b.maxt) for b in boxes} == {(True, DAY / 2, DAY), (False, 2 * DAY, 2.5 * DAY)}
+        assert {(b.minx < 15, b.mint_s, b.maxt_s) for b in boxes} == {(True, DAY / 2, DAY), (False, 2 * DAY, 2.5 * DAY)}
 
     def test_units_crs_and_bad_stride(self):
         ds = FakeGeoDataset([fp(0, 100, 0, 100)], res=(0.5, 0.5))
@@ -414,6 +414,16 @@ class TestGridGeoSampler:
         with pytest.raises(ValueError, match="size must be positive"):
             GridGeoSampler(ds, size=0)
         assert GridGeoSampler(ds, size=10, stride=2.5).stride == (1.25, 1.25)  # pixels need not be whole
+
+    def test_fractional_pixel_sizes_are_crs_lengths(self):
+        # TorchGeo takes a size or stride that is not a whole number of pixels (2.5 pixels: 25 m at 10 m)
+        ds = FakeGeoDataset([fp(0, 100, 0, 100)], res=(10.0, 10.0))
+        boxes = boxes_of(GridGeoSampler(ds, size=2.5, stride=3))
+        assert {(b.width, b.height) for b in boxes} == {(25.0, 25.0)}
+        assert sorted({b.minx for b in boxes}) == [0.0, 30.0, 60.0, 75.0]  # the last column ends at the edge
+        assert len(boxes_of(GridGeoSampler(ds, size=5, stride=2.5))) == 9  # x and y at 0, 25 and 50 m
+        random = boxes_of(RandomGeoSampler(ds, size=(2.5, 1.5), length=5, seed=0))
+        assert {(b.height, b.width) for b in random} == {(25.0, 15.0)}
 
     def test_large_grid_is_fast_and_exact(self):
         import time
@@ -495,7 +505,7 @@ class TestPreChippedGeoSampler:
         boxes = boxes_of(sampler)
         assert sampler.hits.tolist() == [3, 4, 5]
         assert [(b.minx, b.maxx) for b in boxes] == [(30, 38), (40, 48), (50, 52)]
-        assert boxes[0].mint == 3 * DAY
+        assert boxes[0].mint_s == 3 * DAY
 
     def test_bad_shuffle(self, chips):
         with pytest.raises(TypeError, match="shuffle"):
@@ -595,7 +605,7 @@ class TestTorchGeoQueries:
                 assert x.step is None and y.step is None and t.step is None
                 assert isinstance(t.start, pd.Timestamp) and isinstance(t.stop, pd.Timestamp)
                 box = from_slices(item)
-                assert (box.mint, box.maxt) in {(0, DAY), (DAY, 2 * DAY)}
+                assert (box.mint_s, box.maxt_s) in {(0, DAY), (DAY, 2 * DAY)}
         batch = next(iter(RandomBatchGeoSampler(two_tiles, size=10, batch_size=3, length=3, seed=0)))
         assert isinstance(batch, list) and len(batch) == 3 and all(len(item) == 3 for item in batch)
         open_ended = next(iter(GridGeoSampler(FakeGeoDataset([fp(0, 10, 0, 10)]), size=10)))
@@ -616,7 +626,7 @@ class TestTorchGeoQueries:
         toi = pd.Interval(pd.Timestamp(1970, 1, 2, 12), pd.Timestamp(1970, 1, 5))
         sampler = RandomGeoSampler(two_tiles, size=10, length=10, toi=toi, seed=0)
         assert sampler.hits.tolist() == [1]
-        assert {from_slices(q).mint for q in sampler} == {1.5 * DAY}
+        assert {from_slices(q).mint_s for q in sampler} == {1.5 * DAY}
         with pytest.warns(UserWarning, match="does not intersect"):
             assert list(GridGeoSampler(two_tiles, size=10, roi=shapely.box(400, 0, 500, 100))) == []
 

@@ -238,11 +238,21 @@ class TestInvalid:
 
 
 class TestErrors:
-    def test_corrupt_file_names_file_and_stage(self, tmp_path):
-        bad = tmp_path / "broken.gpkg"
+    def test_corrupt_file_is_left_out_with_a_warning_naming_it(self, tmp_path, gpkg):
+        # TorchGeo leaves a file it cannot read out silently; pipekit leaves it out too, naming it and counting
+        bad = gpkg.parent / "broken.gpkg"
         bad.write_bytes(b"SQLite format 3\x00" + b"\x00garbage" * 100)
-        with pytest.raises(ReadError, match=r"read vector file.*broken\.gpkg.*VectorDataset"):
+        (gpkg.parent / "broken.geojson").write_text('{"type": "FeatureCollection", "features": [')
+        with pytest.warns(UserWarning, match=r"VectorDataset: left out 2 file\(s\) of 3 that are not vector files "
+                                             r"GDAL can read: '.*broken\.geojson'.*'.*broken\.gpkg'"):
+            ds = VectorDataset(gpkg.parent, res=RES)
+        assert ds.files == [str(gpkg)] and ds.skip_log.count == 2
+        with pytest.warns(UserWarning, match="left out 1 file"), \
+                pytest.raises(DatasetNotFoundError, match=r"no readable vector file"):
             VectorDataset(bad)
+        (gpkg.parent / "gone.gpkg").symlink_to(tmp_path / "nowhere.gpkg")  # listed, then not there: raised
+        with pytest.raises(ReadError, match=r"read vector file.*gone\.gpkg.*VectorDataset"):
+            VectorDataset(gpkg.parent, res=RES)
 
     def test_corrupt_file_skipped_and_counted(self, tmp_path, gpkg):
         (gpkg.parent / "broken.geojson").write_text('{"type": "FeatureCollection", "features": [')
@@ -290,6 +300,18 @@ class TestTasks:
                            task="instance_segmentation")
         sample = ds[BoundingBox(X0, X0 + 200, Y0, Y0 + 100)]
         assert sample["label"].tolist() == [1] and len(sample["mask"]) == len(sample["bbox_xyxy"]) == 1
+
+    @pytest.mark.parametrize("task", ["semantic_segmentation", "object_detection", "instance_segmentation"])
+    def test_a_query_inside_the_hole_has_no_shapes_and_empty_targets(self, gpkg, task):
+        ds = VectorDataset(gpkg, res=RES, label_name="crop", task=task)
+        sample = ds[BoundingBox(X0 + 150, X0 + 250, Y0 + 150, Y0 + 250)]  # inside the square's hole
+        if task == "semantic_segmentation":
+            assert torch.equal(sample["mask"], torch.zeros(10, 10, dtype=sample["mask"].dtype))
+            return
+        assert sample["bbox_xyxy"].shape == (0, 4) and sample["bbox_xyxy"].dtype == torch.float32
+        assert sample["label"].shape == (0,)
+        if task == "instance_segmentation":  # no instance: [0, H, W], the [N, H, W] of N = 0 instances
+            assert sample["mask"].shape == (0, 10, 10) and sample["mask"].dtype == torch.uint8
 
     def test_get_label_override(self, gpkg):
         class ByName(VectorDataset):

@@ -331,7 +331,7 @@ def render_preview(
     title_bits = [ds.name.strip("()"), f"{side}x{side} px at {ds.res[0]:g} {_units(ds.crs)}",
                   f"{ds.crs.to_string() if ds.crs.to_epsg() is None else f'EPSG:{ds.crs.to_epsg()}'}"]
     bounds = from_slices(sample["bounds"])  # TorchGeo 0.8's (slice x, slice y, slice t)
-    when = _date(bounds.mint)
+    when = _date(bounds.mint_s)
     if when:
         title_bits.append(when)
     _draw(panels, out, " | ".join(title_bits))

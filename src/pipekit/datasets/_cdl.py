@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from pipekit.errors import ArchiveError, HashError, ReadError
+from pipekit.errors import ArchiveError, DatasetNotFoundError, HashError, ReadError
 from pipekit.geo._base import Sample
 from pipekit.geo._raster import RasterDataset
 from pipekit.geo.catalog._listing import find_files
@@ -228,7 +228,7 @@ class CDL(RasterDataset):
     * TorchGeo only uses ``years`` to extract or download files; files of
       other years found in ``paths`` are used all the same.  pipekit uses
       only the files of the years given (without ``years=``, all of them, as
-      TorchGeo), and raises ``FileNotFoundError`` naming a year without a file.
+      TorchGeo), and raises ``DatasetNotFoundError`` (a ``FileNotFoundError``) naming a year without a file.
     * TorchGeo accepts ``classes`` with 0 anywhere (then the unlisted codes
       share the label of ``classes[0]``) and repeated codes; pipekit refuses
       both.  Invalid ``years``/``classes`` raise ``ValueError`` (TorchGeo:
@@ -478,16 +478,16 @@ class CDL(RasterDataset):
         except Exception as exc:
             raise ArchiveError("extract", str(path), self.name, f"{type(exc).__name__}: {exc}") from exc
 
-    def _not_found(self, location: Any, years: list[int]) -> FileNotFoundError:
+    def _not_found(self, location: Any, years: list[int]) -> DatasetNotFoundError:
         where = "data" if location is None else location
         where = os.fspath(where) if isinstance(where, os.PathLike) else where
         years = sorted(set(years))
         zips = ", ".join(self.zipfile_glob.replace("*", str(y)) for y in years)
         how = ("pass download=True to download them from USDA" if self._local_dir(location) is not None
                else "download=True only fills a local directory")
-        return FileNotFoundError(
-            f"{self.name}: no file for year(s) {years} (named like '{{year}}_30m_cdls.tif') in {where!r}, "
-            f"nor {zips} to extract; {how}"
+        return DatasetNotFoundError(
+            f"Dataset not found: {self.name}: no file for year(s) {years} (named like '{{year}}_30m_cdls.tif') "
+            f"in {where!r}, nor {zips} to extract; {how}"
         )
 
     # -- reading ------------------------------------------------------------------------------

@@ -113,7 +113,8 @@ class EuroSAT(NonGeoClassificationDataset):
                     names.add(line.strip().replace(".jpg", ".tif"))
         super().__init__(os.path.join(self.root, self.base_dir), transforms=transforms,
                          is_valid_file=_InSplit(names), bands=bands)
-        self.root = os.fspath(root)  # TorchGeo keeps the dataset's root, not the class folders' parent
+        # ``root`` is now the class folders' parent, as TorchGeo's (ImageFolder sets it); the files and
+        # the archive stay in the root given
 
     def _not_found(self) -> DatasetNotFoundError:
         if self.download:

@@ -162,8 +162,14 @@ class GeoDataset(Dataset):
 
     # -- attributes -------------------------------------------------------------------------
     @property
-    def crs(self) -> CRS:
-        return self._crs
+    def crs(self) -> Any:
+        """The dataset's CRS: pyproj's ``CRS``, as TorchGeo 0.8 gives (assign any CRS rasterio accepts).
+
+        Kept inside as rasterio's ``CRS`` (``_crs``, what GDAL calls take); converted once per CRS.
+        """
+        from pipekit.geo._crs import user_crs
+
+        return user_crs(self._crs)
 
     @crs.setter
     def crs(self, value: Any) -> None:
@@ -348,7 +354,7 @@ class GeoDataset(Dataset):
             if key == "mask" and array.shape[0] == 1:
                 array = array[0]  # in numpy: a tensor's ``[0]`` costs ~10x more
             sample[key] = _to_tensor(array, dtypes[key])
-        sample["crs"] = self._crs
+        sample["crs"] = self.crs  # pyproj's CRS, as TorchGeo's samples
         sample["bounds"] = bounds
         sample["transform"] = grid.transform
         return sample

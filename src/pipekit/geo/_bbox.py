@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
@@ -108,16 +108,27 @@ def to_timestamp(t: Any) -> float:
     raise TypeError(f"not a time (number of seconds, datetime, date or datetime64): {t!r}")
 
 
-@dataclass(frozen=True, slots=True)
-class BoundingBox:
-    """An axis-aligned box in space and time: ``(minx, maxx, miny, maxy, mint, maxt)``.
+def _num(v: float) -> str:
+    """A coordinate as TorchGeo's messages print it (``1``, not ``1.0``)."""
+    return str(int(v)) if v.is_integer() and abs(v) < 1e15 else str(v)
 
-    Coordinates are in the units of the dataset's CRS; times are POSIX seconds
-    (UTC), or anything :func:`to_timestamp` accepts.  The time interval may be
-    open (``-inf``/``inf``, the defaults).  Boxes are validated on creation
-    (finite coordinates, ``min <= max``) and unpack like tuples.
+
+@dataclass(frozen=True, slots=True, init=False, repr=False)
+class BoundingBox:
+    """An axis-aligned box in space and time: ``(minx, maxx, miny, maxy, mint, maxt)``, TorchGeo's type.
+
+    Coordinates are in the units of the dataset's CRS.  Times are given as
+    anything :func:`to_timestamp` accepts (``datetime``, ``pandas.Timestamp``,
+    POSIX seconds) and read back as TorchGeo 0.8 gives them: :attr:`mint` and
+    :attr:`maxt` are :class:`pandas.Timestamp` (a ``datetime``; open ends
+    ``Timestamp.min``/``Timestamp.max``), and the box iterates and indexes
+    like TorchGeo's.  :attr:`mint_s` and :attr:`maxt_s` are the same times in
+    POSIX seconds (UTC; ``-inf``/``inf`` when open, the defaults), what
+    pipekit computes with.  Boxes are validated on creation (finite
+    coordinates, ``min <= max``).
 
     Example:
+        >>> from datetime import datetime
         >>> from pipekit.geo import BoundingBox
         >>> a = BoundingBox(0, 10, 0, 10)
         >>> b = BoundingBox(5, 15, 5, 15)
@@ -126,47 +137,69 @@ class BoundingBox:
         >>> left, right = a.split(0.3)
         >>> left.maxx, right.minx
         (3.0, 3.0)
+        >>> day = BoundingBox(0, 1, 0, 1, datetime(2025, 4, 24), datetime(2025, 4, 25))
+        >>> day.mint, day.maxt_s - day.mint_s, day.volume
+        (Timestamp('2025-04-24 00:00:00'), 86400.0, datetime.timedelta(days=1))
     """
 
     minx: float
     maxx: float
     miny: float
     maxy: float
-    mint: float = MIN_TIME
-    maxt: float = MAX_TIME
+    #: the start in POSIX seconds (UTC; ``-inf``: open)
+    mint_s: float
+    #: the end in POSIX seconds (UTC; ``inf``: open)
+    maxt_s: float
 
-    def __post_init__(self) -> None:
-        for name in ("minx", "maxx", "miny", "maxy"):
-            value = getattr(self, name)
+    def __init__(self, minx: float, maxx: float, miny: float, maxy: float,
+                 mint: Any = MIN_TIME, maxt: Any = MAX_TIME) -> None:
+        setattr_ = object.__setattr__
+        for name, value in (("minx", minx), ("maxx", maxx), ("miny", miny), ("maxy", maxy)):
             try:
                 value = float(value)
             except (TypeError, ValueError):
                 raise TypeError(f"BoundingBox.{name} must be a number, got {value!r}") from None
             if not math.isfinite(value):
                 raise ValueError(f"BoundingBox.{name} must be finite, got {value}")
-            object.__setattr__(self, name, value)
-        for name in ("mint", "maxt"):
-            value = getattr(self, name)
+            setattr_(self, name, value)
+        for name, value in (("mint_s", mint), ("maxt_s", maxt)):
             value = to_timestamp(value)
             if math.isnan(value):
-                raise ValueError(f"BoundingBox.{name} must not be NaN")
-            object.__setattr__(self, name, value)
+                raise ValueError(f"BoundingBox.{name[:4]} must not be NaN")
+            setattr_(self, name, value)
+        # TorchGeo's messages
         if self.minx > self.maxx:
-            raise ValueError(f"invalid BoundingBox: minx {self.minx} > maxx {self.maxx}")
+            raise ValueError(f"Bounding box is invalid: 'minx={_num(self.minx)}' > 'maxx={_num(self.maxx)}'")
         if self.miny > self.maxy:
-            raise ValueError(f"invalid BoundingBox: miny {self.miny} > maxy {self.maxy}")
-        if self.mint > self.maxt:
-            raise ValueError(f"invalid BoundingBox: mint {self.mint} > maxt {self.maxt}")
+            raise ValueError(f"Bounding box is invalid: 'miny={_num(self.miny)}' > 'maxy={_num(self.maxy)}'")
+        if self.mint_s > self.maxt_s:
+            raise ValueError(f"Bounding box is invalid: 'mint={self.mint}' > 'maxt={self.maxt}'")
 
-    # tuple-like behaviour -------------------------------------------------
+    # times as TorchGeo gives them ---------------------------------------------------
+    @property
+    def mint(self) -> pd.Timestamp:
+        """The start, a :class:`pandas.Timestamp` (``Timestamp.min`` when open); :attr:`mint_s` in seconds."""
+        return to_time(self.mint_s)
+
+    @property
+    def maxt(self) -> pd.Timestamp:
+        """The end, a :class:`pandas.Timestamp` (``Timestamp.max`` when open); :attr:`maxt_s` in seconds."""
+        return to_time(self.maxt_s)
+
+    # tuple-like behaviour (TorchGeo's: times as Timestamps) ---------------------------
     def __iter__(self):
         return iter((self.minx, self.maxx, self.miny, self.maxy, self.mint, self.maxt))
 
     def __getitem__(self, index: int | slice) -> Any:
-        return tuple(self)[index]
+        """TorchGeo's: an item of ``(minx, maxx, miny, maxy, mint, maxt)``, or a list for a slice."""
+        return list(self)[index]
 
     def __len__(self) -> int:
         return 6
+
+    def seconds(self) -> tuple[float, float, float, float, float, float]:
+        """``(minx, maxx, miny, maxy, mint_s, maxt_s)``: the box as numbers (times in POSIX seconds)."""
+        return (self.minx, self.maxx, self.miny, self.maxy, self.mint_s, self.maxt_s)
 
     # geometry ---------------------------------------------------------------
     @property
@@ -183,9 +216,12 @@ class BoundingBox:
         return self.width * self.height
 
     @property
-    def volume(self) -> float:
-        """Area times duration (``inf`` for an open time interval)."""
-        return self.area * (self.maxt - self.mint)
+    def volume(self) -> Any:
+        """Area times duration, a :class:`~datetime.timedelta` as TorchGeo's (``inf`` for an open time interval)."""
+        duration = self.maxt_s - self.mint_s
+        if not math.isfinite(duration):
+            return math.inf if self.area else 0.0
+        return self.area * timedelta(microseconds=round(duration * 1e6))
 
     def intersects(self, other: BoundingBox, spatial_only: bool = False) -> bool:
         """Whether the boxes share at least a point (touching edges count)."""
@@ -197,7 +233,7 @@ class BoundingBox:
         )
         if spatial_only or not spatial:
             return spatial
-        return self.mint <= other.maxt and self.maxt >= other.mint
+        return self.mint_s <= other.maxt_s and self.maxt_s >= other.mint_s
 
     def contains(self, other: BoundingBox) -> bool:
         """Whether ``other`` lies entirely inside this box."""
@@ -206,8 +242,8 @@ class BoundingBox:
             and self.maxx >= other.maxx
             and self.miny <= other.miny
             and self.maxy >= other.maxy
-            and self.mint <= other.mint
-            and self.maxt >= other.maxt
+            and self.mint_s <= other.mint_s
+            and self.maxt_s >= other.maxt_s
         )
 
     def __contains__(self, other: object) -> bool:
@@ -218,14 +254,14 @@ class BoundingBox:
         if not isinstance(other, BoundingBox):
             return NotImplemented
         if not self.intersects(other):
-            raise ValueError(f"bounding boxes do not intersect: {self} and {other}")
+            raise ValueError(f"Bounding boxes {self} and {other} do not overlap")
         return BoundingBox(
             max(self.minx, other.minx),
             min(self.maxx, other.maxx),
             max(self.miny, other.miny),
             min(self.maxy, other.maxy),
-            max(self.mint, other.mint),
-            min(self.maxt, other.maxt),
+            max(self.mint_s, other.mint_s),
+            min(self.maxt_s, other.maxt_s),
         )
 
     def __or__(self, other: BoundingBox) -> BoundingBox:
@@ -237,24 +273,25 @@ class BoundingBox:
             max(self.maxx, other.maxx),
             min(self.miny, other.miny),
             max(self.maxy, other.maxy),
-            min(self.mint, other.mint),
-            max(self.maxt, other.maxt),
+            min(self.mint_s, other.mint_s),
+            max(self.maxt_s, other.maxt_s),
         )
 
     def split(self, proportion: float, horizontal: bool = True) -> tuple[BoundingBox, BoundingBox]:
         """Cut into two boxes at ``proportion`` of the width (or of the height if not ``horizontal``)."""
         if not 0.0 < proportion < 1.0:
-            raise ValueError(f"proportion must be strictly between 0 and 1, got {proportion}")
+            raise ValueError(f"Input proportion must be between 0 and 1 (exclusive), got {proportion}")
+        t0, t1 = self.mint_s, self.maxt_s
         if horizontal:
             cut = self.minx + self.width * proportion
             return (
-                BoundingBox(self.minx, cut, self.miny, self.maxy, self.mint, self.maxt),
-                BoundingBox(cut, self.maxx, self.miny, self.maxy, self.mint, self.maxt),
+                BoundingBox(self.minx, cut, self.miny, self.maxy, t0, t1),
+                BoundingBox(cut, self.maxx, self.miny, self.maxy, t0, t1),
             )
         cut = self.miny + self.height * proportion
         return (
-            BoundingBox(self.minx, self.maxx, self.miny, cut, self.mint, self.maxt),
-            BoundingBox(self.minx, self.maxx, cut, self.maxy, self.mint, self.maxt),
+            BoundingBox(self.minx, self.maxx, self.miny, cut, t0, t1),
+            BoundingBox(self.minx, self.maxx, cut, self.maxy, t0, t1),
         )
 
     def with_time(self, mint: Any = MIN_TIME, maxt: Any = MAX_TIME) -> BoundingBox:
@@ -269,7 +306,7 @@ class BoundingBox:
 
         return (
             f"BoundingBox(minx={self.minx:.6g}, maxx={self.maxx:.6g}, miny={self.miny:.6g}, "
-            f"maxy={self.maxy:.6g}, mint={t(self.mint)}, maxt={t(self.maxt)})"
+            f"maxy={self.maxy:.6g}, mint={t(self.mint_s)}, maxt={t(self.maxt_s)})"
         )
 
 
@@ -323,7 +360,7 @@ def to_slices(bbox: BoundingBox, res: tuple[float, float] | None = None, *,
 Timestamp('2023-07-25 23:59:59.999999'), None))
     """
     times = _times if _times is not None else _TimeCache()
-    mint, maxt = times[bbox.mint], times[bbox.maxt]
+    mint, maxt = times[bbox.mint_s], times[bbox.maxt_s]
     if res is None:
         return GeoSlices(slice(bbox.minx, bbox.maxx), slice(bbox.miny, bbox.maxy), slice(mint, maxt))
     return GeoSlices(slice(bbox.minx, bbox.maxx, res[0]), slice(bbox.miny, bbox.maxy, res[1]), slice(mint, maxt, 1))
@@ -370,8 +407,8 @@ class Bounds(GeoSlices):
     maxx = property(lambda self: self.bbox.maxx)
     miny = property(lambda self: self.bbox.miny)
     maxy = property(lambda self: self.bbox.maxy)
-    mint = property(lambda self: self.bbox.mint)
-    maxt = property(lambda self: self.bbox.maxt)
+    mint = property(lambda self: self.bbox.mint_s)  # seconds, as pipekit's earlier bounds
+    maxt = property(lambda self: self.bbox.maxt_s)
     width = property(lambda self: self.bbox.width)
     height = property(lambda self: self.bbox.height)
     area = property(lambda self: self.bbox.area)
@@ -414,7 +451,7 @@ def parse_query(
     Example:
         >>> default = BoundingBox(0, 100, 0, 50, 0, 10)
         >>> box, steps, _ = parse_query((slice(10, 20, 2.0), slice(5, 25)), default)
-        >>> box.minx, box.maxx, box.miny, box.maxy, box.mint, steps
+        >>> box.minx, box.maxx, box.miny, box.maxy, box.mint_s, steps
         (10.0, 20.0, 5.0, 25.0, 0.0, (2.0, None))
     """
     if isinstance(key, BoundingBox):
@@ -428,8 +465,8 @@ def parse_query(
         raise _query_error(key)
     key = tuple(key)
     given = list(key) + [slice(None)] * (3 - len(key))
-    lows = (None, None, None) if default is None else (default.minx, default.miny, default.mint)
-    highs = (None, None, None) if default is None else (default.maxx, default.maxy, default.maxt)
+    lows = (None, None, None) if default is None else (default.minx, default.miny, default.mint_s)
+    highs = (None, None, None) if default is None else (default.maxx, default.maxy, default.maxt_s)
     values: list[float] = []
     resolved: list[slice] = []
     for axis, s in enumerate(given):

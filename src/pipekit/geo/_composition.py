@@ -52,18 +52,18 @@ def _align(
 ) -> tuple[GeoDataset, GeoDataset, CRS, tuple[float, float]]:
     """Both operands in one CRS and resolution: the left one's unless ``crs``/``res`` are given."""
     _check_operands(kind, dataset1, dataset2)
-    target_crs = dataset1.crs if crs is None else _to_crs(crs)
+    target_crs = dataset1._crs if crs is None else _to_crs(crs)
     if res is not None:
         target_res = _to_res(res)
-    elif target_crs == dataset1.crs:
+    elif target_crs == dataset1._crs:
         target_res = dataset1.res
     else:
-        target_res = _default_res(dataset1.crs, target_crs, dataset1.res, dataset1._extent())
+        target_res = _default_res(dataset1._crs, target_crs, dataset1.res, dataset1._extent())
     moved = []
     out = []
     for d in (dataset1, dataset2):
-        if d.crs != target_crs or d.res != target_res:
-            moved.append(f"{d.name} ({_crs_name(d.crs)}, res {d.res})")
+        if d._crs != target_crs or d.res != target_res:
+            moved.append(f"{d.name} ({_crs_name(d._crs)}, res {d.res})")
             d = d._retargeted(target_crs, target_res)
         out.append(d)
     source = "given" if crs is not None or res is not None else f"from {dataset1.name}"
@@ -230,7 +230,7 @@ class IntersectionDataset(GeoDataset):
                         merged[key] = _concat(merged[key], value)
                 else:
                     merged[key] = value
-        merged["crs"] = self._crs
+        merged["crs"] = self.crs
         merged["bounds"] = bounds
         merged["transform"] = grid.transform
         return merged
@@ -372,9 +372,13 @@ class UnionDataset(GeoDataset):
     Raises:
         NotGeoDatasetError: an operand is not a ``GeoDataset``.
         ValueError: without ``collate_fn``, the operands' sample keys or band
-            counts differ, or an operand has its own ``transforms`` (pixels
-            are mosaicked before any transform runs: give ``transforms=`` to
-            the union instead).
+            counts differ.
+
+    An operand with its own ``transforms`` (TorchGeo's ``ds | ds``) makes the
+    union TorchGeo's: each operand's sample goes through its transforms, then
+    they are merged by :func:`~pipekit.datasets.utils.merge_samples` (the
+    pixelwise maximum), since the first-valid mosaic reads raw pixels before
+    any transform could run.
     """
 
     def __init__(
@@ -401,12 +405,11 @@ class UnionDataset(GeoDataset):
                 f"{dataset1.name} | {dataset2.name}: cannot mosaic samples of different layouts "
                 f"({l1} vs {l2}); choose bands= so that both read the same number of bands"
             )
-        for d in (dataset1, dataset2):
-            if d._has_transforms() and collate_fn is None:
-                raise ValueError(
-                    f"{dataset1.name} | {dataset2.name}: {d.name} has its own transforms, but a union mosaics "
-                    "raw pixels before any transform runs; pass transforms= to the union instead"
-                )
+        if collate_fn is None and (dataset1._has_transforms() or dataset2._has_transforms()):
+            # pipekit's first-valid mosaic reads raw pixels, before any operand's transforms could run: an
+            # operand with its own transforms makes the union TorchGeo's, each operand's sample after its
+            # transforms, merged by merge_samples (the pixelwise maximum)
+            self.collate_fn = merge_samples
         self.transforms = transforms
         d1, d2, self._crs, self._res = _align("UnionDataset", dataset1, dataset2, crs, res)
         self.datasets = [d1, d2]

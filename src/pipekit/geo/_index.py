@@ -52,7 +52,7 @@ _EMPTY = np.empty(0, dtype=np.int64)
 def _query_tuple(bbox: Any) -> tuple[float, float, float, float, float, float]:
     """A query box as six floats (a BoundingBox, or a sequence of 4 or 6 numbers)."""
     if isinstance(bbox, BoundingBox):
-        return (bbox.minx, bbox.maxx, bbox.miny, bbox.maxy, bbox.mint, bbox.maxt)
+        return (bbox.minx, bbox.maxx, bbox.miny, bbox.maxy, bbox.mint_s, bbox.maxt_s)
     try:
         values = [float(v) for v in bbox]
     except TypeError:
@@ -313,7 +313,7 @@ class GeoIndex:
     @classmethod
     def from_boxes(cls, boxes: Iterable[BoundingBox | Sequence[float]]) -> GeoIndex:
         """An index over :class:`BoundingBox` objects (or 6-tuples), in order."""
-        rows = [tuple(b) for b in boxes]
+        rows = [b.seconds() if isinstance(b, BoundingBox) else tuple(b) for b in boxes]
         return cls(np.array(rows, dtype=np.float64).reshape(len(rows), -1) if rows else np.empty((0, 6)))
 
     def concat(self, other: GeoIndex) -> GeoIndex:

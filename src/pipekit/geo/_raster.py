@@ -44,6 +44,7 @@ from pipekit.geo._base import (
     _to_tensor,
 )
 from pipekit.geo._bbox import BoundingBox
+from pipekit.geo._crs import user_crs
 from pipekit.geo._index import GeoIndex
 from pipekit.geo._read import Grid, resampling_from
 from pipekit.geo._reader import RasterReader, ReadSettings
@@ -335,8 +336,9 @@ class RasterDataset(GeoDataset):
         return np.arange(len(self._files)) if self._rows is None else self._rows
 
     @property
-    def crs(self) -> CRS:
-        return self._crs
+    def crs(self) -> Any:
+        """The dataset's CRS: pyproj's ``CRS``, as TorchGeo 0.8 gives (kept inside as rasterio's, ``_crs``)."""
+        return user_crs(self._crs)
 
     @crs.setter
     def crs(self, value: Any) -> None:
@@ -514,7 +516,7 @@ class RasterDataset(GeoDataset):
             >>> RasterDataset(root, index_cache=True).files == [f"{root}/a.tif"]
             True
         """
-        return self._cached_headers.save(path, self._files, self.crs)
+        return self._cached_headers.save(path, self._files, self._crs)
 
     # -- reading ----------------------------------------------------------------------------
     def _layers(self) -> dict[str, int]:
@@ -559,7 +561,7 @@ class RasterDataset(GeoDataset):
         tensor = _to_tensor(stack, self._dtypes()[key])
         if key == "mask" and tensor.shape[1] == 1:
             tensor = tensor[:, 0]
-        return {key: tensor, "dates": torch.from_numpy(starts), "crs": self._crs, "bounds": bounds,
+        return {key: tensor, "dates": torch.from_numpy(starts), "crs": self.crs, "bounds": bounds,
                 "transform": grid.transform}
 
     def _mosaic(self, hits: np.ndarray, grid: Grid, track_valid: bool) -> Arrays:
@@ -608,10 +610,14 @@ class RasterDataset(GeoDataset):
 
     def _plot_spec(self) -> dict[str, Any]:
         spec: dict[str, Any] = {}
-        if self.is_image:
-            if self.rgb_bands and all(b in self.bands for b in self.rgb_bands):
-                spec["rgb"] = [self.bands.index(b) for b in self.rgb_bands]
-        else:
+        if self.is_image and self.rgb_bands:
+            bands = list(self.bands or ())
+            missing = [b for b in self.rgb_bands if b not in bands]
+            if missing:  # other bands drawn as red, green and blue would mislead (TorchGeo raises too)
+                raise ValueError(f"{self.name}: Dataset does not contain some of the RGB bands "
+                                 f"(missing {', '.join(map(str, missing))}; bands={bands})")
+            spec["rgb"] = [bands.index(b) for b in self.rgb_bands]
+        elif not self.is_image:
             if self.cmap is not None:
                 spec["cmap"] = self.cmap
             if self.class_names is not None:

@@ -21,6 +21,7 @@ import re
 import shutil
 import tempfile
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ import shapely
 import torch
 from rasterio.crs import CRS
 
-from pipekit._fs import url_to_fs
+from pipekit._fs import is_local, url_to_fs
 from pipekit.errors import DatasetNotFoundError, ParseError, ReadError, SkipLog, StageError, check_on_error
 from pipekit.geo import io as geo_io
 from pipekit.geo._base import Arrays, GeoDataset, Sample, _crs_name, _to_crs, _to_res
@@ -104,6 +105,18 @@ def read_vector(url: str, layer: str | int | None, storage_options: Mapping[str,
             return pyogrio.read_dataframe(path, layer=layer, fid_as_index=True)
     except Exception as exc:
         raise ReadError("read vector file", url, stage, f"{type(exc).__name__}: {exc}") from exc
+
+
+#: the errors of a file whose content is not vectors GDAL (or pyarrow) reads: what TorchGeo leaves out
+_NOT_VECTORS = ("DataSourceError", "ArrowInvalid")
+_NOT_CONTENT = ("No such file", "Permission denied")
+
+
+def _not_vectors(exc: StageError, path: str) -> bool:
+    """Whether ``exc`` says the local file ``path`` is not a vector file (not that it is gone or locked)."""
+    cause = exc.__cause__
+    return (is_local(path) and cause is not None and type(cause).__name__ in _NOT_VECTORS
+            and not any(text in exc.reason for text in _NOT_CONTENT))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,9 +235,11 @@ class VectorDataset(GeoDataset):
     selected by exact intersection with the query in the dataset CRS
     (TorchGeo transforms only the query's two corners to the file's CRS and
     selects by envelope); ``date_attribute`` gives features their own
-    times; unreadable files raise a :class:`~pipekit.errors.ReadError`
-    naming them (TorchGeo skips them silently; ``on_error="skip"`` skips
-    and counts them in ``self.skip_log``); invalid geometries (a bow-tie
+    times; local files that are not vector files GDAL reads are left out
+    as TorchGeo does, but with a warning naming them and their count (in
+    ``self.skip_log`` too; TorchGeo is silent), and other unreadable files
+    (gone, remote) raise a :class:`~pipekit.errors.ReadError` naming them
+    (``on_error="skip"`` skips and counts them); invalid geometries (a bow-tie
     polygon) are repaired with ``shapely.make_valid`` and reported in a
     warning naming the file and feature ids (``on_invalid="raise"`` raises
     a :class:`~pipekit.errors.ParseError` instead); null or empty
@@ -331,6 +346,7 @@ class VectorDataset(GeoDataset):
         self._native: list[tuple[float, float, float, float]] = []
         self._file_times: list[tuple[float, float]] = []
         boxes = []
+        self._left_out: list[StageError] = []
         for path, match in matched:
             frame = self._read_or_skip(path)
             if frame is None:
@@ -352,6 +368,7 @@ class VectorDataset(GeoDataset):
             self._native.append(tuple(float(v) for v in frame.total_bounds))  # type: ignore[arg-type]
             self._file_times.append(times)
             boxes.append((minx, maxx, miny, maxy, *times))
+        self._warn_left_out(len(matched))
         if not boxes:
             raise DatasetNotFoundError(f"{self.name}: no readable vector file with features in {paths!r}")
         self._rows: np.ndarray | None = None
@@ -385,13 +402,34 @@ class VectorDataset(GeoDataset):
 
     # -- loading -------------------------------------------------------------------------------
     def _read_or_skip(self, path: str) -> Any:
+        """The file's features; ``None`` for a file skipped (``on_error="skip"``) or not a vector file.
+
+        A local file whose content GDAL cannot read as vectors is left out under
+        ``on_error="raise"`` too, as TorchGeo does, but counted in ``skip_log``
+        and named in a warning once the files are indexed; anything else (a
+        file gone, a remote read) is raised.
+        """
         try:
             return read_vector(path, self.layer, self.storage_options, self.name)
         except StageError as exc:
             if self.on_error == "raise":
-                raise
+                if not _not_vectors(exc, path):
+                    raise
+                self._left_out.append(exc)
             self.skip_log.record(exc)
             return None
+
+    def _warn_left_out(self, found: int) -> None:
+        if not self._left_out:
+            return
+        shown = "; ".join(f"{e.url!r} ({e.reason})" for e in self._left_out[:5])
+        more = f"; and {len(self._left_out) - 5} more" if len(self._left_out) > 5 else ""
+        warnings.warn(
+            f"{self.name}: left out {len(self._left_out)} file(s) of {found} that are not vector files GDAL can "
+            f"read: {shown}{more} (counted in skip_log; on_error='skip' leaves them out without this warning)",
+            UserWarning,
+            stacklevel=3,
+        )
 
     def _times_from_name(self, path: str, match: re.Match[str]) -> tuple[float, float]:
         date = match.groupdict().get("date")
@@ -541,7 +579,7 @@ class VectorDataset(GeoDataset):
             idx = np.sort(layer.tree.query(box, predicate="intersects"))
             if layer.times is not None and len(idx):
                 t = layer.times[idx]
-                idx = idx[(t[:, 0] <= bbox.maxt) & (t[:, 1] >= bbox.mint)]
+                idx = idx[(t[:, 0] <= bbox.maxt_s) & (t[:, 1] >= bbox.mint_s)]
             if mappings:
                 part = np.empty(len(idx), dtype=object)
                 part[:] = layer.shapes(idx)
@@ -570,12 +608,12 @@ class VectorDataset(GeoDataset):
             keep = ~np.isnan(boxes).any(axis=1)
             if self.task == "instance_segmentation":
                 masks = instance_masks(geoms[keep], grid.transform, shape, self.all_touched)
-                covered = masks.reshape(len(masks), -1).any(axis=1)
+                covered = masks.reshape(len(masks), shape[0] * shape[1]).any(axis=1)  # -1 fails for 0 masks
                 keep[np.flatnonzero(keep)[~covered]] = False
                 sample["mask"] = torch.from_numpy(np.ascontiguousarray(masks[covered]))
             sample["bbox_xyxy"] = torch.from_numpy(np.ascontiguousarray(boxes[keep]))
             sample["label"] = torch.from_numpy(labels[keep].astype(np.int32))
-        sample["crs"] = self._crs
+        sample["crs"] = self.crs
         sample["bounds"] = bounds
         sample["transform"] = grid.transform
         return sample

@@ -25,3 +25,30 @@ def test_date_intervals_equal_date_interval():
             assert np.isnan(column.intervals[k]).all()
         else:
             assert tuple(column.intervals[k].tolist()) == date_interval(text, "%Y%m%d")
+
+
+def _utc(*args: int) -> float:
+    from datetime import datetime, timezone
+
+    return datetime(*args, tzinfo=timezone.utc).timestamp()
+
+
+@pytest.mark.parametrize(
+    ("text", "fmt", "expected"),
+    [
+        # a literal "%" followed by "m" is text, not a month: the date is the year
+        ("2021%m", "%Y%%m", (_utc(2021, 1, 1), _utc(2022, 1, 1) - 1e-6)),
+        ("2021%05", "%Y%%%m", (_utc(2021, 5, 1), _utc(2021, 6, 1) - 1e-6)),
+        # no year in the format: no date at all (not the year 1900 strptime fills in), so all of time
+        ("", "", (-np.inf, np.inf)),
+        ("07-01", "%m-%d", (-np.inf, np.inf)),
+        ("2021-07-01 13", "%Y-%m-%d %H", (_utc(2021, 7, 1, 13), _utc(2021, 7, 1, 14) - 1e-6)),
+    ],
+)
+def test_date_interval_reads_directives_not_substrings(text, fmt, expected):
+    from pipekit.datasets.utils import disambiguate_timestamp
+    from pipekit.geo._bbox import to_time
+    from pipekit.geo.catalog._dates import date_interval
+
+    assert date_interval(text, fmt) == pytest.approx(expected)
+    assert disambiguate_timestamp(text, fmt) == (to_time(expected[0]), to_time(expected[1]))

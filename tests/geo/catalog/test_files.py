@@ -14,7 +14,7 @@ import rasterio
 from affine import Affine
 
 from pipekit.datasets import RasterDataset
-from pipekit.errors import ParseError, ReadError
+from pipekit.errors import DatasetNotFoundError, ParseError, ReadError
 from pipekit.geo import BoundingBox
 from pipekit.geo.catalog._dates import date_interval
 
@@ -60,8 +60,33 @@ class TestDiscovery:
         ds = RasterDataset(tmp_path)  # the generic glob "*" sees every file
         assert [Path(f).name for f in ds.files] == ["scene.tif"]
         (tmp_path / "notes.txt").write_text("not a raster")
-        with pytest.raises(ReadError, match=r"notes\.txt"):  # anything else is still reported
-            RasterDataset(tmp_path)
+        with pytest.warns(UserWarning, match=r"left out 1 file.*notes\.txt"):  # anything else is reported
+            ds = RasterDataset(tmp_path)
+        assert [Path(f).name for f in ds.files] == ["scene.tif"] and ds.skip_log.count == 1
+
+    def test_files_that_are_not_rasters_are_left_out_with_a_warning_naming_them(self, tmp_path, rasters):
+        t = Affine(30.0, 0.0, X0, 0.0, -30.0, Y0)
+        for day in ("01", "02", "03"):
+            rasters.write_tif(tmp_path / f"scene_202107{day}.tif", rasters.pattern(20, 20), UTM15, t)
+        (tmp_path / "scene_20210704.tif").write_bytes(b"")  # empty
+        (tmp_path / "scene_20210705.tif").write_bytes(b"II*\x00 corrupt")  # a TIFF signature, then nothing
+        good = (tmp_path / "scene_20210701.tif").read_bytes()
+        (tmp_path / "scene_20210706.tif").write_bytes(good[:200])  # cut inside its first directory
+        # TorchGeo leaves unreadable files out silently; pipekit leaves them out too, saying which and how many
+        with pytest.warns(UserWarning, match=r"Dated: left out 3 file\(s\) of 6 that are not rasters GDAL can "
+                                             r"read.*scene_20210704\.tif.*scene_20210705\.tif.*scene_20210706"):
+            ds = Dated(tmp_path)
+        assert len(ds) == 3 and ds.skip_log.count == 3
+        assert [Path(s.url).name for s in ds.skip_log.skipped] == [f"scene_2021070{d}.tif" for d in (4, 5, 6)]
+        assert ds[box(0, 0, 10, 10)]["image"].shape == (1, 10, 10)
+        # on_error="skip" leaves them out as before (counted and logged, no warning needed)
+        assert len(Dated(tmp_path, on_error="skip")) == 3
+        # a file the listing found but that is gone is an I/O error, not a corrupt file: still raised
+        for day in ("04", "05", "06"):
+            (tmp_path / f"scene_202107{day}.tif").unlink()
+        (tmp_path / "scene_20210707.tif").symlink_to(tmp_path / "nowhere.tif")
+        with pytest.raises(ReadError, match=r"scene_20210707\.tif"):
+            Dated(tmp_path)
 
     def test_regex_filters_names_and_dates_become_time_intervals(self, tmp_path, rasters):
         t = Affine(30.0, 0.0, X0, 0.0, -30.0, Y0)
@@ -125,10 +150,12 @@ class TestDiscovery:
 
     def test_no_files_names_root_and_glob(self, tmp_path):
         (tmp_path / "readme.txt").write_text("not a raster")
-        with pytest.raises(FileNotFoundError, match=re.escape("'scene_*.tif'")) as info:
+        # TorchGeo's DatasetNotFoundError and its "Dataset not found" (a FileNotFoundError, as before)
+        with pytest.raises(DatasetNotFoundError, match=r"^Dataset not found: Dated: no files matching filename_glob "
+                                                       + re.escape("'scene_*.tif'")) as info:
             Dated(tmp_path)
         assert str(tmp_path) in str(info.value)
-        with pytest.raises(FileNotFoundError, match="no such file or directory"):
+        with pytest.raises(DatasetNotFoundError, match=r"^Dataset not found: RasterDataset: no such file or directory"):
             RasterDataset(tmp_path / "missing")
 
     def test_memory_filesystem_root(self, utm_scene):

@@ -69,7 +69,7 @@ class TestFindFiles:
         (tmp_path / "notes.txt").write_text("x")
         with pytest.raises(FileNotFoundError, match=re.escape("'*.tif'")) as info:
             find_files(tmp_path, "*.tif", DATED, name="Dated")
-        assert str(info.value).startswith("Dated: ") and repr(tmp_path) in str(info.value)
+        assert str(info.value).startswith("Dataset not found: Dated: ") and repr(tmp_path) in str(info.value)
         with pytest.raises(FileNotFoundError, match="no such file or directory"):
             find_files(tmp_path / "missing", "*", DATED)
 

@@ -9,6 +9,7 @@ caller to raise.  Used when a raster or vector dataset indexes its files.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -32,6 +33,23 @@ _PRECISION_STEPS = (
     ("%b", "month"),
     ("%B", "month"),
 )
+# what carries a year: without one, strptime fills in 1900; the text then dates nothing (all of time)
+_YEAR_DIRECTIVES = frozenset("yYcxG")
+_EXTRA_STEPS = {"c": "second", "X": "second", "x": "day"}
+
+
+def _directives(date_format: str) -> list[str]:
+    """The directive letters of a strptime format, in order; ``%%`` is a literal ``%``, not a directive."""
+    out = []
+    i = 0
+    while i < len(date_format) - 1:
+        if date_format[i] == "%":
+            if date_format[i + 1] != "%":
+                out.append(date_format[i + 1])
+            i += 2
+        else:
+            i += 1
+    return out
 
 
 def date_interval(text: str, date_format: str) -> tuple[float, float]:
@@ -39,6 +57,9 @@ def date_interval(text: str, date_format: str) -> tuple[float, float]:
 
     ``"2021"`` with ``"%Y"`` is the whole year 2021; ``"20210701"`` with
     ``"%Y%m%d"`` that day.  The end is one microsecond before the next period.
+    A format without a year (``""``, ``"%m-%d"``) dates nothing: ``(-inf, inf)``,
+    all of time, as TorchGeo (not the year 1900 ``strptime`` fills in); ``%%``
+    is a literal ``%``.
 
     Example:
         >>> from datetime import datetime, timezone
@@ -56,11 +77,19 @@ def _date_interval(text: str, date_format: str) -> tuple[float, float]:
     start = datetime.strptime(text, date_format)
     if start.tzinfo is None:
         start = start.replace(tzinfo=timezone.utc)
+    directives = set(_directives(date_format))
+    if not directives & _YEAR_DIRECTIVES:
+        return -math.inf, math.inf
     unit = "year"
     for directive, name in _PRECISION_STEPS:
-        if directive in date_format:
+        if directive[1] in directives:
             unit = name
             break
+    else:
+        for letter, name in _EXTRA_STEPS.items():
+            if letter in directives:
+                unit = name
+                break
     if unit == "year":
         end = start.replace(year=start.year + 1, month=1, day=1, hour=0, minute=0, second=0, microsecond=0)
     elif unit == "month":

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import operator
 import re
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 from rasterio.crs import CRS
 
+from pipekit._fs import is_local
 from pipekit.errors import DatasetNotFoundError, ParseError, ReadError, SkipLog, StageError
 from pipekit.geo._bbox import MAX_TIME, MIN_TIME
 from pipekit.geo.catalog._band_files import SceneRules, band_columns
@@ -34,6 +36,16 @@ __all__ = ["FileCatalog", "check_bands", "file_time_interval"]
 
 #: ``(path, regex match) -> (start, stop)`` POSIX seconds: a dataset's own dating of a file
 TimeInterval = Callable[[str, "re.Match[str]"], tuple[float, float]]
+
+
+_NOT_A_RASTER = ("not recognized as being in a supported file format", "TIFFReadDirectory", "TIFFFetchDirectory")
+
+
+def _not_a_raster(error: StageError) -> bool:
+    """Whether ``error`` says a local file's content is not a raster GDAL reads (what TorchGeo leaves out)."""
+    if not isinstance(error, ReadError) or not is_local(error.url):
+        return False
+    return any(text in error.reason for text in _NOT_A_RASTER)
 
 
 def file_time_interval(path: str, match: re.Match[str], date_format: str, stage: str) -> tuple[float, float]:
@@ -170,12 +182,34 @@ class FileCatalog:
         self.skip_log = skip_log
         self.band_dtypes: list[str] = []  # the data types of the first scene's other band files
         self.table: _FileTable
+        self.left_out: list[StageError] = []  # files that are not rasters, left out under on_error="raise"
 
     def skip_or_raise(self, error: StageError) -> None:
-        """Raise ``error`` (``on_error="raise"``) or count it in the skip log."""
+        """Raise ``error`` (``on_error="raise"``) or count it in the skip log.
+
+        A local file that is not a raster GDAL can read (its content: not a
+        recognised format, a broken TIFF directory) is left out under
+        ``on_error="raise"`` too, as TorchGeo does, but not silently: counted
+        in the skip log, and :meth:`build` warns naming them.  Anything else
+        (a file gone, an I/O error, a remote read, no georeference) is raised.
+        """
         if self.on_error == "raise":
-            raise error
+            if not _not_a_raster(error):
+                raise error
+            self.left_out.append(error)
         self.skip_log.record(error)
+
+    def _warn_left_out(self, found_count: int) -> None:
+        if not self.left_out:
+            return
+        shown = "; ".join(f"{e.url!r} ({e.reason})" for e in self.left_out[:5])
+        more = f"; and {len(self.left_out) - 5} more" if len(self.left_out) > 5 else ""
+        warnings.warn(
+            f"{self.name}: left out {len(self.left_out)} file(s) of {found_count} that are not rasters GDAL can "
+            f"read: {shown}{more} (counted in skip_log; on_error='skip' leaves them out without this warning)",
+            UserWarning,
+            stacklevel=6,
+        )
 
     # -- listing ------------------------------------------------------------------------------
     def glob(self) -> str:
@@ -197,6 +231,7 @@ class FileCatalog:
         """
         # the collector paused until the per-file objects of indexing (a Match per file name...) are gone: paused
         # only around the listing, it traversed the 100,000 matches still alive when it was enabled again (~40 ms)
+        self.left_out = []
         with gc_paused():
             self.table = self._index_files(time_interval)
         return self.table
@@ -219,10 +254,13 @@ class FileCatalog:
             bands_of = [bands for _, _, bands in scenes]
 
         columns, rows = self.headers.read(paths, self.skip_or_raise)
+        self._warn_left_out(found_count)
         if not rows:
+            first = self.skip_log.skipped[0] if self.skip_log.skipped else None
             raise DatasetNotFoundError(
                 f"{self.name}: none of the {found_count} file(s) found in {self.root!r} could be indexed "
-                f"({self.skip_log.count} skipped, see skip_log)"
+                f"({self.skip_log.count} skipped, see skip_log"
+                + (f"; the first: {first.url!r}: {first.reason})" if first is not None else ")")
             )
         if len(rows) < len(paths):  # files that could not be indexed were skipped
             paths = [paths[i] for i in rows]

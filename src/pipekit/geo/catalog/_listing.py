@@ -68,6 +68,7 @@ class _Lister:
         self.storage_options = dict(storage_options)
         self._dirs: dict[str, set[str]] = {}
         self.policy = resolve_retry(retry)
+        self.name = name
         self.stage = f"{name}.listing"
 
     def _retrying(self, fn: Callable[[], T], url: str) -> T:
@@ -94,7 +95,7 @@ class _Lister:
                 return found, [os.path.basename(p) for p in found], False
             if os.path.isfile(path):
                 return [path], [os.path.basename(path)], True
-            raise DatasetNotFoundError(f"no such file or directory: {root!r}")
+            raise DatasetNotFoundError(f"Dataset not found: {self.name}: no such file or directory: {root!r}")
         found, explicit = self._retrying(lambda: self._expand_remote(root, pattern), root)
         return found, [p.rsplit("/", 1)[-1] for p in found], explicit
 
@@ -114,7 +115,7 @@ class _Lister:
             return found, False
         if fs.isfile(path):
             return [fs.unstrip_protocol(path)], True
-        raise DatasetNotFoundError(f"no such file or directory: {root!r}")
+        raise DatasetNotFoundError(f"Dataset not found: {self.name}: no such file or directory: {root!r}")
 
     def siblings(self, path: str) -> set[str]:
         """Names of the files in ``path``'s directory (listed once per directory)."""
@@ -462,7 +463,8 @@ def _find_files(
         )
     if not kept_paths:
         raise DatasetNotFoundError(
-            f"{name}: no files matching filename_glob {pattern!r} and filename_regex found in {root!r}"
+            f"Dataset not found: {name}: no files matching filename_glob {pattern!r} and filename_regex found in "
+            f"{root!r}"
         )
     return kept_paths, kept_matches
 
@@ -506,7 +508,8 @@ def _match_scan(
         matches = [match for match in matches if match is not None]
     if not paths:
         raise DatasetNotFoundError(
-            f"{name}: no files matching filename_glob {pattern!r} and filename_regex found in {root!r}"
+            f"Dataset not found: {name}: no files matching filename_glob {pattern!r} and filename_regex found in "
+            f"{root!r}"
         )
     if origins is not None:
         origins.update(dict.fromkeys(paths, "scan"))

@@ -143,7 +143,7 @@ def _toi(toi: Any) -> tuple[float, float] | None:
     if toi is None:
         return None
     if isinstance(toi, BoundingBox):
-        start, stop = toi.mint, toi.maxt
+        start, stop = toi.mint_s, toi.maxt_s
     elif isinstance(toi, slice):
         if toi.step is not None:
             raise ValueError(f"toi slice must not have a step, got {toi!r}")
@@ -339,7 +339,7 @@ class GeoSampler(Sampler[tuple[slice, slice, slice]]):
 
         query = self.roi_box
         if self.toi is not None:
-            mint, maxt = max(query.mint, self.toi[0]), min(query.maxt, self.toi[1])
+            mint, maxt = max(query.mint_s, self.toi[0]), min(query.maxt_s, self.toi[1])
             if mint > maxt:
                 self._nothing(f"the roi's time interval and the toi do not overlap: {query!r}, toi {toi!r}")
                 return
@@ -357,8 +357,8 @@ class GeoSampler(Sampler[tuple[slice, slice, slice]]):
             return
         orig = index.bounds[hits]
         b = orig.copy()
-        b[:, 0::2] = np.maximum(b[:, 0::2], [query.minx, query.miny, query.mint])
-        b[:, 1::2] = np.minimum(b[:, 1::2], [query.maxx, query.maxy, query.maxt])
+        b[:, 0::2] = np.maximum(b[:, 0::2], [query.minx, query.miny, query.mint_s])
+        b[:, 1::2] = np.minimum(b[:, 1::2], [query.maxx, query.maxy, query.maxt_s])
         # footprints whose time interval only touches the roi's/toi's (a single instant of a longer one)
         keep = ~((b[:, 4] == b[:, 5]) & (orig[:, 4] < orig[:, 5]))
         hits, orig, b = hits[keep], orig[keep], b[keep]
