@@ -226,8 +226,8 @@ def stage_name(pipe: Any, names: Mapping[type, str] | None = None) -> str:
             break
         if klass in (IterDataPipe, MapDataPipe, object):
             break
-    if name is None:
-        return cls.__name__
+    if name is None:  # a private subclass (a recipe's own source) shows as its first public ancestor
+        return next((k.__name__ for k in cls.__mro__ if not k.__name__.startswith("_")), cls.__name__)
     if name in ("map", "filter", "collate", "flatmap", "map_batches", "threadpool_map"):
         fn = next((getattr(pipe, a) for a in ("fn", "filter_fn", "collate_fn") if getattr(pipe, a, None)), None)
         fn_name = _callable_name(fn)
