@@ -34,6 +34,8 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+import torch
+
 from pipekit._validate import check_int
 from pipekit.pipes._torch import (
     Batcher as TorchBatcher,
@@ -114,6 +116,17 @@ class _Chunk(DataChunk):
     """
 
     __iter__ = list.__iter__
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # torch's DataChunk pickles its items twice (the list and its ``items`` attribute, the same list) and
+        # through ``copyreg.__newobj__`` and list appends, which ``torch.load(weights_only=True)`` refuses for a
+        # list subclass: a buffer of batches in a checkpoint would not load.  Rebuilt from one plain list, by
+        # this class (allowed below), it does.
+        return (_Chunk, (list(self),))
+
+
+# Checkpoints holding batches (a shuffle or cache after ``batch``) load with ``torch.load(weights_only=True)``.
+torch.serialization.add_safe_globals([_Chunk])
 
 
 @functional_datapipe("batch", replaces=TorchBatcher)
