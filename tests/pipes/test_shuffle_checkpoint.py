@@ -1,6 +1,10 @@
 """Issue 35: a shuffle buffer's checkpoint is bounded (positions plus a bounded re-read) and plain data.
 
-* a buffer of batches (``batch`` then ``shuffle``) loads with ``torch.load(weights_only=True)``;
+* the checkpoint of a full buffer of large items holds their positions, not the items: small, and the resumed
+  run is exact, with 0 and 2 workers;
+* the re-read is bounded (at most the window plus the snapshot interval); items buffered longer are inline;
+* pipes above that another branch shares (``fork``) are not replayed: the buffer is kept inline, still exact;
+* a buffer of batches (``batch`` then ``shuffle``) loads with ``torch.load(weights_only=True)``.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import torch
 
 import pipekit
 from pipekit.pipes import IterableWrapper
+from pipekit.pipes._builtin import ResumableShuffler
+from pipekit.pipes._resume import prepare_for_resume
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -57,3 +63,55 @@ def test_a_batch_round_trips_through_weights_only():
     state, _ = saved_and_loaded({"b": [_Chunk([1, "a"])]})
     (batch,) = state["b"]
     assert type(batch) is _Chunk and batch == [1, "a"] and list(batch) == batch.items
+
+
+def blob(i: int) -> bytes:
+    """A 2 kB item standing for an encoded image."""
+    return i.to_bytes(4, "little") * 512
+
+
+def big_items() -> Any:
+    return IterableWrapper(range(600)).sharding_filter().map(blob).shuffle(buffer_size=100)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_full_buffer_of_large_items_checkpoints_positions(num_workers):
+    full, resumed, size = run_and_resume(big_items, take=250, num_workers=num_workers)
+    assert resumed == full and len(full) == 600
+    held = 100 * 2048 * max(num_workers, 1)  # the buffers' bytes
+    assert size < held / 4, (size, held)
+
+
+def test_the_re_read_is_bounded_and_older_items_are_inline():
+    pipe = prepare_for_resume(IterableWrapper(range(3000)).map(blob).shuffle(buffer_size=20)).set_seed(3)
+    assert isinstance(pipe, ResumableShuffler)
+    it = iter(pipe)
+    out = [next(it) for _ in range(2000)]
+    state = pipe.state_dict()
+    replay = state["replay"]
+    window = int(ResumableShuffler.replay_window * 20)
+    assert replay["to"] == 2020 and replay["to"] - replay["from"] <= window + max(1, window // 32)
+    pulls = replay["pulls"]
+    assert len(pulls) == 20 and len(state["buffer"]) == pulls.count(-1)
+    assert all(p == -1 or replay["from"] <= p < replay["to"] for p in pulls)
+    restored = prepare_for_resume(IterableWrapper(range(3000)).map(blob).shuffle(buffer_size=20))
+    restored.load_state_dict(state)
+    assert out + list(restored) == list(prepare_for_resume(IterableWrapper(range(3000)).map(blob)
+                                                           .shuffle(buffer_size=20)).set_seed(3))
+
+
+def forked() -> Any:
+    a, b = IterableWrapper(range(60)).fork(2)
+    return a.shuffle(buffer_size=8).zip(b)
+
+
+def test_pipes_shared_with_another_branch_keep_the_buffer_inline():
+    full, resumed, _ = run_and_resume(forked, take=20)
+    assert resumed == full and len(full) == 60
+    loader = pipekit.DataLoader(forked())
+    it = iter(loader)
+    for _ in range(20):
+        next(it)
+    states = loader.state_dict()
+    list(it)
+    assert "'replay'" not in repr(states)
