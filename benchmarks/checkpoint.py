@@ -166,6 +166,10 @@ def one(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _size(n: float) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a small buffer (1,000 images of 128 px)")
@@ -221,7 +225,7 @@ def main() -> None:
             out = done.stdout
             r = json.loads(out.strip().splitlines()[-1])
             print(
-                f"{workers:>7} | {r['size'] / 1e6:>7.1f} MB | {r['size'] / held:>7.3f} | "
+                f"{workers:>7} | {_size(r['size']):>10} | {r['size'] / held:>7.3f} | "
                 f"{r['state_dict_s'] + r['save_s']:>7.2f} s ({r['save_s']:.2f} save) | "
                 f"{r['reading_peak'] / 2**20:>8.0f} MiB | {r['checkpoint_peak'] / 2**20:>5.0f} MiB | "
                 f"{r['checkpoint_peak'] / r['reading_peak']:>12.2f} | {r['resume_s']:>5.2f} s | "

@@ -100,10 +100,13 @@ def replay_log(pipe: Any, start: bool) -> ReplayLog | None:
         return None
     from pipekit.pipes._resume import SnapshotPlan, epoch_marks, pending_seeds, pipeline_pipes
 
-    try:
-        pipes = pipeline_pipes(pipe.datapipe)
-    except Exception:  # a graph torch cannot walk: keep the items inline
-        return None
+    pipes = pipe.__dict__.get("_upstream_pipes")
+    if pipes is None:  # walked once (torch's walk pickles each pipe, its source list too), then reused
+        try:
+            pipes = pipeline_pipes(pipe.datapipe)
+        except Exception:  # a graph torch cannot walk: keep the items inline
+            return None
+        pipe._upstream_pipes = pipes
     if any(_shared(dp) or callable(getattr(type(dp), "pause", None)) for dp in pipes):
         return None
     plan = SnapshotPlan(pipes, epoch_marks(pipes), pending_seeds(pipes))
