@@ -19,6 +19,7 @@ import pipekit
 from pipekit.pipes import IterableWrapper
 from pipekit.pipes._builtin import ResumableShuffler
 from pipekit.pipes._resume import prepare_for_resume
+from pipekit.synthetic import write_image_shards
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -115,3 +116,37 @@ def test_pipes_shared_with_another_branch_keep_the_buffer_inline():
     states = loader.state_dict()
     list(it)
     assert "'replay'" not in repr(states)
+
+
+@pytest.fixture(scope="module")
+def shard_folder(tmp_path_factory) -> str:
+    root = tmp_path_factory.mktemp("shards")
+    write_image_shards(root, shards=4, per_shard=12, size=8, progress=False)
+    return str(root)
+
+
+def getting_started(root: str) -> Any:
+    """Getting started's pipeline with the buffer before decode: a shard-order shuffle above the sample shuffle."""
+    return (
+        IterableWrapper([root])
+        .list_files_by_fsspec(masks="*.tar")
+        .shuffle()
+        .sharding_filter()
+        .open_files_by_fsspec(mode="rb")
+        .load_from_tar()
+        .webdataset()
+        .shuffle(buffer_size=6)
+        .decode()
+        .map(key_and_label)
+    )
+
+
+def key_and_label(sample: dict[str, Any]) -> tuple[str, int, int]:
+    return sample["__key__"], sample[".cls"], int(sample[".jpg"].sum())
+
+
+@pytest.mark.parametrize(("num_workers", "take"), [(0, 7), (0, 40), (2, 9)])
+def test_getting_started_pipeline_resumes_exactly_from_positions(shard_folder, num_workers, take):
+    full, resumed, size = run_and_resume(lambda: getting_started(shard_folder), take, num_workers)
+    assert len(full) == 48 and resumed == full
+    assert size < 60_000  # positions: the buffered JPEGs (6 per worker) and the listing are not in it
