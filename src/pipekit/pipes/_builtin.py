@@ -343,6 +343,10 @@ class ResumableShuffler(ResumablePipe, ShufflerIterDataPipe):
     # The base the journal starts from (none until a lazy snapshot asks; the journal is the parent's).
     _journal_base: tuple[Any, ...] | None = None
     _log: ReplayLog | None = None
+    # Until the first pass starts (a torch Shuffler switched to this class in place has no runtime fields yet).
+    _pulled = 0
+    _replaying: dict[str, Any] | None = None
+    _new_epoch = True
 
     __iter__ = shuffle_replaying
 
@@ -353,7 +357,7 @@ class ResumableShuffler(ResumablePipe, ShufflerIterDataPipe):
         self._pulls = array.array("q")
         self._pulled = 0
         self._log = None
-        self._replaying: dict[str, Any] | None = None  # a restored replay record, refilled when the pass starts
+        self._replaying = None  # a restored replay record, refilled when the pass starts
         self._new_epoch = True  # the pass starts an epoch (not a restore)
         stop_journal(self)
 
@@ -363,7 +367,8 @@ class ResumableShuffler(ResumablePipe, ShufflerIterDataPipe):
 
     def state_dict(self) -> dict[str, Any]:
         position = shuffler_position(self)
-        return replay_state(position["buffer"], list(self._pulls), position["rng"], self._pulled, self._snapshots())
+        pulls = list(self.__dict__.get("_pulls", ()))
+        return replay_state(position["buffer"], pulls, position["rng"], self._pulled, self._snapshots())
 
     def lazy_state_dict(self) -> Any:
         """What :meth:`state_dict` returns, as an object that becomes it when materialized or pickled."""
