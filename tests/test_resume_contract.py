@@ -133,12 +133,6 @@ KNOWN_DEFECTS: dict[str, tuple[Callable[[Case], bool], Case]] = {
         lambda c: c.point == "last" or _has(c, "header", "cycle", "zip", "fork_zip"),
         Case("ints", ops=(("header", 7), ("shuffle", 8)), fraction=0.5),
     ),
-    # a buffer of batches (shuffle or cache after batch) holds torch's DataChunk lists: the checkpoint does not
-    # load with torch.load(weights_only=True) ("Weights only load failed"), which the reliability guide promises
-    "buffered batches in a checkpoint do not load with weights_only=True": (
-        lambda c: c.via == "torch_save" and _batches_buffered(c),
-        Case("ints", ops=(("batch", 2), ("shuffle", 3)), fraction=0.5, via="torch_save"),
-    ),
     # in_memory_cache after a random pipe (shuffle, bucketbatch, ImageFolder's augmentation), resumed
     # mid-epoch: the epoch after the resumed one differs from the uninterrupted run's (the restored cache does
     # not replay the first epoch as the uninterrupted one does: those items come in another order / are

@@ -127,7 +127,7 @@ def test_eager_state_dict_stays_a_plain_dict():
     pipe.lazy_state_dict()
     next(it)
     state = pipe.state_dict()
-    assert type(state) is dict and set(state) == {"buffer", "rng"}
+    assert type(state) is dict and set(state) == {"buffer", "rng", "replay"}
     assert snapshot_pipeline(pipe)["states"][0] == state
 
 

@@ -28,13 +28,26 @@ behaviour is otherwise unchanged.
 
 from __future__ import annotations
 
+import array
 import copy
+import functools
 import itertools
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
+import torch
+
 from pipekit._validate import check_int
+from pipekit.pipes._shuffle_replay import (
+    REPLAY,
+    ReplayLog,
+    check_replay,
+    refill,
+    replay_log,
+    replay_state,
+    restore_upstream,
+)
 from pipekit.pipes._torch import (
     Batcher as TorchBatcher,
 )
@@ -63,6 +76,7 @@ from pipekit.pipes._torch import (
     Zipper,
     restore_shuffler,
     shuffle_buffered,
+    shuffle_replaying,
     shuffler_position,
     shuffler_snapshot,
     stop_journal,
@@ -114,6 +128,17 @@ class _Chunk(DataChunk):
     """
 
     __iter__ = list.__iter__
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # torch's DataChunk pickles its items twice (the list and its ``items`` attribute, the same list) and
+        # through ``copyreg.__newobj__`` and list appends, which ``torch.load(weights_only=True)`` refuses for a
+        # list subclass: a buffer of batches in a checkpoint would not load.  Rebuilt from one plain list, by
+        # this class (allowed below), it does.
+        return (_Chunk, (list(self),))
+
+
+# Checkpoints holding batches (a shuffle or cache after ``batch``) load with ``torch.load(weights_only=True)``.
+torch.serialization.add_safe_globals([_Chunk])
 
 
 @functional_datapipe("batch", replaces=TorchBatcher)
@@ -290,13 +315,19 @@ class ResumableShuffler(ResumablePipe, ShufflerIterDataPipe):
 
     Not registered under a functional name: :mod:`pipekit.pipes._resume`
     switches ``shuffle`` pipes to this class when a pipeline is checkpointed.
-    The snapshot holds the buffer's items and the RNG state, so shuffle
-    *before* expensive decoding to keep checkpoints small.  A checkpoint is
-    plain data: :class:`pipekit.DataLoader` keeps buffered archive members that
-    ``load_from_tar`` read into memory as their bytes (the resumed buffer gets
-    the same member streams back), and refuses at ``state_dict()`` a buffer
-    holding open files or anything else that cannot be pickled, naming this
-    pipe: read or decode before shuffling those.
+    The checkpoint holds positions, not the buffered items: the pull number of
+    each buffered item, a snapshot of the pipes above taken at most
+    ``replay_window`` buffers of pulls earlier, and the RNG state; a restored
+    copy re-reads from that snapshot (reading, not decoding: shuffle before
+    decoding) and keeps the buffered pulls (:mod:`pipekit.pipes._shuffle_replay`).
+    Items buffered longer than the window, and every item when the pipes above
+    cannot be snapshotted on their own (shared with another branch by ``fork``,
+    running threads), are kept inline: :class:`pipekit.DataLoader` keeps
+    buffered archive members that ``load_from_tar`` read into memory as their
+    bytes (the resumed buffer gets the same member streams back), and refuses
+    at ``state_dict()`` an inline item holding an open file or anything else
+    that cannot be pickled, naming this pipe: read or decode before shuffling
+    those.
 
     :class:`pipekit.DataLoader`'s workers, which take a position after every
     batch and send one only for a checkpoint, take it with
@@ -304,16 +335,40 @@ class ResumableShuffler(ResumablePipe, ShufflerIterDataPipe):
     is sent (see :func:`pipekit.pipes._torch.shuffler_snapshot`).
     """
 
-    _runtime = ("_buffer", "_journal", "_journal_base")
+    #: How many buffers' worth of pulls a checkpoint may re-read (0: keep every buffered item inline).
+    replay_window: float = 4
+
+    _runtime = ("_buffer", "_journal", "_journal_base", "_pulls", "_pulled", "_log", "_replaying", "_new_epoch")
+    _runtime += ("_upstream_pipes",)
     # The base the journal starts from (none until a lazy snapshot asks; the journal is the parent's).
-    _journal_base: tuple[list[Any], Any] | None = None
+    _journal_base: tuple[Any, ...] | None = None
+    _log: ReplayLog | None = None
+    # Until the first pass starts (a torch Shuffler switched to this class in place has no runtime fields yet).
+    _pulled = 0
+    _replaying: dict[str, Any] | None = None
+    _new_epoch = True
+
+    __iter__ = shuffle_replaying
 
     def _init_runtime(self) -> None:
         self._buffer = []
+        # The pull number of each buffer slot's item: a typed array, so replacing one frees no Python int (a
+        # list of ints cost ~85 ns an item in the loop, freeing the replaced number at a random place in memory).
+        self._pulls = array.array("q")
+        self._pulled = 0
+        self._log = None
+        self._replaying = None  # a restored replay record, refilled when the pass starts
+        self._new_epoch = True  # the pass starts an epoch (not a restore)
         stop_journal(self)
 
+    def _snapshots(self) -> tuple[Any, ...] | None:
+        log = self._log
+        return log.snapshots if log is not None else None
+
     def state_dict(self) -> dict[str, Any]:
-        return shuffler_position(self)
+        position = shuffler_position(self)
+        pulls = list(self.__dict__.get("_pulls", ()))
+        return replay_state(position["buffer"], pulls, position["rng"], self._pulled, self._snapshots())
 
     def lazy_state_dict(self) -> Any:
         """What :meth:`state_dict` returns, as an object that becomes it when materialized or pickled."""
@@ -324,14 +379,38 @@ class ResumableShuffler(ResumablePipe, ShufflerIterDataPipe):
             or cls._base_state is not ResumableShuffler._base_state
         ):
             return self.state_dict()  # a pending restore, or a subclass's own fields
-        return shuffler_snapshot(self)
+        return shuffler_snapshot(self, functools.partial(replay_state, snapshots=self._snapshots()))
+
+    def check_state(self, state: dict[str, Any]) -> None:
+        if not {"buffer", "rng"} <= set(state):
+            raise ValueError(f"not a ResumableShuffler state (missing buffer or rng): {state!r:.200}")
+        if REPLAY in state:
+            check_replay(state)
 
     def restore(self, state: dict[str, Any] | None) -> None:
+        self._replaying = None
+        self._new_epoch = state is None
         if state is None:
             TorchShuffler.reset(self)
+            self._pulls, self._pulled = array.array("q"), 0
+        elif REPLAY in state:
+            restore_shuffler(self, {"buffer": [], "rng": state["rng"]})
+            restore_upstream(self, state[REPLAY]["upstream"])
+            self._replaying = state
         else:
             restore_shuffler(self, state)
+            self._pulls, self._pulled = array.array("q", [-1] * len(self._buffer)), 0  # inline: before any snapshot
         stop_journal(self)
+
+    def _start_replay(self) -> Iterator[Any]:
+        """Start the pass's iterator on the pipes above, refilling the buffer from a restored replay record."""
+        state, self._replaying = self._replaying, None
+        self._log = log = replay_log(self, start=self._new_epoch) if self._enabled else None
+        it = iter(self.datapipe)
+        if state is not None:
+            self._buffer, pulls, self._pulled = refill(it, state, log)
+            self._pulls = array.array("q", pulls)
+        return it
 
 
 class ResumableShardingFilter(ResumablePipe, ShardingFilterIterDataPipe):

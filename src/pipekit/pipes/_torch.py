@@ -108,6 +108,8 @@ __all__ = [
     "restore_shuffler",
     "stop_journal",
     "ShufflerSnapshot",
+    "is_child_pipe",
+    "shuffle_replaying",
 ]
 
 # torch's iterator hook asks every pipe, at every ``next()``, whether it is a
@@ -118,6 +120,11 @@ __all__ = [
 # A class default of ``False`` answers the same thing at once; ``_ChildDataPipe``
 # keeps its own ``True``.
 IterDataPipe._is_child_datapipe = False
+
+
+def is_child_pipe(pipe: Any) -> bool:
+    """Whether ``pipe`` is a child of a ``fork``/``demux`` (torch's ``_ChildDataPipe``): it shares its source."""
+    return getattr(type(pipe), "_is_child_datapipe", False) is True
 
 
 # Items pulled through pipekit.DataLoader skip torch's per-item iterator hook.
@@ -361,46 +368,72 @@ class ShufflerSnapshot:
     """A shuffle buffer's position at one snapshot, rebuilt on demand as :func:`shuffler_position`'s dict.
 
     Pickles as that dict (so sending it rebuilds it); :meth:`materialize`
-    returns it.
+    returns it.  With the pull numbers of the base's items (``pulls``, and
+    ``pulled`` items pulled when the base was taken), the loop's steps rebuild
+    them too, and ``finish(buffer, pulls, rng_state, pulled)`` makes the state
+    (the replay form of :mod:`pipekit.pipes._shuffle_replay`).
     """
 
-    __slots__ = ("_base", "_count", "_journal", "_live", "_rng", "_size")
+    __slots__ = ("_base", "_count", "_finish", "_journal", "_live", "_pulled", "_pulls", "_rng", "_size")
 
     def __init__(
-        self, base: list[Any], rng: tuple[Any, ...], journal: list[Any], count: int, live: int, size: int
+        self,
+        base: list[Any],
+        rng: tuple[Any, ...],
+        journal: list[Any],
+        count: int,
+        live: int,
+        size: int,
+        pulls: list[int] | None = None,
+        pulled: int = 0,
+        finish: Callable[..., dict[str, Any]] | None = None,
     ) -> None:
         self._base, self._rng, self._journal = base, rng, journal
         self._count, self._live, self._size = count, live, size
+        self._pulls, self._pulled, self._finish = pulls, pulled, finish
 
     def materialize(self) -> dict[str, Any]:
         """``{"buffer": [...], "rng": state}``: what ``shuffler_position`` returned when this was taken."""
         buffer = list(self._base)
+        pulls = list(self._pulls) if self._pulls is not None else [0] * len(buffer)
+        number = self._pulled
         rng = random.Random()
         rng.setstate(self._rng)
         getrandbits, size = rng.getrandbits, self._size
         for x in self._journal[: self._count]:  # the loop's steps, as shuffle_buffered takes them
             n = len(buffer)
             if n == size:
-                buffer[_draw(getrandbits, n)] = x
+                i = _draw(getrandbits, n)
+                buffer[i], pulls[i] = x, number
             else:
                 buffer.append(x)
+                pulls.append(number)
+            number += 1
         while len(buffer) > self._live:  # the drain after the source ended
-            buffer.pop(_draw(getrandbits, len(buffer)))
+            i = _draw(getrandbits, len(buffer))
+            buffer.pop(i)
+            pulls.pop(i)
         if len(buffer) != self._live:
             raise RuntimeError(
                 f"shuffle: rebuilding a position gave {len(buffer)} buffered items instead of {self._live}"
             )
+        if self._finish is not None:
+            return self._finish(buffer, pulls if self._pulls is not None else None, rng.getstate(), number)
         return {"buffer": buffer, "rng": rng.getstate()}
 
     def __reduce__(self) -> Any:
         return (dict, (self.materialize(),))
 
 
-def shuffler_snapshot(pipe: Shuffler) -> ShufflerSnapshot | dict[str, Any]:
+def shuffler_snapshot(
+    pipe: Shuffler, finish: Callable[..., dict[str, Any]] | None = None
+) -> ShufflerSnapshot | dict[str, Any]:
     """The shuffle buffer's position as a :class:`ShufflerSnapshot`, in O(1) while the pipe keeps a journal.
 
-    For a pipe iterated by :func:`shuffle_buffered`; a generator that is not
-    a ``random.Random`` gets :func:`shuffler_position`'s copy.
+    For a pipe iterated by :func:`shuffle_buffered` or :func:`shuffle_replaying`
+    (whose pull numbers, ``pipe._pulls``, the snapshot rebuilds too, for
+    ``finish``); a generator that is not a ``random.Random`` gets
+    :func:`shuffler_position`'s copy.
     """
     rng = pipe._rng
     if type(rng) is not random.Random:
@@ -412,11 +445,12 @@ def shuffler_snapshot(pipe: Shuffler) -> ShufflerSnapshot | dict[str, Any]:
         count = len(journal)
         # Items the drain popped since the base: bounded as the journal is.
         if min(size, len(base[0]) + count) - live <= _journal_cap(size):
-            return ShufflerSnapshot(base[0], base[1], journal, count, live, size)
-    base = (list(buffer), rng.getstate())
+            return ShufflerSnapshot(base[0], base[1], journal, count, live, size, base[2], base[3], finish)
+    pulls = getattr(pipe, "_pulls", None)
+    base = (list(buffer), rng.getstate(), None if pulls is None else list(pulls), getattr(pipe, "_pulled", 0))
     pipe._journal_base = base
     pipe._journal = journal = []  # a new list: earlier snapshots keep theirs
-    return ShufflerSnapshot(base[0], base[1], journal, 0, live, size)
+    return ShufflerSnapshot(base[0], base[1], journal, 0, live, size, base[2], base[3], finish)
 
 
 def stop_journal(pipe: Shuffler) -> None:
@@ -468,6 +502,67 @@ def shuffle_buffered(self: Any) -> Iterator[Any]:
         i = getrandbits(k)
         while i >= n:
             i = getrandbits(k)
+        yield buffer.pop(i)
+
+
+def shuffle_replaying(self: Any) -> Iterator[Any]:
+    """``__iter__`` of ``ResumableShuffler``: :func:`shuffle_buffered`'s loop, numbering the pulls.
+
+    Each buffer slot's pull number is kept in ``self._pulls`` (and the count
+    in ``self._pulled``) before the item is yielded; every ``log.every``
+    pulls the pipe's ``_snapshot_upstream(pulled)`` snapshots the pipes above
+    while they are paused at the item they just yielded
+    (:mod:`pipekit.pipes._shuffle_replay`).  The same order as
+    :func:`shuffle_buffered` for the same seed.
+    """
+    if not self._enabled:
+        self._log = None
+        yield from self.datapipe
+        return
+    rng = self._rng
+    if type(rng) is not random.Random:
+        self._log = None
+        yield from _shuffle_with(self, rng.randint)
+        return
+    it = self._start_replay()  # the iterator on the pipes above; a restore refilled the buffer
+    getrandbits, size = rng.getrandbits, self.buffer_size
+    cap = _journal_cap(size)
+    buffer, pulls, pulled = self._buffer, self._pulls, self._pulled
+    log = self._log
+    next_at = log.next_at if log is not None else 1 << 62
+    for x in it:
+        journal = self._journal
+        if journal is not None:
+            journal.append(x)
+            if len(journal) > cap:
+                self._journal = None
+        n = len(buffer)
+        if n == size:
+            k = n.bit_length()
+            i = getrandbits(k)
+            while i >= n:
+                i = getrandbits(k)
+            val, buffer[i] = buffer[i], x
+            pulls[i] = pulled
+            pulled += 1
+            self._pulled = pulled
+            if pulled >= next_at:
+                next_at = log.take(pulled)
+            yield val
+        else:
+            buffer.append(x)
+            pulls.append(pulled)
+            pulled += 1
+            self._pulled = pulled
+            if pulled >= next_at:
+                next_at = log.take(pulled)
+    while buffer:
+        n = len(buffer)
+        k = n.bit_length()
+        i = getrandbits(k)
+        while i >= n:
+            i = getrandbits(k)
+        pulls.pop(i)
         yield buffer.pop(i)
 
 
