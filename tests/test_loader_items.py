@@ -133,12 +133,6 @@ def test_shuffled_member_streams_kept_inline_resume_with_their_bytes(inline_buff
         assert torch.equal(image, want_image), key
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="webdataset.state_dict() swaps the partial sample's member stream for a plain io.BytesIO, which loses "
-    "its bytes when decode closes it: a worker's kept position of an inline buffer then cannot be sent (fix: a "
-    "MemoryMember there, src/pipekit/pipes/_webdataset.py)",
-)
 def test_member_streams_kept_inline_by_workers_after_they_were_decoded(inline_buffers, tmp_path):
     """A worker's kept position refers to buffered samples that its pipeline decoded (and closed) since."""
     write_image_shards(tmp_path, shards=2, per_shard=40, size=16, progress=False)

@@ -75,6 +75,12 @@ This is the whole list; keep it true when adding one.
    its signal and its last file.  Why: a worker killed while the main process
    is busy in its training step (not waiting on the loader) raised torch's
    bare error there.
+8. **torch's weights-only unpickler allow-list**
+   (:func:`torch.serialization.add_safe_globals`) gains pipekit's batch list
+   (``pipekit.pipes._builtin._Chunk``, when that module is imported) and the
+   geo query types (:mod:`pipekit.geo._bbox`, when it is imported).  Why: a
+   checkpoint holding buffered batches or geo queries loads with
+   ``torch.load(weights_only=True)``.
 
 Not global, but on torch's objects: a multi-process iterator created by a
 ``pipekit.DataLoader`` gets pipekit's subclass as its class

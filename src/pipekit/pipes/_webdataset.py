@@ -10,13 +10,13 @@ A WebDataset shard is a tar archive whose members are named
 
 from __future__ import annotations
 
-import io
 import itertools
 import re
 from collections.abc import Iterator
 from typing import Any
 
 from pipekit.errors import ParseError, SkipLog
+from pipekit.pipes._stream_items import MemoryMember
 from pipekit.pipes.base import IterDataPipe, StreamWrapper, functional_datapipe
 from pipekit.pipes.state import ResumablePipe
 
@@ -109,7 +109,7 @@ class WebDataset(ResumablePipe):
             self._key = key
             self._sample = {"__key__": key}
             for suffix, is_stream, value in state["fields"]:
-                self._sample[suffix] = StreamWrapper(io.BytesIO(value), name=key + suffix) if is_stream else value
+                self._sample[suffix] = StreamWrapper(MemoryMember(value), name=key + suffix) if is_stream else value
 
     def _close_buffered(self) -> None:
         """Close the streams of the partial sample: it was never handed out."""
@@ -163,7 +163,7 @@ class WebDataset(ResumablePipe):
                     data = value.read()
                     value.close()
                     # The live pipeline goes on with an equivalent stream over the bytes read.
-                    self._sample[suffix] = StreamWrapper(io.BytesIO(data), name=self._key + suffix)
+                    self._sample[suffix] = StreamWrapper(MemoryMember(data), name=self._key + suffix)
                     fields.append((suffix, True, data))
                 else:
                     fields.append((suffix, False, value))
