@@ -22,7 +22,8 @@ the default window of 4 buffers, about e^-4, 2%, of a full buffer) is older
 than every snapshot kept, so it is kept inline in the checkpoint (as before:
 its bytes), and the re-read is at most ``window + every`` items.  When the
 pipes above cannot be snapshotted alone (a ``fork``/``demux`` child or a split
-shares them with another branch, a pipe runs threads, or a snapshot fails) the
+shares them with another branch, a pipe runs threads or says it cannot be
+replayed with a class attribute ``replayable = False``, or a snapshot fails) the
 checkpoint holds the whole buffer inline, as it always did.  Files changed
 between checkpoint and resume are still refused: the restored snapshot holds
 the listing digest and archive stamps the pipes above check.
@@ -107,7 +108,8 @@ def replay_log(pipe: Any, start: bool) -> ReplayLog | None:
         except Exception:  # a graph torch cannot walk: keep the items inline
             return None
         pipe._upstream_pipes = pipes
-    if any(_shared(dp) or callable(getattr(type(dp), "pause", None)) for dp in pipes):
+    if any(_shared(dp) or callable(getattr(type(dp), "pause", None)) or getattr(type(dp), "replayable", True) is False
+           for dp in pipes):
         return None
     plan = SnapshotPlan(pipes, epoch_marks(pipes), pending_seeds(pipes))
     if not plan.capable:

@@ -27,6 +27,9 @@ class LoaderSource(ResumablePipe):
     """
 
     state_keys = ("loader", "done")
+    #: a shuffle after it keeps its buffer inline: restoring the loader to an older position to re-read it
+    #: would restart the loader's workers and epoch, not replay the same batches
+    replayable = False
 
     def __init__(self, loader: DataLoader) -> None:
         super().__init__()
