@@ -1,0 +1,267 @@
+"""``datasets.IndexedShards``: WebDataset tar shards as a map-style dataset, sample ``i`` read with one ranged read.
+
+The random-access counterpart of :class:`~pipekit.datasets.TarShards` (same
+shards, same samples), for what streaming cannot do: ``dataset[i]``, a true
+global shuffle (``RandomSampler``), ``DistributedSampler``.  Each shard needs
+its index beside it (``<shard>.idx.json``, see :mod:`pipekit.pipes._shard_index`),
+written by ``pipekit shard --index``, ``ShardWriter(..., index=True)`` /
+``write_shards(..., index=True)``, or, for shards that exist already,
+:func:`index_shards` (one pass over their tar headers).
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch.utils.data
+
+from pipekit._fs import url_to_fs
+from pipekit.datasets._tar_shards import expand_shard_urls
+from pipekit.errors import IndexCacheError, ReadError
+from pipekit.pipes._shard_index import (
+    decode_index,
+    encode_index,
+    fingerprint,
+    index_url,
+    same_shard,
+    scan_tar,
+)
+
+__all__ = ["IndexedShards", "index_shards"]
+
+_STAGE = "IndexedShards"
+_HOW = ("make the indexes with pipekit.datasets.index_shards(urls) for existing shards, or write the shards "
+        "with `pipekit shard --index` / ShardWriter(..., index=True)")
+
+
+def _is_local(fs: Any) -> bool:
+    protocol = fs.protocol
+    return "file" in ((protocol,) if isinstance(protocol, str) else tuple(protocol))
+
+
+def index_shards(
+    urls: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    overwrite: bool = False,
+) -> list[str]:
+    """Index existing tar shards for :class:`IndexedShards`: write ``<shard>.idx.json`` beside each; returns their URLs.
+
+    Each shard is read once, header by header (member data is skipped where the
+    file can seek, so a local shard costs one read per member header).  A shard
+    that already has an index matching it is left alone unless ``overwrite``.
+
+    Args:
+        urls: shards as :class:`~pipekit.datasets.TarShards` takes them (a brace
+            pattern, a list, a glob, a folder or prefix), local or fsspec URLs.
+        storage_options: fsspec options (s3fs credentials, ``client_kwargs``...).
+        overwrite: index every shard again, even one whose index matches it.
+
+    Example:
+        >>> import tempfile
+        >>> from pipekit.pipes import ShardWriter
+        >>> root = tempfile.mkdtemp()
+        >>> with ShardWriter(root + "/s-%02d.tar", maxcount=2, verbose=0) as sink:
+        ...     for i in range(3):
+        ...         sink.write({"__key__": f"{i:04d}", "cls": i})
+        >>> [url.rsplit("/", 1)[1] for url in index_shards(root + "/s-{00..01}.tar")]
+        ['s-00.tar.idx.json', 's-01.tar.idx.json']
+    """
+    from pipekit.pipes._atomic_file import _AtomicFile
+
+    written = []
+    for url in expand_shard_urls(urls, storage_options):
+        fs, path = url_to_fs(url, storage_options)
+        out = index_url(url)
+        if not overwrite:
+            try:
+                _load(fs, url, path, out, url_to_fs(out, storage_options)[1], check=True)
+                written.append(out)
+                continue
+            except (ReadError, IndexCacheError):
+                pass
+        try:
+            shard = fingerprint(fs, path)
+            with fs.open(path, "rb", block_size=2**16) as f:
+                samples = scan_tar(f, url, "index_shards")
+        except ReadError:
+            raise
+        except Exception as exc:
+            raise ReadError("index", url, "index_shards", f"{type(exc).__name__}: {exc}") from exc
+        target = _AtomicFile(out, storage_options, "index_shards")
+        file = target.open()
+        try:
+            file.write(encode_index(url, samples, shard))
+        except BaseException:
+            target.discard()
+            raise
+        target.publish()
+        written.append(out)
+    return written
+
+
+def _load(fs: Any, url: str, path: str, idx: str, idx_path: str, check: bool) -> list[Any]:
+    """The samples of the index ``idx`` of shard ``url``, checked against the shard."""
+    try:
+        data = fs.cat_file(idx_path)
+    except FileNotFoundError:
+        raise ReadError("open index", idx, _STAGE, f"the shard {url!r} has no index; {_HOW}") from None
+    except Exception as exc:
+        raise ReadError("open index", idx, _STAGE, f"{type(exc).__name__}: {exc}") from exc
+    doc = decode_index(data, idx, _STAGE)
+    if check:
+        try:
+            now = fingerprint(fs, path)
+        except FileNotFoundError:
+            raise ReadError("open", url, _STAGE, f"no such shard (its index {idx!r} exists)") from None
+        why = same_shard(doc, now)
+        if why is not None:
+            raise IndexCacheError("use index", idx, _STAGE, f"stale: it does not match the shard {url!r} ({why}); "
+                                                           f"the shard was rewritten after it was indexed: {_HOW}")
+    return doc["samples"]
+
+
+class IndexedShards(torch.utils.data.Dataset):
+    """WebDataset tar shards as a map-style dataset: ``dataset[i]`` reads sample ``i`` with one ranged read.
+
+    The samples are those the streaming readers give, in the shards' order:
+    ``{"__key__": "<shard URL>/<key>", ".jpg": b"...", ".cls": b"3"}`` (the
+    members' bytes, as ``load_tar_samples`` yields them; ``transform`` decodes
+    or augments them).  ``len(dataset)`` is the number of samples, so torch's
+    ``RandomSampler`` (a true global shuffle), ``DistributedSampler`` and
+    :class:`pipekit.DataLoader` (any number of workers, exact resume) work as
+    with any map-style dataset.
+
+    Each shard needs its index (``<shard>.idx.json``): see :func:`index_shards`.
+    The indexes are read, and checked against their shards (size, and ETag or
+    mtime), when the dataset is built: a missing index raises
+    :class:`~pipekit.errors.ReadError`, a stale or corrupt one
+    :class:`~pipekit.errors.IndexCacheError`, each naming the shard, the index
+    and how to make it.  A shard cut short later raises ``ReadError`` when a
+    sample past its end is read.  Files are opened lazily in the process that
+    reads (each DataLoader worker its own), never pickled.
+
+    Args:
+        urls: shards as :class:`~pipekit.datasets.TarShards` takes them (a brace
+            pattern, a list, a glob, a folder or prefix), local or fsspec URLs.
+        storage_options: fsspec options for the shards (s3fs: ``key``, ``secret``,
+            ``client_kwargs={"endpoint_url": ...}``).
+        transform: applied to each sample dict (e.g. a decoder).
+        check: compare each index with its shard when the dataset is built
+            (one ``info`` call per shard); ``False`` skips it.
+
+    Example:
+        >>> import tempfile
+        >>> from pipekit.pipes import ShardWriter
+        >>> root = tempfile.mkdtemp()
+        >>> with ShardWriter(root + "/s-%02d.tar", maxcount=2, verbose=0, index=True) as sink:
+        ...     for i in range(5):
+        ...         sink.write({"__key__": f"{i:04d}", "cls": i, "txt": "abc"[: i % 3 + 1]})
+        >>> ds = IndexedShards(root + "/s-{00..02}.tar")
+        >>> len(ds), ds[3]["__key__"].rsplit("/", 1)[1], ds[3][".cls"], ds[-1][".txt"]
+        (5, '0003', b'3', b'ab')
+    """
+
+    def __init__(
+        self,
+        urls: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        storage_options: Mapping[str, Any] | None = None,
+        *,
+        transform: Callable[[dict[str, Any]], Any] | None = None,
+        check: bool = True,
+    ) -> None:
+        if storage_options is not None and not isinstance(storage_options, Mapping):
+            raise TypeError(f"{_STAGE}: storage_options must be a dict, got {type(storage_options).__name__}")
+        if transform is not None and not callable(transform):
+            raise TypeError(f"{_STAGE}: transform must be callable or None, got {transform!r}")
+        self.storage_options = dict(storage_options or {})
+        self.transform = transform
+        self.shards = expand_shard_urls(urls, self.storage_options)
+        self._samples: list[list[Any]] = []
+        self._ends: list[int] = []
+        self._paths: list[str] = []
+        total = 0
+        for url in self.shards:
+            fs, path = url_to_fs(url, self.storage_options)
+            idx = index_url(url)
+            samples = _load(fs, url, path, idx, url_to_fs(idx, self.storage_options)[1], check)
+            self._samples.append(samples)
+            self._paths.append(path)
+            total += len(samples)
+            self._ends.append(total)
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
+        self._pid: int | None = None
+        self._fs: dict[int, Any] = {}
+        self._files: dict[int, Any] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.update(_pid=None, _fs={}, _files={})  # opened again, lazily, in the process that reads
+        return state
+
+    def __len__(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    def _locate(self, index: int) -> tuple[int, list[Any]]:
+        if isinstance(index, bool) or not isinstance(index, int):
+            try:
+                index = int(index.__index__())  # numpy and tensor integers
+            except AttributeError:
+                raise TypeError(f"{_STAGE}: an index must be an integer, got {type(index).__name__}") from None
+        n = len(self)
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError(f"{_STAGE}: index {index} out of range for {n} samples")
+        shard = bisect.bisect_right(self._ends, index)
+        first = self._ends[shard - 1] if shard else 0
+        return shard, self._samples[shard][index - first]
+
+    def _read(self, shard: int, start: int, end: int) -> bytes:
+        pid = os.getpid()
+        if self._pid != pid:  # a new process (a DataLoader worker): nothing inherited is used
+            self._pid, self._fs, self._files = pid, {}, {}
+        fs = self._fs.get(shard)
+        if fs is None:
+            fs = self._fs[shard] = url_to_fs(self.shards[shard], self.storage_options)[0]
+        if _is_local(fs):
+            fd = self._files.get(shard)
+            if fd is None:
+                fd = self._files[shard] = os.open(self._paths[shard], os.O_RDONLY)
+            return os.pread(fd, end - start, start)
+        return fs.cat_file(self._paths[shard], start=start, end=end)
+
+    def __getitem__(self, index: int) -> Any:
+        shard, (key, members) = self._locate(index)
+        url = self.shards[shard]
+        start = members[0][1]
+        end = members[-1][1] + members[-1][2]
+        try:
+            data = self._read(shard, start, end)
+        except Exception as exc:
+            raise ReadError("read", url, _STAGE, f"bytes {start}-{end} of sample {key!r}: "
+                                                 f"{type(exc).__name__}: {exc}") from exc
+        if len(data) != end - start:
+            raise ReadError("read", url, _STAGE, f"the shard is truncated: sample {key!r} lies at bytes {start}-{end}, "
+                                                 f"only {len(data)} of its {end - start} bytes were read; rewrite the "
+                                                 "shard, then index it again")
+        view = memoryview(data)
+        sample: dict[str, Any] = {"__key__": f"{url}/{key}"}
+        for ext, offset, size in members:
+            sample["." + ext] = view[offset - start:offset - start + size].tobytes()
+        return self.transform(sample) if self.transform is not None else sample
+
+    def __del__(self) -> None:
+        if getattr(self, "_pid", None) == os.getpid():
+            for fd in self._files.values():
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({len(self.shards)} shards, {len(self)} samples)"
