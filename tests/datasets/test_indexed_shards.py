@@ -150,10 +150,25 @@ def test_s3_one_ranged_read_per_sample(s3_server, tmp_path):
         datasets.IndexedShards(urls, storage_options=opts)
     assert datasets.index_shards(f"s3://{bucket}/d/", storage_options=opts) == [u + ".idx.json" for u in urls]
     ds = datasets.IndexedShards(f"s3://{bucket}/d/", storage_options=opts)
-    assert [ds[i] for i in range(len(ds))] == _streamed(urls, opts)
+    everything = _streamed(urls, opts)
+    assert [ds[i] for i in range(len(ds))] == everything
+    assert ds.__getitems__([4, 0, 3]) == [everything[i] for i in (4, 0, 3)]  # ranges requested together
     written = ShardWriter(f"s3://{bucket}/w/w-%03d.tar", maxcount=2, verbose=0, index=True, storage_options=opts)
     with written as sink:
         for i in range(3):
             sink.write({"__key__": f"k{i}", "txt": f"sample {i}"})
     direct = datasets.IndexedShards(written.shards, storage_options=opts)
     assert [direct[i] for i in (2, 0, 1)] == [_streamed(written.shards, opts)[i] for i in (2, 0, 1)]
+
+
+def test_a_batch_of_indices_is_read_at_once_with_the_same_samples(tmp_path):
+    shards = _write(tmp_path, n=7)
+    ds = datasets.IndexedShards(shards)
+    order = [6, 0, 3, 3, -1]
+    assert ds.__getitems__(order) == [ds[i] for i in order]
+    loader = pipekit.DataLoader(ds, batch_size=3, collate_fn=list, num_workers=0)
+    assert [s for batch in loader for s in batch] == [ds[i] for i in range(len(ds))]
+    with open(shards[2], "r+b") as f:
+        f.truncate(600)
+    with pytest.raises(ReadError, match="truncated: sample 'k006'"):
+        ds.__getitems__([0, 6])

@@ -223,13 +223,17 @@ class IndexedShards(torch.utils.data.Dataset):
         first = self._ends[shard - 1] if shard else 0
         return shard, self._samples[shard][index - first]
 
-    def _read(self, shard: int, start: int, end: int) -> bytes:
+    def _fs_of(self, shard: int) -> Any:
         pid = os.getpid()
         if self._pid != pid:  # a new process (a DataLoader worker): nothing inherited is used
             self._pid, self._fs, self._files = pid, {}, {}
         fs = self._fs.get(shard)
         if fs is None:
             fs = self._fs[shard] = url_to_fs(self.shards[shard], self.storage_options)[0]
+        return fs
+
+    def _read(self, shard: int, start: int, end: int) -> bytes:
+        fs = self._fs_of(shard)
         if _is_local(fs):
             fd = self._files.get(shard)
             if fd is None:
@@ -237,16 +241,17 @@ class IndexedShards(torch.utils.data.Dataset):
             return os.pread(fd, end - start, start)
         return fs.cat_file(self._paths[shard], start=start, end=end)
 
-    def __getitem__(self, index: int) -> Any:
+    def _span(self, index: int) -> tuple[int, str, list[Any], int, int]:
+        """``(shard, key, members, start, end)``: where sample ``index`` lies."""
         shard, (key, members) = self._locate(index)
+        return shard, key, members, members[0][1], members[-1][1] + members[-1][2]
+
+    def _sample(self, span: tuple[int, str, list[Any], int, int], data: Any) -> Any:
+        shard, key, members, start, end = span
         url = self.shards[shard]
-        start = members[0][1]
-        end = members[-1][1] + members[-1][2]
-        try:
-            data = self._read(shard, start, end)
-        except Exception as exc:
+        if isinstance(data, BaseException):
             raise ReadError("read", url, _STAGE, f"bytes {start}-{end} of sample {key!r}: "
-                                                 f"{type(exc).__name__}: {exc}") from exc
+                                                 f"{type(data).__name__}: {data}") from data
         if len(data) != end - start:
             raise ReadError("read", url, _STAGE, f"the shard is truncated: sample {key!r} lies at bytes {start}-{end}, "
                                                  f"only {len(data)} of its {end - start} bytes were read; rewrite the "
@@ -256,6 +261,43 @@ class IndexedShards(torch.utils.data.Dataset):
         for ext, offset, size in members:
             sample["." + ext] = view[offset - start:offset - start + size].tobytes()
         return self.transform(sample) if self.transform is not None else sample
+
+    def __getitem__(self, index: int) -> Any:
+        span = self._span(index)
+        try:
+            data: Any = self._read(span[0], span[3], span[4])
+        except Exception as exc:
+            data = exc
+        return self._sample(span, data)
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        """The samples at ``indices``, as ``[self[i] for i in indices]``; a DataLoader's batches come through here.
+
+        Remote shards' ranges are requested together (fsspec ``cat_ranges``,
+        concurrent on S3), still one ranged read per sample.
+        """
+        spans = [self._span(i) for i in indices]
+        filesystems = [self._fs_of(span[0]) for span in spans]
+        fs = next((f for f in filesystems if not _is_local(f)), None)
+        remote = [n for n, f in enumerate(filesystems) if fs is not None and f is fs]  # one filesystem's, together
+        data: list[Any] = [None] * len(spans)
+        if len(remote) > 1:
+            try:
+                got = fs.cat_ranges([self._paths[spans[n][0]] for n in remote], [spans[n][3] for n in remote],
+                                    [spans[n][4] for n in remote], on_error="return")
+            except Exception as exc:
+                got = [exc] * len(remote)
+            for n, value in zip(remote, got, strict=True):
+                data[n] = value
+        out = []
+        for n, span in enumerate(spans):
+            if data[n] is None:
+                try:
+                    data[n] = self._read(span[0], span[3], span[4])
+                except Exception as exc:
+                    data[n] = exc
+            out.append(self._sample(span, data[n]))
+        return out
 
     def __del__(self) -> None:
         if getattr(self, "_pid", None) == os.getpid():
