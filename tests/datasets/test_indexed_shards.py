@@ -44,10 +44,19 @@ def _write(root: Path, n: int = 7, **kw) -> list[str]:
     return sink.shards
 
 
-def test_samples_equal_the_streaming_readers(jpeg_shards):
+def test_samples_equal_the_streaming_readers_one_read_each(jpeg_shards, monkeypatch):
     ds = datasets.IndexedShards(str(jpeg_shards / PATTERN))
     assert len(ds) == SHARDS * PER_SHARD
+    reads = []
+
+    def pread(fd, n, offset):
+        reads.append(offset)
+        return os.pread(fd, n, offset)
+
+    monkeypatch.setattr("pipekit.datasets._indexed_shards.os.pread", pread)
     assert [ds[i] for i in range(len(ds))] == _streamed(ds.shards)
+    assert len(reads) == len(ds)
+    monkeypatch.undo()
     assert ds[-1] == ds[len(ds) - 1]
     with pytest.raises(IndexError, match="out of range"):
         ds[len(ds)]
