@@ -47,11 +47,11 @@ def _write(root: Path, n: int = 7, **kw) -> list[str]:
 def test_samples_equal_the_streaming_readers_one_read_each(jpeg_shards, monkeypatch):
     ds = datasets.IndexedShards(str(jpeg_shards / PATTERN))
     assert len(ds) == SHARDS * PER_SHARD
-    reads = []
+    reads, real = [], os.pread
 
     def pread(fd, n, offset):
         reads.append(offset)
-        return os.pread(fd, n, offset)
+        return real(fd, n, offset)
 
     monkeypatch.setattr("pipekit.datasets._indexed_shards.os.pread", pread)
     assert [ds[i] for i in range(len(ds))] == _streamed(ds.shards)
