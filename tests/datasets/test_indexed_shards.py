@@ -181,3 +181,21 @@ def test_a_batch_of_indices_is_read_at_once_with_the_same_samples(tmp_path):
         f.truncate(600)
     with pytest.raises(ReadError, match="truncated: sample 'k006'"):
         ds.__getitems__([0, 6])
+
+
+def test_resumes_mid_epoch_with_a_global_shuffle(jpeg_shards):
+    ds = datasets.IndexedShards(str(jpeg_shards / PATTERN))
+
+    def loader():
+        sampler = RandomSampler(ds, generator=torch.Generator().manual_seed(5))
+        return pipekit.DataLoader(ds, sampler=sampler, batch_size=2, collate_fn=list)
+
+    first = loader()
+    it = iter(first)
+    seen = [s["__key__"] for _ in range(3) for s in next(it)]
+    state = first.state_dict()
+    rest = [s["__key__"] for batch in it for s in batch]
+    resumed = loader()
+    resumed.load_state_dict(state)
+    assert [s["__key__"] for batch in resumed for s in batch] == rest
+    assert sorted(seen + rest) == sorted(s["__key__"] for s in _streamed(ds.shards))
