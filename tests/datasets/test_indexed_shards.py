@@ -121,6 +121,10 @@ def test_stale_index_is_refused_naming_both_files(tmp_path):
     Path(shards[0] + ".idx.json").write_text('{"format": "other"}')
     with pytest.raises(IndexCacheError, match="not a pipekit shard index"):
         datasets.IndexedShards(shards[0])
+    Path(shards[0] + ".idx.json").write_text('{"format": "pipekit.shard-index", "version": 1, "size": 1, '
+                                             '"samples": [["k000", []]]}')
+    with pytest.raises(IndexCacheError, match="corrupt: ValueError: sample 'k000' has no members"):
+        datasets.IndexedShards(shards[0], check=False)
 
 
 def test_truncated_shard(tmp_path):

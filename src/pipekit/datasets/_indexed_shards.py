@@ -17,6 +17,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch.utils.data
 
 from pipekit._fs import url_to_fs
@@ -125,6 +126,60 @@ def _load(fs: Any, url: str, path: str, idx: str, idx_path: str, check: bool) ->
     return doc["samples"]
 
 
+class _Table:
+    """The samples of all the indexes in numpy arrays and one bytes object.
+
+    Not millions of Python lists: DataLoader workers touching those would copy
+    them page by page (reference counts), each worker its own copy.
+    """
+
+    def __init__(self) -> None:
+        self.samples = 0
+        self.extensions: dict[str, int] = {}
+        self.keys: list[bytes] = []
+        self.member_ext: list[int] = []
+        self.member_offset: list[int] = []
+        self.member_size: list[int] = []
+        self.first_member: list[int] = [0]
+
+    def add(self, samples: list[Any], idx: str) -> None:
+        try:
+            for key, members in samples:
+                if not members or not isinstance(key, str):
+                    raise ValueError(f"sample {key!r} has no members")
+                self.keys.append(key.encode("utf-8"))
+                for ext, offset, size in members:
+                    self.member_ext.append(self.extensions.setdefault(str(ext), len(self.extensions)))
+                    self.member_offset.append(int(offset))
+                    self.member_size.append(int(size))
+                self.first_member.append(len(self.member_offset))
+                self.samples += 1
+        except (TypeError, ValueError) as exc:
+            raise IndexCacheError("read shard index", idx, _STAGE, f"corrupt: {type(exc).__name__}: {exc}") from exc
+
+    def freeze(self) -> _Frozen:
+        key_ends = np.cumsum([len(k) for k in self.keys], dtype=np.int64)
+        return _Frozen(
+            b"".join(self.keys), np.concatenate([np.zeros(1, np.int64), key_ends]),
+            tuple(self.extensions), np.asarray(self.member_ext, np.int32), np.asarray(self.member_offset, np.int64),
+            np.asarray(self.member_size, np.int64), np.asarray(self.first_member, np.int64),
+        )
+
+
+class _Frozen:
+    def __init__(self, keys: bytes, key_starts: Any, extensions: tuple[str, ...], member_ext: Any,
+                 member_offset: Any, member_size: Any, first_member: Any) -> None:
+        self.keys, self.key_starts, self.extensions = keys, key_starts, extensions
+        self.member_ext, self.member_offset, self.member_size = member_ext, member_offset, member_size
+        self.first_member = first_member
+
+    def sample(self, i: int) -> tuple[str, list[tuple[str, int, int]]]:
+        key = self.keys[self.key_starts[i]:self.key_starts[i + 1]].decode("utf-8")
+        lo, hi = int(self.first_member[i]), int(self.first_member[i + 1])
+        return key, [(self.extensions[self.member_ext[m]], int(self.member_offset[m]), int(self.member_size[m]))
+                     for m in range(lo, hi)]
+
+
 class IndexedShards(torch.utils.data.Dataset):
     """WebDataset tar shards as a map-style dataset: ``dataset[i]`` reads sample ``i`` with one ranged read.
 
@@ -181,18 +236,16 @@ class IndexedShards(torch.utils.data.Dataset):
         self.storage_options = dict(storage_options or {})
         self.transform = transform
         self.shards = expand_shard_urls(urls, self.storage_options)
-        self._samples: list[list[Any]] = []
         self._ends: list[int] = []
         self._paths: list[str] = []
-        total = 0
+        table = _Table()
         for url in self.shards:
             fs, path = url_to_fs(url, self.storage_options)
             idx = index_url(url)
-            samples = _load(fs, url, path, idx, url_to_fs(idx, self.storage_options)[1], check)
-            self._samples.append(samples)
+            table.add(_load(fs, url, path, idx, url_to_fs(idx, self.storage_options)[1], check), idx)
             self._paths.append(path)
-            total += len(samples)
-            self._ends.append(total)
+            self._ends.append(table.samples)
+        self._table = table.freeze()
         self._init_runtime()
 
     def _init_runtime(self) -> None:
@@ -208,7 +261,7 @@ class IndexedShards(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return self._ends[-1] if self._ends else 0
 
-    def _locate(self, index: int) -> tuple[int, list[Any]]:
+    def _locate(self, index: int) -> tuple[int, int]:
         if isinstance(index, bool) or not isinstance(index, int):
             try:
                 index = int(index.__index__())  # numpy and tensor integers
@@ -219,9 +272,7 @@ class IndexedShards(torch.utils.data.Dataset):
             index += n
         if not 0 <= index < n:
             raise IndexError(f"{_STAGE}: index {index} out of range for {n} samples")
-        shard = bisect.bisect_right(self._ends, index)
-        first = self._ends[shard - 1] if shard else 0
-        return shard, self._samples[shard][index - first]
+        return bisect.bisect_right(self._ends, index), index
 
     def _fs_of(self, shard: int) -> Any:
         pid = os.getpid()
@@ -243,7 +294,8 @@ class IndexedShards(torch.utils.data.Dataset):
 
     def _span(self, index: int) -> tuple[int, str, list[Any], int, int]:
         """``(shard, key, members, start, end)``: where sample ``index`` lies."""
-        shard, (key, members) = self._locate(index)
+        shard, index = self._locate(index)
+        key, members = self._table.sample(index)
         return shard, key, members, members[0][1], members[-1][1] + members[-1][2]
 
     def _sample(self, span: tuple[int, str, list[Any], int, int], data: Any) -> Any:
