@@ -27,6 +27,7 @@ from pipekit.pipes._shard_index import (
     decode_index,
     encode_index,
     fingerprint,
+    fingerprint_of,
     index_url,
     same_shard,
     scan_tar,
@@ -108,22 +109,75 @@ def index_shards(
 def _load(fs: Any, url: str, path: str, idx: str, idx_path: str, check: bool) -> list[Any]:
     """The samples of the index ``idx`` of shard ``url``, checked against the shard."""
     try:
-        data = fs.cat_file(idx_path)
-    except FileNotFoundError:
-        raise ReadError("open index", idx, _STAGE, f"the shard {url!r} has no index; {_HOW}") from None
+        data: Any = fs.cat_file(idx_path)
     except Exception as exc:
-        raise ReadError("open index", idx, _STAGE, f"{type(exc).__name__}: {exc}") from exc
-    doc = decode_index(data, idx, _STAGE)
+        data = exc
+    now: Any = None
     if check:
         try:
             now = fingerprint(fs, path)
-        except FileNotFoundError:
+        except Exception as exc:
+            now = exc
+    return _checked(data, now, url, idx, check)
+
+
+def _checked(data: Any, now: Any, url: str, idx: str, check: bool) -> list[Any]:
+    """The samples of an index file's ``data`` (or the error reading it), checked against the shard's fingerprint."""
+    if isinstance(data, FileNotFoundError):
+        raise ReadError("open index", idx, _STAGE, f"the shard {url!r} has no index; {_HOW}") from None
+    if isinstance(data, BaseException):
+        raise ReadError("open index", idx, _STAGE, f"{type(data).__name__}: {data}") from data
+    doc = decode_index(data, idx, _STAGE)
+    if check:
+        if isinstance(now, FileNotFoundError) or now is None:
             raise ReadError("open", url, _STAGE, f"no such shard (its index {idx!r} exists)") from None
+        if isinstance(now, BaseException):
+            raise ReadError("open", url, _STAGE, f"{type(now).__name__}: {now}") from now
         why = same_shard(doc, now)
         if why is not None:
             raise IndexCacheError("use index", idx, _STAGE, f"stale: it does not match the shard {url!r} ({why}); "
                                                            f"the shard was rewritten after it was indexed: {_HOW}")
     return doc["samples"]
+
+
+def _load_all(urls: list[str], storage_options: dict[str, Any], check: bool) -> tuple[list[str], list[list[Any]]]:
+    """``(paths, samples)`` of the shards ``urls``; remote indexes are fetched together, and the shards' sizes
+    and ETags come from one listing per folder, not one request per shard."""
+    located = [url_to_fs(url, storage_options) for url in urls]
+    paths = [path for _, path in located]
+    out: list[list[Any] | None] = [None] * len(urls)
+    groups: dict[int, tuple[Any, list[int]]] = {}
+    for n, (fs, _) in enumerate(located):
+        groups.setdefault(id(fs), (fs, []))[1].append(n)
+    for fs, ns in groups.values():
+        idx_paths = {n: url_to_fs(index_url(urls[n]), storage_options)[1] for n in ns}
+        if _is_local(fs) or len(ns) == 1:
+            for n in ns:
+                out[n] = _load(fs, urls[n], paths[n], index_url(urls[n]), idx_paths[n], check)
+            continue
+        try:
+            got = fs.cat(list(idx_paths.values()), on_error="return")
+        except Exception as exc:
+            got = {p: exc for p in idx_paths.values()}
+        infos: dict[str, Any] = {}
+        if check:
+            for parent in sorted({paths[n].rsplit("/", 1)[0] for n in ns}):
+                try:
+                    fs.invalidate_cache(parent)
+                    infos.update((e["name"].rstrip("/"), e) for e in fs.ls(parent, detail=True))
+                except Exception:  # each shard is then asked on its own, below
+                    continue
+        for n in ns:
+            data = got.get(idx_paths[n], got.get(fs._strip_protocol(idx_paths[n]), FileNotFoundError(idx_paths[n])))
+            now: Any = None
+            if check:
+                info = infos.get(fs._strip_protocol(paths[n]).rstrip("/"))
+                try:
+                    now = fingerprint_of(info) if info is not None else fingerprint(fs, paths[n])
+                except Exception as exc:
+                    now = exc
+            out[n] = _checked(data, now, urls[n], index_url(urls[n]), check)
+    return paths, out  # type: ignore[return-value]
 
 
 class _Table:
@@ -237,13 +291,10 @@ class IndexedShards(torch.utils.data.Dataset):
         self.transform = transform
         self.shards = expand_shard_urls(urls, self.storage_options)
         self._ends: list[int] = []
-        self._paths: list[str] = []
         table = _Table()
-        for url in self.shards:
-            fs, path = url_to_fs(url, self.storage_options)
-            idx = index_url(url)
-            table.add(_load(fs, url, path, idx, url_to_fs(idx, self.storage_options)[1], check), idx)
-            self._paths.append(path)
+        self._paths, indexes = _load_all(self.shards, self.storage_options, check)
+        for url, samples in zip(self.shards, indexes, strict=True):
+            table.add(samples, index_url(url))
             self._ends.append(table.samples)
         self._table = table.freeze()
         self._init_runtime()

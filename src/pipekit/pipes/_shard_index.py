@@ -77,7 +77,11 @@ def fingerprint(fs: Any, path: str) -> dict[str, Any]:
     """``{"size", "mtime", "etag"}`` of a shard as the filesystem reports it now (``None`` where it gives none)."""
     with contextlib.suppress(Exception):  # a filesystem without a cache: nothing to refresh
         fs.invalidate_cache(path)
-    info = fs.info(path)
+    return fingerprint_of(fs.info(path))
+
+
+def fingerprint_of(info: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`fingerprint` from an fsspec ``info()`` or detailed listing entry."""
     mtime = info.get("mtime")
     etag = info.get("ETag", info.get("etag"))
     return {"size": int(info["size"]), "mtime": float(mtime) if isinstance(mtime, int | float) else None,
