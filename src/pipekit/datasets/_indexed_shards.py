@@ -25,12 +25,12 @@ from pipekit.datasets._tar_shards import expand_shard_urls
 from pipekit.errors import IndexCacheError, ReadError
 from pipekit.pipes._shard_index import (
     decode_index,
-    encode_index,
     fingerprint,
     fingerprint_of,
     index_url,
     same_shard,
     scan_tar,
+    write_index,
 )
 
 __all__ = ["IndexedShards", "index_shards"]
@@ -73,8 +73,6 @@ def index_shards(
         >>> [url.rsplit("/", 1)[1] for url in index_shards(root + "/s-{00..01}.tar")]
         ['s-00.tar.idx.json', 's-01.tar.idx.json']
     """
-    from pipekit.pipes._atomic_file import _AtomicFile
-
     written = []
     for url in expand_shard_urls(urls, storage_options):
         fs, path = url_to_fs(url, storage_options)
@@ -94,15 +92,7 @@ def index_shards(
             raise
         except Exception as exc:
             raise ReadError("index", url, "index_shards", f"{type(exc).__name__}: {exc}") from exc
-        target = _AtomicFile(out, storage_options, "index_shards")
-        file = target.open()
-        try:
-            file.write(encode_index(url, samples, shard))
-        except BaseException:
-            target.discard()
-            raise
-        target.publish()
-        written.append(out)
+        written.append(write_index(url, samples, storage_options, "index_shards", shard))
     return written
 
 

@@ -45,6 +45,7 @@ from typing import Any
 
 from pipekit._fs import url_to_fs
 from pipekit.errors import IndexCacheError, ReadError
+from pipekit.pipes._atomic_file import _AtomicFile
 
 __all__: list[str] = []
 
@@ -109,16 +110,18 @@ def encode_index(shard_url: str, samples: Sequence[Sample], shard: Mapping[str, 
 
 
 def write_index(shard_url: str, samples: Sequence[Sample], storage_options: Mapping[str, Any] | None,
-                stage: str) -> str:
-    """Write the index of the (published) shard ``shard_url`` atomically beside it; returns the index's URL."""
-    from pipekit.pipes._shard_writer import _AtomicFile
+                stage: str, shard: Mapping[str, Any] | None = None) -> str:
+    """Write the index of the (published) shard ``shard_url`` atomically beside it; returns the index's URL.
 
-    try:
-        fs, path = url_to_fs(shard_url, storage_options)
-        shard = fingerprint(fs, path)
-    except Exception as exc:
-        raise ReadError("index", shard_url, stage, f"cannot read the shard's size: {type(exc).__name__}: {exc}") \
-            from exc
+    ``shard`` is the shard's :func:`fingerprint` (taken now when ``None``).
+    """
+    if shard is None:
+        try:
+            fs, path = url_to_fs(shard_url, storage_options)
+            shard = fingerprint(fs, path)
+        except Exception as exc:
+            raise ReadError("index", shard_url, stage, f"cannot read the shard's size: {type(exc).__name__}: {exc}") \
+                from exc
     url = index_url(shard_url)
     target = _AtomicFile(url, storage_options, stage)
     file = target.open()
