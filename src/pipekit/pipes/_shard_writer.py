@@ -177,6 +177,7 @@ class TarWriter:
         *,
         storage_options: Mapping[str, Any] | None = None,
         stage: str = "TarWriter",
+        _index: bool = False,
     ) -> None:
         if isinstance(fileobj, os.PathLike):
             fileobj = os.fspath(fileobj)
@@ -212,8 +213,9 @@ class TarWriter:
             raise
         self.closed = False
         self._last_key: str | None = None
-        # per sample (key, [(extension, data offset, size), ...]): a shard index (uncompressed tars only)
-        self.index_entries: list[tuple[str, list[tuple[str, int, int]]]] | None = [] if tarmode == "w|" else None
+        # per sample (key, [(extension, data offset, size), ...]) for a shard index (ShardWriter(index=True))
+        self.index_entries: list[tuple[str, list[tuple[str, int, int]]]] | None = (
+            [] if _index and tarmode == "w|" else None)
 
     # -- context manager -------------------------------------------------------------
 
@@ -484,7 +486,8 @@ class ShardWriter:
                 self._close_opened()
                 raise
         else:
-            self.tarstream = TarWriter(self.fname, storage_options=self.storage_options, stage=self.stage, **self.kw)
+            self.tarstream = TarWriter(self.fname, storage_options=self.storage_options, stage=self.stage,
+                                       _index=self.index, **self.kw)
         self.shard += 1
         self.count = 0
         self.size = 0
