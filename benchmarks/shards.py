@@ -23,7 +23,13 @@ torchvision v2 ops), batches of 64, in a DataLoader with 0 and 2 workers:
     the warm-up read that local cache (its first pass is printed separately);
 (e) from S3 also pipekit with ``TarShards(cache_dir=...)``, which does the same
     (each shard copied whole into a fresh local folder on first use, then read
-    from it).
+    from it);
+(f) random access: ``datasets.IndexedShards(urls, transform=decode + ops)``
+    (the shards indexed once with ``datasets.index_shards``, one ranged read
+    per sample) in ``pipekit.DataLoader(sampler=RandomSampler(ds), batch_size=64)``:
+    a true global shuffle instead of a buffer, and the same work per sample
+    as (c) (torchvision decode + the same ops).  ``--random-access-only`` times
+    it against (a) alone.
 
 MosaicML Streaming is not compared: ``pip install mosaicml-streaming`` (0.13)
 downgrades numpy to 2.1 and pulls ~45 cloud-SDK packages (Azure, GCS, OCI,
@@ -118,6 +124,21 @@ class WdsSample:
         for op in self.ops:
             image = op(image)
         return image, int(sample["cls"])
+
+
+class IndexedSample(WdsSample):
+    """(f)'s work: the same decode and ops as webdataset's side, on IndexedShards' samples (``".jpg"``, ``".cls"``)."""
+
+    def __call__(self, sample: dict[str, Any]) -> tuple[torch.Tensor, int]:  # type: ignore[override]
+        return super().__call__({"jpg": sample[".jpg"], "cls": sample[".cls"]})
+
+
+def indexed_loader(
+    urls: list[str], args: argparse.Namespace, workers: int, storage_options: dict[str, Any] | None
+) -> pipekit.DataLoader:
+    ds = datasets.IndexedShards(urls, storage_options=storage_options, transform=IndexedSample(args.size))
+    sampler = torch.utils.data.RandomSampler(ds)
+    return pipekit.DataLoader(ds, sampler=sampler, batch_size=args.batch, num_workers=workers)
 
 
 def register_wds_s3(storage_options: dict[str, Any]) -> None:
@@ -319,11 +340,13 @@ def run_cell(
     loaders: dict[str, Callable[[], Any]] = {
         "pipekit": lambda: pipekit_loader(urls, args, workers, True, storage_options),
     }
-    if workers > 0:
+    if workers > 0 and not args.random_access_only:
         loaders["pipekit, resume off"] = lambda: pipekit_loader(urls, args, workers, False, storage_options)
-    if where != "local" and not args.resume_cost_only:
+    if where != "local" and not args.resume_cost_only and not args.random_access_only:
         loaders["pipekit, cache_dir"] = lambda: pipekit_loader(urls, args, workers, True, storage_options, cache=True)
     if not args.resume_cost_only:
+        loaders["pipekit, random access"] = lambda: indexed_loader(urls, args, workers, storage_options)
+    if not args.resume_cost_only and not args.random_access_only:
         loaders["webdataset"] = lambda: wds_loader(urls, args, workers)
         if litdata_dir is not None:
             loaders["litdata"] = lambda: litdata_loader(litdata_dir, args, workers, storage_options)
@@ -334,6 +357,8 @@ def run_cell(
     for name, rate in rates.items():
         if name not in COMPETITORS:
             cells.append(f"{name} {rate:7.1f}/s" + (f" ({rate / rates[best]:.2f}x {best})" if best else ""))
+    if "pipekit, random access" in rates:
+        cells.append(f"random access/streaming {rates['pipekit, random access'] / rates['pipekit']:.2f}")
     if "pipekit, resume off" in rates:
         cells.append(f"resume on/off {rates['pipekit'] / rates['pipekit, resume off']:.3f}")
     if workers == 0 and best:  # all the work is in this process: its CPU time per sample, steadier under load
@@ -364,6 +389,8 @@ def main() -> None:
         help="only pipekit with resume on and off (more epochs for less noise)",
     )
     parser.add_argument("--skip-litdata", action="store_true", help="leave LitData out even where it is installed")
+    parser.add_argument("--random-access-only", action="store_true",
+                        help="only pipekit streaming (a) against random access (f)")
     args = parser.parse_args()
     if args.quick:
         args.samples, args.epochs = 2000, 1
@@ -371,6 +398,7 @@ def main() -> None:
     torch.set_num_threads(1)
     root = default_cache_dir() / f"bench-shards-{args.samples}-{args.shards}"
     paths = write_shards(root, args.samples, args.shards, (320, 256))
+    datasets.index_shards([str(p) for p in paths])  # for (f); indexes that match their shards are kept
     mib = sum(p.stat().st_size for p in paths) / 2**20
     print(
         f"# shards: {args.samples} JPEGs 320x256 in {args.shards} shards ({mib:.0f} MiB); "
@@ -382,7 +410,7 @@ def main() -> None:
         "ratios against the faster of webdataset and LitData"
     )
     lit_dir = None
-    if args.skip_litdata or args.resume_cost_only:
+    if args.skip_litdata or args.resume_cost_only or args.random_access_only:
         pass
     elif litdata_available():
         lit_dir = write_litdata(paths, root.with_name(root.name + "-litdata"), args.samples)
@@ -392,7 +420,7 @@ def main() -> None:
     if not args.skip_local:
         for workers in args.workers:
             run_cell("local", local, args, workers, None, str(lit_dir) if lit_dir else None)
-        if 2 in args.workers:
+        if 2 in args.workers and not args.random_access_only:
             checkpoint_cost(local, args, None)
     if args.skip_s3:
         return
@@ -408,11 +436,13 @@ def main() -> None:
         for p in paths:
             fs.put_file(str(p), f"shards/{p.name}")
         remote = [f"s3://shards/{p.name}" for p in paths]
+        datasets.index_shards(remote, server.storage_options)  # a scan of the shards' headers on S3
         remote_lit = None
         if lit_dir is not None:
             fs.put(f"{lit_dir}/", "shards/litdata/", recursive=True)
             remote_lit = "s3://shards/litdata"
-        register_wds_s3(server.storage_options)
+        if not args.random_access_only:
+            register_wds_s3(server.storage_options)
         for workers in args.workers:
             run_cell("s3", remote, args, workers, server.storage_options, remote_lit)
     finally:

@@ -467,3 +467,25 @@ class TestHelpers:
         for pattern, first, last in (("s-%06d.tar", 0, 12), ("s-%d.tar", 3, 11), ("s-%02d.tar", 98, 100)):
             assert list(shard_expand(brace_pattern(pattern, first, last))) == [
                 pattern % i for i in range(first, last + 1)]
+
+
+class TestIndex:
+    def test_index_gives_random_access_to_the_same_samples(self, cli, image_folder: Path, tmp_path: Path) -> None:
+        dst = tmp_path / "o"
+        code, out, err = cli("shard", image_folder, dst, "--no-progress", "--maxcount", "5", "--index")
+        assert code == 0, err
+        pattern = summary(out)[2]
+        assert sorted(os.listdir(dst)) == sorted(f"shard-00000{i}.tar{x}" for i in range(3) for x in ("", ".idx.json"))
+        streamed = list(datasets.WebDataset(pattern, train=False, batch_size=None, decode=False))
+        indexed = datasets.IndexedShards(pattern)
+        assert [indexed[i] for i in range(len(indexed))] == streamed
+        code, out, err = cli("shard", image_folder, dst, "--no-progress", "--overwrite", "--maxcount", "20",
+                             "--index")
+        assert code == 0, err
+        assert sorted(os.listdir(dst)) == ["shard-000000.tar", "shard-000000.tar.idx.json"]
+        assert f"removed 2 index(es) of those shards: {dst}/shard-000001.tar.idx.json" in err
+        assert len(datasets.IndexedShards(str(dst))) == 13
+
+    def test_index_needs_uncompressed_shards(self, cli, image_folder: Path, tmp_path: Path) -> None:
+        code, _, err = cli("shard", image_folder, tmp_path / "s-%03d.tar.gz", "--no-progress", "--index")
+        assert code == 2 and "--index needs uncompressed shards" in err

@@ -36,6 +36,11 @@ run left among them.  Shards past a gap (another job's ``--start-shard``
 range) are left alone; without ``--overwrite`` the shards that follow are named.
 A run that fails keeps the shards it finished and says which.  A source that
 gives no sample is an error, and no (empty) shard is written.
+
+With ``--index`` each shard gets its index, ``<shard>.idx.json``, published
+right after it (see :mod:`pipekit.pipes._shard_index`), for
+:class:`pipekit.datasets.IndexedShards`; ``--overwrite`` then also removes the
+indexes of the earlier run's shards it removes.
 """
 
 from __future__ import annotations
@@ -125,6 +130,10 @@ def add_parser(sub: Any) -> None:
                         "last one written, up to the first missing number (an earlier, longer run's), and the "
                         "temporary files a killed run left among them, naming each; without it an existing shard "
                         "makes the command fail before that shard is written")
+    p.add_argument("--index", action="store_true",
+                   help="also write each shard's index beside it (<shard>.idx.json: the offset and size of each "
+                        "sample's members), for random access with pipekit.datasets.IndexedShards; shards must be "
+                        "uncompressed")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_storage_option_argument(p)
     p.set_defaults(func=run)
@@ -427,6 +436,14 @@ def _check_free(name: str, storage_options: dict[str, Any]) -> None:
         raise CliError(f"{name!r} already exists; pass --overwrite to replace the shards, or write elsewhere")
 
 
+def _exists(url: str, storage_options: dict[str, Any]) -> bool:
+    try:
+        fs, path = url_to_fs(url, storage_options)
+        return bool(fs.exists(path))
+    except Exception:
+        return False
+
+
 def _remove(urls: list[str], what: str, storage_options: dict[str, Any]) -> None:
     """Remove ``urls`` (``what`` they are, for the messages), saying which."""
     for url in urls:
@@ -472,8 +489,12 @@ def run(args: argparse.Namespace) -> int:
         finished[0] = writer.total
         bar.set_postfix_str(f"{len(writer.shards)} shard(s), last {name.rsplit('/', 1)[-1]}", refresh=False)
 
-    writer = ShardWriter(pattern, maxcount=args.maxcount, maxsize=args.maxsize, post=done,
-                         start_shard=args.start_shard, verbose=0, storage_options=storage_options)
+    try:
+        writer = ShardWriter(pattern, maxcount=args.maxcount, maxsize=args.maxsize, post=done,
+                             start_shard=args.start_shard, verbose=0, storage_options=storage_options,
+                             index=args.index)
+    except ValueError as exc:
+        raise CliError(str(exc).removeprefix("ShardWriter: ").replace("index=True", "--index")) from None
     first = args.start_shard
     try:
         with bar, writer:
@@ -498,6 +519,9 @@ def run(args: argparse.Namespace) -> int:
         stale = following(shards, last + 1)
         if stale:
             _remove(stale, "shard(s) of an earlier run that this run did not replace", storage_options)
+            indexes = [url + ".idx.json" for url in stale if _exists(url + ".idx.json", storage_options)]
+            if indexes:
+                _remove(indexes, "index(es) of those shards", storage_options)
         killed = [url for n, urls in sorted(temporaries.items()) if n <= last + len(stale) + 1 for url in urls]
         if killed:
             _remove(killed, "temporary file(s) of an interrupted run", storage_options)

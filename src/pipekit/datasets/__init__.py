@@ -35,6 +35,8 @@ augmentation, every stage replaceable by keyword):
 
 * :class:`ImageFolder`: class-per-folder classification, local or any fsspec URL;
 * :class:`TarShards` (also ``WebDataset``): WebDataset tar shards (brace patterns, local or S3);
+* :class:`IndexedShards`: the same shards as a map-style dataset, ``dataset[i]`` read with one
+  ranged read (``RandomSampler``, ``DistributedSampler``), from the indexes :func:`index_shards` writes;
 * :class:`GeoSegmentation`: ``images & labels`` -> sampler -> spectral
   indices -> augmentation -> batches, for semantic segmentation of rasters.
 
@@ -49,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipekit._optional import lazy_attributes
 from pipekit.datasets._imagefolder import ImageFolder
+from pipekit.datasets._indexed_shards import IndexedShards, index_shards
 from pipekit.datasets._tar_shards import TarShards, WebDataset
 
 if TYPE_CHECKING:  # loaded on first use, see _LAZY below; named here for type checkers and the API reference
@@ -101,6 +104,8 @@ __all__ = [
     "ImageFolder",
     "TarShards",
     "WebDataset",
+    "IndexedShards",
+    "index_shards",
     "GeoSegmentation",
     "VectorDataset",
     "random_bbox_assignment",

@@ -43,20 +43,18 @@ Where pipekit differs from ``webdataset`` 1.0 on purpose:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import posixpath
 import sys
 import tarfile
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import IO, Any
 
-from pipekit._fs import url_to_fs
 from pipekit.encoders import EncodeError, encode_sample, encoder_table, field_name
 from pipekit.errors import ReadError, SkipLog, check_on_error
+from pipekit.pipes._atomic_file import _AtomicFile
+from pipekit.pipes._shard_index import data_offset, write_index
 from pipekit.pipes._shard_names import (
     _check_pattern,
     _check_writer_fields,
@@ -72,81 +70,6 @@ __all__ = ["ShardSaver", "ShardWriter", "TarWriter"]
 logger = logging.getLogger("pipekit")
 
 _TAR_OPTIONS = ("user", "group", "mode", "compress", "encoder", "keep_meta", "mtime", "format")
-
-
-def _protocols(fs: Any) -> tuple[str, ...]:
-    protocol = fs.protocol
-    return (protocol,) if isinstance(protocol, str) else tuple(protocol)
-
-
-class _AtomicFile:
-    """One output file written under a hidden temporary name beside its final name, moved there by ``publish()``."""
-
-    def __init__(self, url: str, storage_options: Mapping[str, Any] | None, stage: str) -> None:
-        self.url = url
-        self.stage = stage
-        try:
-            self.fs, self.path = url_to_fs(url, storage_options)
-        except Exception as exc:
-            raise ReadError("open", url, stage, f"{type(exc).__name__}: {exc}") from exc
-        self.local = "file" in _protocols(self.fs)
-        join, split = (os.path.join, os.path.split) if self.local else (posixpath.join, posixpath.split)
-        parent, name = split(self.path)
-        self.parent = parent
-        self.tmp = join(parent, f".{name}.tmp-{uuid.uuid4().hex}")
-        self.file: IO[bytes] | None = None
-
-    def open(self) -> IO[bytes]:
-        try:
-            if self.local:
-                if self.parent:
-                    os.makedirs(self.parent, exist_ok=True)
-                self.file = open(self.tmp, "xb")  # noqa: SIM115 (closed by publish() or discard())
-            else:
-                self.file = self.fs.open(self.tmp, "wb")
-        except Exception as exc:
-            raise ReadError("write", self.url, self.stage, f"{type(exc).__name__}: {exc}") from exc
-        return self.file  # type: ignore[return-value]
-
-    def publish(self) -> None:
-        """Close the temporary file and move it to the final name."""
-        file, self.file = self.file, None
-        if file is None:
-            return
-        try:
-            if self.local:
-                file.flush()
-                os.fsync(file.fileno())
-                file.close()
-                os.replace(self.tmp, self.path)  # atomic on POSIX and Windows
-            else:
-                file.close()  # the temporary object is complete
-                self.fs.mv(self.tmp, self.path)
-        except BaseException as exc:
-            self._remove_tmp(file)
-            if isinstance(exc, Exception):
-                raise ReadError("write", self.url, self.stage, f"{type(exc).__name__}: {exc}") from exc
-            raise
-
-    def discard(self) -> None:
-        """Close and remove the temporary file; nothing appears under the final name."""
-        file, self.file = self.file, None
-        if file is not None:
-            self._remove_tmp(file)
-
-    def _remove_tmp(self, file: IO[bytes]) -> None:
-        try:
-            file.close()  # for object stores this uploads the temporary object, removed just below
-        except Exception as exc:
-            logger.warning("%s: could not close the temporary file %r of %r: %s", self.stage, self.tmp, self.url, exc)
-        try:
-            if self.local:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self.tmp)
-            elif self.fs.exists(self.tmp):
-                self.fs.rm(self.tmp)
-        except Exception as exc:  # the error that led here matters more; say what is left behind
-            logger.warning("%s: could not remove the temporary file %r: %s", self.stage, self.tmp, exc)
 
 
 def _tar_mode(fileobj: Any, compress: bool | str | None) -> str:
@@ -254,6 +177,7 @@ class TarWriter:
         *,
         storage_options: Mapping[str, Any] | None = None,
         stage: str = "TarWriter",
+        _index: bool = False,
     ) -> None:
         if isinstance(fileobj, os.PathLike):
             fileobj = os.fspath(fileobj)
@@ -289,6 +213,9 @@ class TarWriter:
             raise
         self.closed = False
         self._last_key: str | None = None
+        # per sample (key, [(extension, data offset, size), ...]) for a shard index (ShardWriter(index=True))
+        self.index_entries: list[tuple[str, list[tuple[str, int, int]]]] | None = (
+            [] if _index and tarmode == "w|" else None)
 
     # -- context manager -------------------------------------------------------------
 
@@ -369,6 +296,7 @@ class TarWriter:
                                                                   "long names)") from exc
             members.append((info, data))
         total = 0
+        placed = []
         for info, data in members:
             try:
                 self.tarstream.addfile(info, _BytesReader(data))
@@ -378,6 +306,9 @@ class TarWriter:
                     raise ReadError("write", self.name, self.stage, f"{type(exc).__name__}: {exc}") from exc
                 raise
             total += info.size
+            placed.append((info.name[len(key) + 1:], data_offset(self.tarstream.offset, info.size), info.size))
+        if self.index_entries is not None:
+            self.index_entries.append((key, placed))
         self._last_key = key
         return total
 
@@ -445,6 +376,10 @@ class ShardWriter:
             finished, and publishing it atomically is then the opener's concern.
         storage_options: fsspec options for the URLs (s3fs: ``key``,
             ``secret``, ``client_kwargs={"endpoint_url": ...}``).
+        index: also write each shard's index beside it (``<shard>.idx.json``,
+            published right after the shard), for random access with
+            :class:`pipekit.datasets.IndexedShards` (see :mod:`pipekit.pipes._shard_index`);
+            not with ``opener`` or compressed shards.
         **kw: :class:`TarWriter` options: ``encoder``, ``keep_meta``,
             ``compress``, ``mtime``, ``user``, ``group``, ``mode``, ``format``.
 
@@ -483,6 +418,7 @@ class ShardWriter:
         opener: Callable[[str], IO[bytes]] | None = None,
         *,
         storage_options: Mapping[str, Any] | None = None,
+        index: bool = False,
         **kw: Any,
     ) -> None:
         stage = "ShardWriter"
@@ -503,6 +439,12 @@ class ShardWriter:
             raise TypeError(f"{stage}: unexpected arguments {unknown}; TarWriter takes {list(_TAR_OPTIONS)}")
         _encoder_spec(kw.get("encoder", True), stage)
         self.pattern = _check_pattern(pattern, start_shard, stage)
+        if index and opener is not None:
+            raise ValueError(f"{stage}: index=True needs shards written by name, not through opener")
+        if index and _tar_mode(self.pattern % start_shard, kw.get("compress")) != "w|":
+            raise ValueError(f"{stage}: index=True needs uncompressed shards (a compressed shard cannot be read at "
+                             f"an offset); {self.pattern!r} with compress={kw.get('compress')!r} is compressed")
+        self.index = bool(index)
         self.maxcount = maxcount
         self.maxsize = maxsize
         self.post = post
@@ -544,7 +486,8 @@ class ShardWriter:
                 self._close_opened()
                 raise
         else:
-            self.tarstream = TarWriter(self.fname, storage_options=self.storage_options, stage=self.stage, **self.kw)
+            self.tarstream = TarWriter(self.fname, storage_options=self.storage_options, stage=self.stage,
+                                       _index=self.index, **self.kw)
         self.shard += 1
         self.count = 0
         self.size = 0
@@ -577,6 +520,8 @@ class ShardWriter:
             stream.close()
         finally:
             self._close_opened()
+        if self.index:
+            write_index(self.fname, stream.index_entries or [], self.storage_options, self.stage)  # type: ignore[arg-type]
         self.shards.append(self.fname)  # type: ignore[arg-type]
         if self.post is not None:
             self.post(self.fname)
@@ -624,6 +569,7 @@ class ShardSaver(ResumablePipe):
         encoder: as :class:`TarWriter` (use module-level functions, so the pipe pickles).
         keep_meta: write fields starting with ``_`` too.
         storage_options: fsspec options for the shard URLs.
+        index: write each shard's index beside it, as :class:`ShardWriter` does.
         on_error: ``"raise"`` raises :class:`~pipekit.encoders.EncodeError` for a
             sample that cannot be encoded; ``"skip"`` leaves it out, records it in
             ``self.skip_log`` and goes on (nothing of it is written).
@@ -676,6 +622,7 @@ class ShardSaver(ResumablePipe):
         keep_meta: bool = False,
         storage_options: Mapping[str, Any] | None = None,
         on_error: str = "raise",
+        index: bool = False,
         **tar_options: Any,
     ) -> None:
         super().__init__()
@@ -690,6 +637,7 @@ class ShardSaver(ResumablePipe):
         self.storage_options = dict(storage_options or {})
         self.tar_options = {"encoder": encoder, "keep_meta": keep_meta, **tar_options}
         self.on_error = check_on_error(on_error)
+        self.index = bool(index)
         self.skip_log = SkipLog("write_shards")
         if isinstance(self.pattern, str):
             _check_writer_fields(self.pattern, "write_shards")
@@ -700,7 +648,7 @@ class ShardSaver(ResumablePipe):
 
     def _writer(self, pattern: str | None = None) -> ShardWriter:
         return ShardWriter(pattern or self.pattern, self.maxcount, self.maxsize, start_shard=self.start_shard,
-                           verbose=0, storage_options=self.storage_options, **self.tar_options)
+                           verbose=0, storage_options=self.storage_options, index=self.index, **self.tar_options)
 
     def state_dict(self) -> dict[str, Any]:
         return {"shard": self._shard, "total": self._total}
