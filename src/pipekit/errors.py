@@ -185,7 +185,10 @@ class SkippedReadError(ReadError):
 
 
 class IndexCacheError(StageError, ValueError):
-    """A saved index (``index_cache=``) cannot be used: unreadable, corrupt, or not a pipekit index of this version."""
+    """A saved index (``index_cache=``, or a shard index ``<shard>.idx.json``) cannot be used.
+
+    Unreadable, corrupt, stale (its shard changed since), or not a pipekit index of this version.
+    """
 
 
 class GeoReferenceError(StageError, ValueError):
