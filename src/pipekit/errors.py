@@ -25,6 +25,7 @@ and each is also the standard exception code written without pipekit would catch
         FunctionalNameError
         NotGeoDatasetError (TypeError, ValueError)
         OpenerReadError (OSError)
+        RGBBandsMissingError (ValueError)
         RangeCacheError (OSError)
         SourceReadError
         StageError
@@ -304,6 +305,10 @@ class ConfigurationError(PipekitError, ValueError, RuntimeError):
     A ``ValueError`` (the arguments are wrong) and a ``RuntimeError``, the error
     torchdata raised in the same case.
     """
+
+
+class RGBBandsMissingError(PipekitError, ValueError):
+    """A plot needs a dataset's RGB bands and its ``bands`` lack one (TorchGeo 0.8's name; a ``ValueError``)."""
 
 
 class DependencyNotFoundError(PipekitError, ModuleNotFoundError):

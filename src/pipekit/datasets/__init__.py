@@ -11,7 +11,8 @@ Code written for TorchGeo ports by changing its imports
   their file naming, bands and colours;
 * :class:`BoundingBox`, :data:`GeoSlice`, the collate functions
   (:func:`stack_samples`, :func:`concat_samples`, :func:`merge_samples`,
-  :func:`unbind_samples`), :class:`DatasetNotFoundError` and :mod:`~pipekit.datasets.utils`;
+  :func:`unbind_samples`), TorchGeo's errors (:class:`DatasetNotFoundError`,
+  :class:`DependencyNotFoundError`, :class:`RGBBandsMissingError`) and :mod:`~pipekit.datasets.utils`;
 * the splits of :mod:`~pipekit.datasets.splits` (:func:`random_bbox_assignment`,
   :func:`random_bbox_splitting`, :func:`random_grid_cell_assignment`,
   :func:`roi_split`, :func:`time_series_split`).
@@ -71,7 +72,7 @@ if TYPE_CHECKING:  # loaded on first use, see _LAZY below; named here for type c
         roi_split,
         time_series_split,
     )
-    from pipekit.errors import DatasetNotFoundError
+    from pipekit.errors import DatasetNotFoundError, DependencyNotFoundError, RGBBandsMissingError
     from pipekit.geo._base import GeoDataset
     from pipekit.geo._bbox import BoundingBox, GeoSlice
     from pipekit.geo._collate import concat_samples, merge_samples, stack_samples, unbind_samples
@@ -96,6 +97,8 @@ __all__ = [
     "BoundingBox",
     "GeoSlice",
     "DatasetNotFoundError",
+    "DependencyNotFoundError",
+    "RGBBandsMissingError",
     "stack_samples",
     "concat_samples",
     "merge_samples",
@@ -154,6 +157,8 @@ _LAZY = {
     "RasterDataset": "pipekit.geo._raster",
     "UnionDataset": "pipekit.geo._composition",
     "DatasetNotFoundError": "pipekit.errors",
+    "DependencyNotFoundError": "pipekit.errors",
+    "RGBBandsMissingError": "pipekit.errors",
     "STACDataset": "pipekit.geo._stac",
     "VectorDataset": "pipekit.geo._vector",
 }

@@ -10,7 +10,7 @@ import numpy as np
 
 from pipekit.datasets._download import download_and_extract_archive, download_url, extract_archive
 from pipekit.datasets._nongeo import NonGeoClassificationDataset
-from pipekit.errors import DatasetNotFoundError
+from pipekit.errors import DatasetNotFoundError, RGBBandsMissingError
 
 __all__ = ["EuroSAT"]
 
@@ -151,13 +151,13 @@ class EuroSAT(NonGeoClassificationDataset):
 
         Raises:
             ValueError: the dataset's ``bands`` lack one of :attr:`rgb_bands`
-                (TorchGeo raises ``RGBBandsMissingError``, a ``ValueError``).
+                (:class:`~pipekit.errors.RGBBandsMissingError`, a ``ValueError``).
         """
         from pipekit.geo._plot import require_matplotlib
 
         missing = [b for b in self.rgb_bands if b not in (self.bands or ())]
         if missing:
-            raise ValueError(f"{type(self).__name__}: Dataset does not contain some of the RGB bands "
+            raise RGBBandsMissingError(f"{type(self).__name__}: Dataset does not contain some of the RGB bands "
                              f"(missing {', '.join(missing)}; bands={list(self.bands or ())})")
         plt = require_matplotlib()
         indices = [list(self.bands).index(b) for b in self.rgb_bands]

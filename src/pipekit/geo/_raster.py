@@ -28,7 +28,7 @@ import torch
 from rasterio.crs import CRS
 from rasterio.enums import Resampling
 
-from pipekit.errors import SkipLog, check_on_error
+from pipekit.errors import RGBBandsMissingError, SkipLog, check_on_error
 from pipekit.geo import io as geo_io
 from pipekit.geo._antimeridian import one_side
 from pipekit.geo._base import (
@@ -614,7 +614,7 @@ class RasterDataset(GeoDataset):
             bands = list(self.bands or ())
             missing = [b for b in self.rgb_bands if b not in bands]
             if missing:  # other bands drawn as red, green and blue would mislead (TorchGeo raises too)
-                raise ValueError(f"{self.name}: Dataset does not contain some of the RGB bands "
+                raise RGBBandsMissingError(f"{self.name}: Dataset does not contain some of the RGB bands "
                                  f"(missing {', '.join(map(str, missing))}; bands={bands})")
             spec["rgb"] = [bands.index(b) for b in self.rgb_bands]
         elif not self.is_image:
