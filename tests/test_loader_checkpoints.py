@@ -164,6 +164,33 @@ class TestWhereUsersCheckpoint:
         resumed.shutdown()
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("num_workers", "persistent"), [(0, None), (2, False)], ids=["0-workers", "2-workers"])
+def test_a_generator_reseeded_for_the_next_epoch_wins_over_an_end_of_epoch_checkpoint(num_workers, persistent):
+    """A training loop seeding ``generator`` per epoch: taking the checkpoint changes nothing, resuming is exact."""
+
+    def run(checkpoint: bool) -> tuple[list[int], dict | None]:
+        generator = torch.Generator()
+        loader = loader_for(num_workers, persistent, generator=generator)
+        generator.manual_seed(10)
+        items(loader)
+        state = loader.state_dict() if checkpoint else None
+        generator.manual_seed(11)
+        second = items(loader)
+        loader.shutdown()
+        return second, state
+
+    second, _ = run(checkpoint=False)
+    assert run(checkpoint=True)[0] == second  # a checkpoint does not change the run that takes it
+    _, state = run(checkpoint=True)
+    generator = torch.Generator()
+    resumed = loader_for(num_workers, persistent, generator=generator)
+    resumed.load_state_dict(via_torch_save(state))
+    generator.manual_seed(11)
+    assert items(resumed) == second
+    resumed.shutdown()
+
+
 def checkpoint_after(loader: pipekit.DataLoader, batches: int) -> dict:
     it = iter(loader)
     for _ in range(batches):

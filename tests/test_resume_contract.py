@@ -118,14 +118,6 @@ def _batches_buffered(case: Case) -> bool:
 
 
 KNOWN_DEFECTS: dict[str, tuple[Callable[[Case], bool], Case]] = {
-    # an end-of-epoch checkpoint now resumes to the next epoch instead of to nothing (the checkpoint fixes that
-    # epoch's seeds: tests/test_loader_checkpoints.py), but with a shuffle (of listed files, of lazy archive
-    # streams, in_batch_shuffle) or a recipe (ImageFolder, TarShards) the next epoch can still differ from the
-    # uninterrupted run's
-    "end-of-epoch checkpoint with shuffles or recipes": (
-        lambda c: c.point == "end",
-        Case("listed_files", ops=(("shuffle", 8),), shard_at=1, point="end", fraction=0.4, via="torch_save", seed=1),
-    ),
     # a position loaded into a pipe the resumed epoch never pulls from (upstream of a header that had
     # reached its limit, the second input of a zip when the first has ended, any pipe when the checkpoint
     # was taken after the last batch) stays pending and is applied to the NEXT epoch: it starts mid-way

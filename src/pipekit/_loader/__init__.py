@@ -223,8 +223,11 @@ class DataLoader(LoaderBase):
     (after ``for batch in loader:``) resumes to the next epoch, exactly as
     the loader that took it goes on: the checkpoint fixes the random state
     the next epoch's seeds are drawn from (that of ``generator``, or torch's
-    global one), for both, so random draws or reseeding between the
-    checkpoint and the next epoch change neither.  ``load_state_dict()``
+    global one), for both, so random draws between the checkpoint and the
+    next epoch (an evaluation) change neither; a ``manual_seed`` of that
+    generator after the checkpoint is taken, or after it is loaded (a
+    training loop seeding each epoch), decides the next epoch, in both, as
+    it does in a run that takes no checkpoint.  ``load_state_dict()``
     refuses, with :class:`~pipekit.errors.CheckpointError`, a state that is
     empty or not a DataLoader's, one taken from another pipeline (its pipes,
     in order, differ) and, mid-epoch, one taken with another number of
@@ -308,6 +311,8 @@ class DataLoader(LoaderBase):
         self._signature = pipeline_signature(dataset) if is_pipe else None
         # The random state the next epoch's seeds come from, fixed by a checkpoint taken at an epoch's end.
         self._next_epoch_rng: torch.Tensor | None = None
+        # The generator's state when that was fixed (taken or loaded): a manual_seed since then overrides it.
+        self._rng_anchor: torch.Tensor | None = None
 
     def __iter__(self) -> Any:
         with self._next_epoch_seeded():
@@ -324,11 +329,15 @@ class DataLoader(LoaderBase):
         would have.  Nothing happens when no epoch starts inside.
         """
         fixed = self._next_epoch_rng
+        real = self.generator
+        target = real if real is not None else torch.default_generator
+        if fixed is not None and self._rng_anchor is not None and _reseeded(self._rng_anchor, target):
+            # The user seeded the generator for the next epoch (manual_seed) after the checkpoint was taken
+            # (or loaded): that seed decides the epoch, as it does in a run that takes no checkpoint.
+            self._next_epoch_rng = self._rng_anchor = fixed = None
         if fixed is None:
             yield
             return
-        real = self.generator
-        target = real if real is not None else torch.default_generator
         seeded = torch.Generator(device=target.device)
         seeded.set_state(fixed)
         self.generator = seeded
@@ -338,7 +347,7 @@ class DataLoader(LoaderBase):
             self.generator = real
         draws = _draws_between(fixed, seeded)
         if draws:
-            self._next_epoch_rng = None
+            self._next_epoch_rng = self._rng_anchor = None
             for _ in range(draws):
                 draw_seed(target)
 
@@ -415,6 +424,7 @@ class DataLoader(LoaderBase):
             if self._next_epoch_rng is None:
                 generator = self.generator if self.generator is not None else torch.default_generator
                 self._next_epoch_rng = generator.get_state()
+                self._rng_anchor = self._next_epoch_rng
             record["next_epoch_rng"] = self._next_epoch_rng.clone()
             return {ITERATOR_FINISHED: True, CHECKPOINT_KEY: record}
         state = resolve_deferred(state, getattr(self, "_state_channel", None), self._worker_alive, self.state_timeout)
@@ -430,7 +440,7 @@ class DataLoader(LoaderBase):
         """
         record = self._check_checkpoint(state_dict)
         state = {k: v for k, v in state_dict.items() if k != CHECKPOINT_KEY}
-        self._next_epoch_rng = None
+        self._next_epoch_rng = self._rng_anchor = None
         if isinstance(self.dataset, _CheckpointedPipe) and state_finished(state):
             # Taken at the end of an epoch: the next iter() starts the next epoch (from the checkpoint's
             # random state, when it has one), instead of restoring positions at the end of the old one.
@@ -439,6 +449,8 @@ class DataLoader(LoaderBase):
             self.dataset._pending = None
             if record is not None and record.get("next_epoch_rng") is not None:
                 self._next_epoch_rng = record["next_epoch_rng"].clone()
+                generator = self.generator if self.generator is not None else torch.default_generator
+                self._rng_anchor = generator.get_state()
             return
         super().load_state_dict(state)
 
@@ -566,6 +578,26 @@ def _pipeline_difference(taken: dict[str, Any], mine: dict[str, Any]) -> str:
         f"it was taken from {' -> '.join(theirs) or 'no pipes'}, this loader's pipeline is "
         f"{' -> '.join(ours) or 'no pipes'} (pipe {first + 1} from the source: {at} in the checkpoint, {here} here)"
     )
+
+
+def _reseeded(anchor: torch.Tensor, generator: torch.Generator) -> bool:
+    """Whether ``generator`` was seeded (``manual_seed``) since it was in state ``anchor``.
+
+    Draws since then do not count (an evaluation drawing from torch's global generator); a seed does: another
+    initial seed, or the same one with the generator back at its start.  Seeding with the seed it already had,
+    before any draw, cannot be told from no seeding.
+    """
+    now = generator.get_state()
+    if torch.equal(now, anchor):
+        return False
+    before = torch.Generator(device=generator.device)
+    before.set_state(anchor)
+    seed = generator.initial_seed()
+    if seed != before.initial_seed():
+        return True
+    fresh = torch.Generator(device=generator.device)
+    fresh.manual_seed(seed)
+    return torch.equal(now, fresh.get_state())
 
 
 def _draws_between(start: torch.Tensor, generator: torch.Generator, most: int = 16) -> int:
