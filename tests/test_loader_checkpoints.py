@@ -191,6 +191,37 @@ def test_a_generator_reseeded_for_the_next_epoch_wins_over_an_end_of_epoch_check
     resumed.shutdown()
 
 
+def header_before_a_shuffle():
+    """The shuffle reads its whole input at once: the header is at its limit before the first item comes out."""
+    return IterableWrapper(range(20)).sharding_filter().header(4).shuffle(buffer_size=8)
+
+
+def zip_of_a_shorter_first_input():
+    """The zip stops when its first input ends, without pulling its second."""
+    return IterableWrapper(range(3)).zip(IterableWrapper(range(10, 20))).sharding_filter()
+
+
+def plain_items(batches) -> list:
+    return sorted(x if isinstance(x, int) else tuple(x) for x in batches)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("make", "take"), [(header_before_a_shuffle, 2), (zip_of_a_shorter_first_input, 3)],
+                         ids=["upstream-of-a-finished-header", "second-input-of-an-ended-zip"])
+def test_a_position_the_resumed_epoch_never_pulls_does_not_leak_into_the_next_epoch(make, take):
+    """A pipe restored from the checkpoint but not pulled in the resumed epoch starts the next epoch afresh."""
+    torch.manual_seed(0)
+    loader = pipekit.DataLoader(make())
+    epoch = plain_items(loader)
+    it = iter(loader)
+    head = [next(it) for _ in range(take)]
+    state = loader.state_dict()
+    resumed = pipekit.DataLoader(make())
+    resumed.load_state_dict(state)
+    assert plain_items(head + list(resumed)) == epoch
+    assert plain_items(resumed) == epoch  # the next epoch: whole, from the start of every pipe
+
+
 def checkpoint_after(loader: pipekit.DataLoader, batches: int) -> dict:
     it = iter(loader)
     for _ in range(batches):

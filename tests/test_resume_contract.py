@@ -118,13 +118,6 @@ def _batches_buffered(case: Case) -> bool:
 
 
 KNOWN_DEFECTS: dict[str, tuple[Callable[[Case], bool], Case]] = {
-    # a position loaded into a pipe the resumed epoch never pulls from (upstream of a header that had
-    # reached its limit, the second input of a zip when the first has ended, any pipe when the checkpoint
-    # was taken after the last batch) stays pending and is applied to the NEXT epoch: it starts mid-way
-    "loaded position leaks into the next epoch": (
-        lambda c: c.point == "last" or _has(c, "header", "cycle", "zip", "fork_zip"),
-        Case("ints", ops=(("header", 7), ("shuffle", 8)), fraction=0.5),
-    ),
     # a buffer of batches (shuffle or cache after batch) holds torch's DataChunk lists: the checkpoint does not
     # load with torch.load(weights_only=True) ("Weights only load failed"), which the reliability guide promises
     "buffered batches in a checkpoint do not load with weights_only=True": (

@@ -46,6 +46,7 @@ from pipekit.errors import SkipLog, UnsupportedItemError
 from pipekit.pipes._resume import (
     SnapshotPlan,
     apply_seeds,
+    drop_pending,
     epoch_marks,
     materialize_snapshot,
     not_snapshot_capable,
@@ -204,6 +205,8 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         self._since_start = 0
         self._yielded = 0
         self._exhausted = False
+        # A state the last epoch loaded into a pipe it never pulled from belongs to that epoch, not this one.
+        drop_pending(self._pipes)
         if pending is not None and pending["mode"] == "snapshot":
             restore_pipeline(self.pipe, streams_from_bytes(pending["pipes"]))
             self._yielded = int(pending["yielded"])
