@@ -124,14 +124,6 @@ KNOWN_DEFECTS: dict[str, tuple[Callable[[Case], bool], Case]] = {
         lambda c: c.via == "torch_save" and _batches_buffered(c),
         Case("ints", ops=(("batch", 2), ("shuffle", 3)), fraction=0.5, via="torch_save"),
     ),
-    # in_memory_cache after a random pipe (shuffle, bucketbatch, ImageFolder's augmentation), resumed
-    # mid-epoch: the epoch after the resumed one differs from the uninterrupted run's (the restored cache does
-    # not replay the first epoch as the uninterrupted one does: those items come in another order / are
-    # augmented again)
-    "in_memory_cache resumed mid-epoch": (
-        lambda c: _has(c, "cache"),
-        Case("ints", ops=(("shuffle", 8), ("cache",)), fraction=0.3),
-    ),
     # listed files (ImageFolder, list_files_by_fsspec) or shards deleted or replaced between checkpoint and
     # resume: positions shift silently (duplicates and losses), or resume inside the new file's contents
     "changed files between checkpoint and resume": (
