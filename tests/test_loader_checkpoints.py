@@ -222,6 +222,19 @@ def test_a_position_the_resumed_epoch_never_pulls_does_not_leak_into_the_next_ep
     assert plain_items(resumed) == epoch  # the next epoch: whole, from the start of every pipe
 
 
+@pytest.mark.timeout(60)
+def test_after_a_partial_last_batch_the_next_epoch_is_whole():
+    """The loader's last batch (batch_size=2 over 9 items) ends the epoch: the resumed run gives nothing, then all."""
+    loader = pipekit.DataLoader(IterableWrapper(range(9)), batch_size=2)
+    it = iter(loader)
+    assert items([next(it) for _ in range(5)]) == list(range(9))
+    state = loader.state_dict()
+    resumed = pipekit.DataLoader(IterableWrapper(range(9)), batch_size=2)
+    resumed.load_state_dict(state)
+    assert items(resumed) == []
+    assert items(resumed) == list(range(9))
+
+
 def checkpoint_after(loader: pipekit.DataLoader, batches: int) -> dict:
     it = iter(loader)
     for _ in range(batches):

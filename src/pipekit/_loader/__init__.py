@@ -358,6 +358,10 @@ class DataLoader(LoaderBase):
         if old is not None and has_worker_states(old):
             self._skip_reports_before = [*getattr(self, "_skip_reports_before", []), *skip_summaries(old)]
         dataset = self.dataset
+        if isinstance(dataset, _CheckpointedPipe) and self.next_iter_state is None:
+            # A new epoch, not a resumed one: a state loaded into the pipe belongs to the epoch it resumed, even
+            # one that never pulled from it (torch's fetcher had ended: a checkpoint after a partial last batch).
+            dataset._pending = None
         if self.num_workers == 0 or not isinstance(dataset, _CheckpointedPipe):
             return self._wrap_iterator(self._start_iterator())
         install_fast_serialize()
