@@ -183,3 +183,18 @@ def test_resumed_after_a_random_pipe_replays_the_same_first_epoch(epoch, take):
     resumed = pipekit.DataLoader(shuffled_then_cached())
     resumed.load_state_dict(state)
     assert [*done, head + [int(x) for x in resumed], *epochs_of(resumed, 1)] == expected
+
+
+def test_resumed_after_its_upstream_ended_serves_the_next_epoch_whole():
+    """Checkpointed while a shuffle after the cache still empties its buffer: the cache had frozen already."""
+    def make():
+        return IterableWrapper(list(range(12))).in_memory_cache().shuffle(buffer_size=4)
+
+    loader = pipekit.DataLoader(make())
+    it = iter(loader)
+    head = [int(next(it)) for _ in range(10)]
+    state = pickle.loads(pickle.dumps(loader.state_dict()))
+    resumed = pipekit.DataLoader(make())
+    resumed.load_state_dict(state)
+    assert sorted(head + [int(x) for x in resumed]) == list(range(12))
+    assert sorted(int(x) for x in resumed) == list(range(12))

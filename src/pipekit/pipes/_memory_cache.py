@@ -243,6 +243,9 @@ class InMemoryCacheHolder(ResumablePipe):
                 yield item
         self._cache, self._evicted, self._nbytes = self._store[self._head:], self._fill_evicted, self._fill_nbytes
         self._start_store([], 0)
+        # Upstream has ended and the cache is frozen: a position taken now (a pipe downstream still yields
+        # what it buffered) is the end of an epoch served from it, so the restored copy serves it next.
+        self._mode = "serve"
 
     def _serve(self, cache: list[Any], evicted: int, pos: int = 0, pulled: int = 0) -> Iterator[Any]:
         """An epoch from the frozen ``cache``: the ``evicted`` first items re-read from upstream, then the cache.
