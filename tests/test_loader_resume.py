@@ -316,3 +316,22 @@ def test_checkpoints_while_a_finished_worker_has_batches_in_flight():
         rest = ids(list(second))
         second.shutdown()
         assert sorted(got[: 4 * (k + 1)] + rest) == list(range(64)), k
+
+
+def _with_draws(x: int) -> tuple[int, int, float]:
+    """An item with a draw from torch's global generator and one from Python's, as augmentations make in a worker."""
+    import random
+
+    return x, int(torch.randint(0, 1 << 30, ()).item()), random.random()
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_resumes_its_global_random_state():
+    """Draws from a worker's global generators after the checkpoint are the uninterrupted run's."""
+
+    def make():
+        return IterableWrapper(range(12)).sharding_filter().map(_with_draws).batch(2)
+
+    full = uninterrupted(make, 1)
+    head, rest = resumed_at(make, 1, 3, through=via_torch_save)
+    assert head + rest == full

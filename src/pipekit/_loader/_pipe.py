@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import random
 import traceback
 import types
 from collections.abc import Callable
@@ -73,6 +74,23 @@ logger = logging.getLogger("pipekit")
 REPORT = "report"  # the key of a worker's state that carries its skip counts and last file to the main process
 REPORT_ITEMS = 10  # skipped items each pipe of each worker reports in full
 REFUSED = "refused"  # the key of a worker's state saying why its position cannot be checkpointed
+WORKER_RNG = "worker_rng"  # the key of a worker's state holding its global generators' states (torch's, Python's)
+
+
+def worker_rng_state() -> dict[str, Any]:
+    """The global random generators of this (worker) process: what its pipes and maps draw from, at a position.
+
+    A persistent worker's generators advance through the epochs (a shuffle under ``cycle`` draws each later
+    pass's seed from torch's; augmentations draw from them): a worker resumed from a checkpoint continues them.
+    """
+    return {"torch": torch.get_rng_state(), "random": random.getstate()}
+
+
+def set_worker_rng_state(state: dict[str, Any]) -> None:
+    """Put back a :func:`worker_rng_state` (from a checkpoint: lists may stand for tuples)."""
+    torch.set_rng_state(state["torch"])
+    version, internal, gauss = state["random"]
+    random.setstate((version, tuple(internal), gauss))
 
 
 def skip_logs(pipes: list[Any]) -> list[tuple[int, SkipLog]]:
@@ -207,6 +225,8 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         self._exhausted = False
         # A state the last epoch loaded into a pipe it never pulled from belongs to that epoch, not this one.
         drop_pending(self._pipes)
+        if pending is not None and self._in_worker and pending.get(WORKER_RNG) is not None:
+            set_worker_rng_state(pending[WORKER_RNG])
         if pending is not None and pending["mode"] == "snapshot":
             restore_pipeline(self.pipe, streams_from_bytes(pending["pipes"]))
             self._yielded = int(pending["yielded"])
@@ -308,6 +328,12 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         return None
 
     def _make_state(self, lazy: bool = False) -> dict[str, Any]:
+        state = self._position(lazy)
+        if self._in_worker and WORKER_RNG not in state:
+            state = {**state, WORKER_RNG: worker_rng_state()}
+        return state
+
+    def _position(self, lazy: bool = False) -> dict[str, Any]:
         if self._since_start == 0:
             # Nothing consumed since the iterator started: the position is the start
             # (or the state it was restored to), whatever stale buffers the pipes hold.
