@@ -235,6 +235,31 @@ def test_after_a_partial_last_batch_the_next_epoch_is_whole():
     assert items(resumed) == list(range(9))
 
 
+def _drawing(x: int) -> tuple[int, int]:
+    """An item with a draw from the worker's global generator (an augmentation's)."""
+    return x, int(torch.randint(0, 1 << 30, ()).item())
+
+
+@pytest.mark.timeout(60)
+def test_end_of_epoch_checkpoint_continues_persistent_workers_global_random_state():
+    """Persistent workers carry their generators into the next epoch; workers resumed from the checkpoint too."""
+
+    def make():
+        return IterableWrapper(range(8)).sharding_filter().map(_drawing)
+
+    torch.manual_seed(0)
+    loader = pipekit.DataLoader(make(), num_workers=2)
+    list(loader)
+    state = loader.state_dict()
+    second = list(loader)
+    loader.shutdown()
+    torch.manual_seed(5)
+    resumed = pipekit.DataLoader(make(), num_workers=2)
+    resumed.load_state_dict(via_torch_save(state))
+    assert list(resumed) == second
+    resumed.shutdown()
+
+
 def checkpoint_after(loader: pipekit.DataLoader, batches: int) -> dict:
     it = iter(loader)
     for _ in range(batches):

@@ -132,13 +132,6 @@ KNOWN_DEFECTS: dict[str, tuple[Callable[[Case], bool], Case]] = {
         lambda c: c.point == "end" and _has(c, "cache") and (c.num_workers == 0 or c.persistent),
         Case("ints", ops=(("shuffle", 8), ("cache",)), point="end"),
     ),
-    # a random pipe under cycle draws the seed of each later pass from torch's global generator of the process
-    # it runs in; a persistent worker's has advanced through the epochs before, which an end-of-epoch checkpoint
-    # does not record: the resumed loader's new workers draw other seeds for those passes
-    "cycle's later passes in persistent workers after an end-of-epoch checkpoint": (
-        lambda c: c.point == "end" and c.num_workers > 0 and c.persistent and _has(c, "cycle"),
-        Case("ints", ops=(("shuffle", 3), ("cycle", 2)), num_workers=1, point="end"),
-    ),
     # listed files (ImageFolder, list_files_by_fsspec) or shards deleted or replaced between checkpoint and
     # resume: positions shift silently (duplicates and losses), or resume inside the new file's contents
     "changed files between checkpoint and resume": (

@@ -72,7 +72,7 @@ import torch
 import torch.distributed as dist
 
 from pipekit import _shm as shm
-from pipekit._loader._pipe import REPORT_ITEMS, _CheckpointedPipe, install_fast_serialize, skip_logs
+from pipekit._loader._pipe import REPORT_ITEMS, WORKER_RNG, _CheckpointedPipe, install_fast_serialize, skip_logs
 from pipekit._loader._pipe import fast_try_to_serialize as _fast_try_to_serialize  # noqa: F401 -- see below
 from pipekit._loader._workers import _WorkersIter, skip_summaries
 from pipekit._loader_seam import (
@@ -84,6 +84,7 @@ from pipekit._loader_seam import (
     shut_down_workers,
     state_finished,
     switch_iterator_class,
+    worker_dataset_states,
     worker_processes,
 )
 from pipekit._seeds import draw_seed
@@ -313,6 +314,9 @@ class DataLoader(LoaderBase):
         self._next_epoch_rng: torch.Tensor | None = None
         # The generator's state when that was fixed (taken or loaded): a manual_seed since then overrides it.
         self._rng_anchor: torch.Tensor | None = None
+        # Each persistent worker's global generators at the end of the epoch an end-of-epoch checkpoint loaded
+        # here was taken at: the next epoch's workers start from them.
+        self._worker_rngs: list[Any] | None = None
 
     def __iter__(self) -> Any:
         with self._next_epoch_seeded():
@@ -371,10 +375,13 @@ class DataLoader(LoaderBase):
         context = self.multiprocessing_context or multiprocessing
         channel = StateChannel(context, self.num_workers, depth=(self.prefetch_factor or 2) + 2)
         dataset._channel = channel
+        if self.next_iter_state is None:
+            dataset._start_rngs, self._worker_rngs = self._worker_rngs, None
         try:
             it = self._start_iterator()
         finally:
             dataset._channel = None
+            dataset._start_rngs = None
         self._state_channel = channel
         return self._wrap_iterator(it)
 
@@ -430,9 +437,21 @@ class DataLoader(LoaderBase):
                 self._next_epoch_rng = generator.get_state()
                 self._rng_anchor = self._next_epoch_rng
             record["next_epoch_rng"] = self._next_epoch_rng.clone()
+            rngs = self._persistent_worker_rngs()
+            if rngs is not None:
+                record["worker_rngs"] = rngs
             return {ITERATOR_FINISHED: True, CHECKPOINT_KEY: record}
         state = resolve_deferred(state, getattr(self, "_state_channel", None), self._worker_alive, self.state_timeout)
         return {**state, CHECKPOINT_KEY: record}
+
+    def _persistent_worker_rngs(self) -> list[Any] | None:
+        """The global generators each persistent worker ended the epoch with (as it carries them on), or None."""
+        if not (self.num_workers and self.persistent_workers):
+            return None
+        states = worker_dataset_states(self.current_iterator())
+        rngs = [states.get(i, {}).get(WORKER_RNG) if isinstance(states.get(i), dict) else None
+                for i in range(self.num_workers)]
+        return rngs if all(rng is not None for rng in rngs) else None
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Resume from a :meth:`state_dict` at the next ``iter()``.
@@ -444,7 +463,7 @@ class DataLoader(LoaderBase):
         """
         record = self._check_checkpoint(state_dict)
         state = {k: v for k, v in state_dict.items() if k != CHECKPOINT_KEY}
-        self._next_epoch_rng = self._rng_anchor = None
+        self._next_epoch_rng = self._rng_anchor = self._worker_rngs = None
         if isinstance(self.dataset, _CheckpointedPipe) and state_finished(state):
             # Taken at the end of an epoch: the next iter() starts the next epoch (from the checkpoint's
             # random state, when it has one), instead of restoring positions at the end of the old one.
@@ -455,6 +474,9 @@ class DataLoader(LoaderBase):
                 self._next_epoch_rng = record["next_epoch_rng"].clone()
                 generator = self.generator if self.generator is not None else torch.default_generator
                 self._rng_anchor = generator.get_state()
+            rngs = record.get("worker_rngs") if record is not None else None
+            if rngs is not None and len(rngs) == self.num_workers and self.persistent_workers:
+                self._worker_rngs = list(rngs)  # the same persistent workers would have gone on with them
             return
         super().load_state_dict(state)
 

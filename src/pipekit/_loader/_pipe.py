@@ -186,16 +186,20 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         self._stages: list[str] = []  # each pipe's name for messages, by snapshot index
         self._checked_run = 0  # the iterator whose kept positions were checked for streams
         self._refused: str | None = None  # why this iterator's positions cannot be checkpointed
+        # Each worker's global generators to start from (by worker id), from an end-of-epoch checkpoint of
+        # persistent workers: set by the loader while it starts workers, used by the first epoch only.
+        self._start_rngs: list[Any] | None = None
 
     def __getstate__(self) -> Any:
         # The channel travels to the workers with the pipe (it is only set while the loader starts them).
-        return (super().__getstate__(), self._channel)
+        return (super().__getstate__(), self._channel, self._start_rngs)
 
     def __setstate__(self, state: Any) -> None:
-        base, channel = state
+        base, channel, start_rngs = state
         super().__setstate__(base)
         self._init_resume_fields()
         self._channel = channel
+        self._start_rngs = start_rngs
 
     def __iter__(self) -> _CheckpointedPipe:
         self._start()
@@ -227,6 +231,14 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         drop_pending(self._pipes)
         if pending is not None and self._in_worker and pending.get(WORKER_RNG) is not None:
             set_worker_rng_state(pending[WORKER_RNG])
+        elif self._start_rngs is not None and self._in_worker:
+            # The first epoch of workers resumed from an end-of-epoch checkpoint of persistent workers: go on
+            # from the generators those workers had, as they would have into that epoch.
+            info = torch.utils.data.get_worker_info()
+            rng = self._start_rngs[info.id] if info is not None and info.id < len(self._start_rngs) else None
+            if rng is not None:
+                set_worker_rng_state(rng)
+        self._start_rngs = None
         if pending is not None and pending["mode"] == "snapshot":
             restore_pipeline(self.pipe, streams_from_bytes(pending["pipes"]))
             self._yielded = int(pending["yielded"])
