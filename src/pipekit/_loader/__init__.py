@@ -422,9 +422,12 @@ class DataLoader(LoaderBase):
         checkpoint is complete (and made of plain data: it loads with
         ``torch.load(..., weights_only=True)`` when the items buffered in the
         pipeline do).  Under :data:`CHECKPOINT_KEY` it records what it fits
-        (the pipeline's pipes, the number of workers).  At the end of an epoch
-        it holds no positions: it records the random state the next epoch
-        starts from, which this loader's next epoch then starts from too.
+        (the pipeline's pipes, the number of workers).  A worker's position
+        includes its process's global generators (torch's, Python's), which
+        the resumed worker continues.  At the end of an epoch it holds no
+        positions: it records the random state the next epoch starts from,
+        which this loader's next epoch then starts from too (and, with
+        persistent workers, the generators each worker carries into it).
         """
         with self._next_epoch_seeded():
             state = super().state_dict()
