@@ -75,6 +75,7 @@ REPORT = "report"  # the key of a worker's state that carries its skip counts an
 REPORT_ITEMS = 10  # skipped items each pipe of each worker reports in full
 REFUSED = "refused"  # the key of a worker's state saying why its position cannot be checkpointed
 WORKER_RNG = "worker_rng"  # the key of a worker's state holding its global generators' states (torch's, Python's)
+EPOCH_RNG = "epoch_rng"  # the key of a replayed (count) state: the global generators' states the epoch started with
 
 
 def worker_rng_state() -> dict[str, Any]:
@@ -189,6 +190,7 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         # Each worker's global generators to start from (by worker id), from an end-of-epoch checkpoint of
         # persistent workers: set by the loader while it starts workers, used by the first epoch only.
         self._start_rngs: list[Any] | None = None
+        self._epoch_rng: dict[str, Any] | None = None  # this process's generators when the epoch started
 
     def __getstate__(self) -> Any:
         # The channel travels to the workers with the pipe (it is only set while the loader starts them).
@@ -250,8 +252,19 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         self._plan = SnapshotPlan(self._pipes, self._marks, self._seeds)
         self._run += 1
         self.restart()
+        # A replay draws what the epoch drew from the start (a shuffle under cycle seeds its next pass from
+        # torch's generator): from the random state the epoch started with, then the process's state goes on
+        # as it was (the checkpoint's, which a training loop restores, or a worker's from its position).
+        self._epoch_rng = worker_rng_state()
         if pending is not None and pending["mode"] == "count":
+            replay_rng = pending.get(EPOCH_RNG) if int(pending["yielded"]) else None
+            after = worker_rng_state() if replay_rng is not None else None
+            if replay_rng is not None:
+                set_worker_rng_state(replay_rng)
+                self._epoch_rng = replay_rng
             self._skip(int(pending["yielded"]))
+            if after is not None:
+                set_worker_rng_state(after)
 
     def _skip(self, count: int) -> None:
         if count:
@@ -363,7 +376,7 @@ class _CheckpointedPipe(LoaderPipeWrapper):
                     "replay the items already consumed",
                     sorted(set(not_snapshot_capable(self.pipe))),
                 )
-            return {"mode": "count", "yielded": self._yielded, "seeds": self._seeds}
+            return {"mode": "count", "yielded": self._yielded, "seeds": self._seeds, EPOCH_RNG: self._epoch_rng}
         if not lazy:
             snap = plain_position(snap, self._stages)
         return {"mode": "snapshot", "pipes": snap, "yielded": self._yielded}
