@@ -219,7 +219,7 @@ def test_faults_without_workers(case: Case, corpus: Corpus, scratch: _Scratch) -
     check(case, corpus, scratch)
 
 
-@examples(150)
+@examples(100)
 @given(case=cases(faults=("delete", "replace", "lock", "generator", "read_error"), workers=(1, 2)))
 def test_faults_with_workers(case: Case, corpus: Corpus, scratch: _Scratch) -> None:
     check(case, corpus, scratch)
