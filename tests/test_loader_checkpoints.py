@@ -164,6 +164,102 @@ class TestWhereUsersCheckpoint:
         resumed.shutdown()
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("num_workers", "persistent"), [(0, None), (2, False)], ids=["0-workers", "2-workers"])
+def test_a_generator_reseeded_for_the_next_epoch_wins_over_an_end_of_epoch_checkpoint(num_workers, persistent):
+    """A training loop seeding ``generator`` per epoch: taking the checkpoint changes nothing, resuming is exact."""
+
+    def run(checkpoint: bool) -> tuple[list[int], dict | None]:
+        generator = torch.Generator()
+        loader = loader_for(num_workers, persistent, generator=generator)
+        generator.manual_seed(10)
+        items(loader)
+        state = loader.state_dict() if checkpoint else None
+        generator.manual_seed(11)
+        second = items(loader)
+        loader.shutdown()
+        return second, state
+
+    second, _ = run(checkpoint=False)
+    assert run(checkpoint=True)[0] == second  # a checkpoint does not change the run that takes it
+    _, state = run(checkpoint=True)
+    generator = torch.Generator()
+    resumed = loader_for(num_workers, persistent, generator=generator)
+    resumed.load_state_dict(via_torch_save(state))
+    generator.manual_seed(11)
+    assert items(resumed) == second
+    resumed.shutdown()
+
+
+def header_before_a_shuffle():
+    """The shuffle reads its whole input at once: the header is at its limit before the first item comes out."""
+    return IterableWrapper(range(20)).sharding_filter().header(4).shuffle(buffer_size=8)
+
+
+def zip_of_a_shorter_first_input():
+    """The zip stops when its first input ends, without pulling its second."""
+    return IterableWrapper(range(3)).zip(IterableWrapper(range(10, 20))).sharding_filter()
+
+
+def plain_items(batches) -> list:
+    return sorted(x if isinstance(x, int) else tuple(x) for x in batches)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("make", "take"), [(header_before_a_shuffle, 2), (zip_of_a_shorter_first_input, 3)],
+                         ids=["upstream-of-a-finished-header", "second-input-of-an-ended-zip"])
+def test_a_position_the_resumed_epoch_never_pulls_does_not_leak_into_the_next_epoch(make, take):
+    """A pipe restored from the checkpoint but not pulled in the resumed epoch starts the next epoch afresh."""
+    torch.manual_seed(0)
+    loader = pipekit.DataLoader(make())
+    epoch = plain_items(loader)
+    it = iter(loader)
+    head = [next(it) for _ in range(take)]
+    state = loader.state_dict()
+    resumed = pipekit.DataLoader(make())
+    resumed.load_state_dict(state)
+    assert plain_items(head + list(resumed)) == epoch
+    assert plain_items(resumed) == epoch  # the next epoch: whole, from the start of every pipe
+
+
+@pytest.mark.timeout(60)
+def test_after_a_partial_last_batch_the_next_epoch_is_whole():
+    """The loader's last batch (batch_size=2 over 9 items) ends the epoch: the resumed run gives nothing, then all."""
+    loader = pipekit.DataLoader(IterableWrapper(range(9)), batch_size=2)
+    it = iter(loader)
+    assert items([next(it) for _ in range(5)]) == list(range(9))
+    state = loader.state_dict()
+    resumed = pipekit.DataLoader(IterableWrapper(range(9)), batch_size=2)
+    resumed.load_state_dict(state)
+    assert items(resumed) == []
+    assert items(resumed) == list(range(9))
+
+
+def _drawing(x: int) -> tuple[int, int]:
+    """An item with a draw from the worker's global generator (an augmentation's)."""
+    return x, int(torch.randint(0, 1 << 30, ()).item())
+
+
+@pytest.mark.timeout(60)
+def test_end_of_epoch_checkpoint_continues_persistent_workers_global_random_state():
+    """Persistent workers carry their generators into the next epoch; workers resumed from the checkpoint too."""
+
+    def make():
+        return IterableWrapper(range(8)).sharding_filter().map(_drawing)
+
+    torch.manual_seed(0)
+    loader = pipekit.DataLoader(make(), num_workers=2)
+    list(loader)
+    state = loader.state_dict()
+    second = list(loader)
+    loader.shutdown()
+    torch.manual_seed(5)
+    resumed = pipekit.DataLoader(make(), num_workers=2)
+    resumed.load_state_dict(via_torch_save(state))
+    assert list(resumed) == second
+    resumed.shutdown()
+
+
 def checkpoint_after(loader: pipekit.DataLoader, batches: int) -> dict:
     it = iter(loader)
     for _ in range(batches):

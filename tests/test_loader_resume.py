@@ -316,3 +316,45 @@ def test_checkpoints_while_a_finished_worker_has_batches_in_flight():
         rest = ids(list(second))
         second.shutdown()
         assert sorted(got[: 4 * (k + 1)] + rest) == list(range(64)), k
+
+
+def _with_draws(x: int) -> tuple[int, int, float]:
+    """An item with a draw from torch's global generator and one from Python's, as augmentations make in a worker."""
+    import random
+
+    return x, int(torch.randint(0, 1 << 30, ()).item()), random.random()
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_resumes_its_global_random_state():
+    """Draws from a worker's global generators after the checkpoint are the uninterrupted run's."""
+
+    def make():
+        return IterableWrapper(range(12)).sharding_filter().map(_with_draws).batch(2)
+
+    full = uninterrupted(make, 1)
+    head, rest = resumed_at(make, 1, 3, through=via_torch_save)
+    assert head + rest == full
+
+
+def _forked_cycle_of_a_shuffle():
+    """fork cannot report its position (the loader replays), and the shuffle's second pass draws its seed."""
+    a, b = IterableWrapper(range(6)).shuffle(buffer_size=6).cycle(2).fork(2)
+    return a.zip(b)
+
+
+@pytest.mark.timeout(60)
+def test_a_replayed_epoch_draws_what_the_uninterrupted_one_drew():
+    """Resumed by replaying, the pipes draw from the random state the epoch started with, not the checkpoint's."""
+    torch.manual_seed(0)
+    full = list(pipekit.DataLoader(_forked_cycle_of_a_shuffle()))
+    torch.manual_seed(0)
+    loader = pipekit.DataLoader(_forked_cycle_of_a_shuffle())
+    it = iter(loader)
+    head = [next(it) for _ in range(8)]  # into the second pass
+    state, rng = loader.state_dict(), torch.get_rng_state()  # a training checkpoint keeps torch's RNG too
+    torch.manual_seed(99)
+    torch.set_rng_state(rng)
+    resumed = pipekit.DataLoader(_forked_cycle_of_a_shuffle())
+    resumed.load_state_dict(state)
+    assert head + list(resumed) == full

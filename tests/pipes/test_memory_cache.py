@@ -7,6 +7,7 @@ import pickle
 import pytest
 import torch
 
+import pipekit
 from pipekit.pipes import (
     InMemoryCacheHolder,
     IterableWrapper,
@@ -154,3 +155,46 @@ class TestInMemoryCacheHolder:
 
 def first_value(t: torch.Tensor) -> float:
     return float(t[0])
+
+
+def shuffled_then_cached():
+    """A random pipe before the cache: the cache replays the first epoch's order, whatever later seeds are."""
+    return IterableWrapper(list(range(12))).shuffle(buffer_size=12).in_memory_cache()
+
+
+def epochs_of(loader, epochs: int) -> list[list[int]]:
+    return [[int(x) for x in loader] for _ in range(epochs)]
+
+
+@pytest.mark.parametrize("epoch", [0, 1], ids=["filling", "serving"])
+@pytest.mark.parametrize("take", [1, 5])
+def test_resumed_after_a_random_pipe_replays_the_same_first_epoch(epoch, take):
+    """The restored cache holds what was cached: the rest of the epoch and the next are the uninterrupted run's."""
+    torch.manual_seed(0)
+    expected = epochs_of(pipekit.DataLoader(shuffled_then_cached()), epoch + 2)
+    assert expected[0] == expected[-1] != sorted(expected[0])
+    torch.manual_seed(0)
+    loader = pipekit.DataLoader(shuffled_then_cached())
+    done = epochs_of(loader, epoch)
+    it = iter(loader)
+    head = [int(next(it)) for _ in range(take)]
+    state = pickle.loads(pickle.dumps(loader.state_dict()))
+    torch.manual_seed(1)  # the resumed process's random state differs
+    resumed = pipekit.DataLoader(shuffled_then_cached())
+    resumed.load_state_dict(state)
+    assert [*done, head + [int(x) for x in resumed], *epochs_of(resumed, 1)] == expected
+
+
+def test_resumed_after_its_upstream_ended_serves_the_next_epoch_whole():
+    """Checkpointed while a shuffle after the cache still empties its buffer: the cache had frozen already."""
+    def make():
+        return IterableWrapper(list(range(12))).in_memory_cache().shuffle(buffer_size=4)
+
+    loader = pipekit.DataLoader(make())
+    it = iter(loader)
+    head = [int(next(it)) for _ in range(10)]
+    state = pickle.loads(pickle.dumps(loader.state_dict()))
+    resumed = pipekit.DataLoader(make())
+    resumed.load_state_dict(state)
+    assert sorted(head + [int(x) for x in resumed]) == list(range(12))
+    assert sorted(int(x) for x in resumed) == list(range(12))

@@ -72,7 +72,7 @@ import torch
 import torch.distributed as dist
 
 from pipekit import _shm as shm
-from pipekit._loader._pipe import REPORT_ITEMS, _CheckpointedPipe, install_fast_serialize, skip_logs
+from pipekit._loader._pipe import REPORT_ITEMS, WORKER_RNG, _CheckpointedPipe, install_fast_serialize, skip_logs
 from pipekit._loader._pipe import fast_try_to_serialize as _fast_try_to_serialize  # noqa: F401 -- see below
 from pipekit._loader._workers import _WorkersIter, skip_summaries
 from pipekit._loader_seam import (
@@ -84,6 +84,7 @@ from pipekit._loader_seam import (
     shut_down_workers,
     state_finished,
     switch_iterator_class,
+    worker_dataset_states,
     worker_processes,
 )
 from pipekit._seeds import draw_seed
@@ -223,8 +224,11 @@ class DataLoader(LoaderBase):
     (after ``for batch in loader:``) resumes to the next epoch, exactly as
     the loader that took it goes on: the checkpoint fixes the random state
     the next epoch's seeds are drawn from (that of ``generator``, or torch's
-    global one), for both, so random draws or reseeding between the
-    checkpoint and the next epoch change neither.  ``load_state_dict()``
+    global one), for both, so random draws between the checkpoint and the
+    next epoch (an evaluation) change neither; a ``manual_seed`` of that
+    generator after the checkpoint is taken, or after it is loaded (a
+    training loop seeding each epoch), decides the next epoch, in both, as
+    it does in a run that takes no checkpoint.  ``load_state_dict()``
     refuses, with :class:`~pipekit.errors.CheckpointError`, a state that is
     empty or not a DataLoader's, one taken from another pipeline (its pipes,
     in order, differ) and, mid-epoch, one taken with another number of
@@ -308,6 +312,11 @@ class DataLoader(LoaderBase):
         self._signature = pipeline_signature(dataset) if is_pipe else None
         # The random state the next epoch's seeds come from, fixed by a checkpoint taken at an epoch's end.
         self._next_epoch_rng: torch.Tensor | None = None
+        # The generator's state when that was fixed (taken or loaded): a manual_seed since then overrides it.
+        self._rng_anchor: torch.Tensor | None = None
+        # Each persistent worker's global generators at the end of the epoch an end-of-epoch checkpoint loaded
+        # here was taken at: the next epoch's workers start from them.
+        self._worker_rngs: list[Any] | None = None
 
     def __iter__(self) -> Any:
         with self._next_epoch_seeded():
@@ -324,11 +333,15 @@ class DataLoader(LoaderBase):
         would have.  Nothing happens when no epoch starts inside.
         """
         fixed = self._next_epoch_rng
+        real = self.generator
+        target = real if real is not None else torch.default_generator
+        if fixed is not None and self._rng_anchor is not None and _reseeded(self._rng_anchor, target):
+            # The user seeded the generator for the next epoch (manual_seed) after the checkpoint was taken
+            # (or loaded): that seed decides the epoch, as it does in a run that takes no checkpoint.
+            self._next_epoch_rng = self._rng_anchor = fixed = None
         if fixed is None:
             yield
             return
-        real = self.generator
-        target = real if real is not None else torch.default_generator
         seeded = torch.Generator(device=target.device)
         seeded.set_state(fixed)
         self.generator = seeded
@@ -338,7 +351,7 @@ class DataLoader(LoaderBase):
             self.generator = real
         draws = _draws_between(fixed, seeded)
         if draws:
-            self._next_epoch_rng = None
+            self._next_epoch_rng = self._rng_anchor = None
             for _ in range(draws):
                 draw_seed(target)
 
@@ -349,6 +362,10 @@ class DataLoader(LoaderBase):
         if old is not None and has_worker_states(old):
             self._skip_reports_before = [*getattr(self, "_skip_reports_before", []), *skip_summaries(old)]
         dataset = self.dataset
+        if isinstance(dataset, _CheckpointedPipe) and self.next_iter_state is None:
+            # A new epoch, not a resumed one: a state loaded into the pipe belongs to the epoch it resumed, even
+            # one that never pulled from it (torch's fetcher had ended: a checkpoint after a partial last batch).
+            dataset._pending = None
         if self.num_workers == 0 or not isinstance(dataset, _CheckpointedPipe):
             return self._wrap_iterator(self._start_iterator())
         install_fast_serialize()
@@ -358,10 +375,13 @@ class DataLoader(LoaderBase):
         context = self.multiprocessing_context or multiprocessing
         channel = StateChannel(context, self.num_workers, depth=(self.prefetch_factor or 2) + 2)
         dataset._channel = channel
+        if self.next_iter_state is None:
+            dataset._start_rngs, self._worker_rngs = self._worker_rngs, None
         try:
             it = self._start_iterator()
         finally:
             dataset._channel = None
+            dataset._start_rngs = None
         self._state_channel = channel
         return self._wrap_iterator(it)
 
@@ -402,9 +422,12 @@ class DataLoader(LoaderBase):
         checkpoint is complete (and made of plain data: it loads with
         ``torch.load(..., weights_only=True)`` when the items buffered in the
         pipeline do).  Under :data:`CHECKPOINT_KEY` it records what it fits
-        (the pipeline's pipes, the number of workers).  At the end of an epoch
-        it holds no positions: it records the random state the next epoch
-        starts from, which this loader's next epoch then starts from too.
+        (the pipeline's pipes, the number of workers).  A worker's position
+        includes its process's global generators (torch's, Python's), which
+        the resumed worker continues.  At the end of an epoch it holds no
+        positions: it records the random state the next epoch starts from,
+        which this loader's next epoch then starts from too (and, with
+        persistent workers, the generators each worker carries into it).
         """
         with self._next_epoch_seeded():
             state = super().state_dict()
@@ -415,10 +438,23 @@ class DataLoader(LoaderBase):
             if self._next_epoch_rng is None:
                 generator = self.generator if self.generator is not None else torch.default_generator
                 self._next_epoch_rng = generator.get_state()
+                self._rng_anchor = self._next_epoch_rng
             record["next_epoch_rng"] = self._next_epoch_rng.clone()
+            rngs = self._persistent_worker_rngs()
+            if rngs is not None:
+                record["worker_rngs"] = rngs
             return {ITERATOR_FINISHED: True, CHECKPOINT_KEY: record}
         state = resolve_deferred(state, getattr(self, "_state_channel", None), self._worker_alive, self.state_timeout)
         return {**state, CHECKPOINT_KEY: record}
+
+    def _persistent_worker_rngs(self) -> list[Any] | None:
+        """The global generators each persistent worker ended the epoch with (as it carries them on), or None."""
+        if not (self.num_workers and self.persistent_workers):
+            return None
+        states = worker_dataset_states(self.current_iterator())
+        rngs = [states.get(i, {}).get(WORKER_RNG) if isinstance(states.get(i), dict) else None
+                for i in range(self.num_workers)]
+        return rngs if all(rng is not None for rng in rngs) else None
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Resume from a :meth:`state_dict` at the next ``iter()``.
@@ -430,7 +466,7 @@ class DataLoader(LoaderBase):
         """
         record = self._check_checkpoint(state_dict)
         state = {k: v for k, v in state_dict.items() if k != CHECKPOINT_KEY}
-        self._next_epoch_rng = None
+        self._next_epoch_rng = self._rng_anchor = self._worker_rngs = None
         if isinstance(self.dataset, _CheckpointedPipe) and state_finished(state):
             # Taken at the end of an epoch: the next iter() starts the next epoch (from the checkpoint's
             # random state, when it has one), instead of restoring positions at the end of the old one.
@@ -439,6 +475,11 @@ class DataLoader(LoaderBase):
             self.dataset._pending = None
             if record is not None and record.get("next_epoch_rng") is not None:
                 self._next_epoch_rng = record["next_epoch_rng"].clone()
+                generator = self.generator if self.generator is not None else torch.default_generator
+                self._rng_anchor = generator.get_state()
+            rngs = record.get("worker_rngs") if record is not None else None
+            if rngs is not None and len(rngs) == self.num_workers and self.persistent_workers:
+                self._worker_rngs = list(rngs)  # the same persistent workers would have gone on with them
             return
         super().load_state_dict(state)
 
@@ -566,6 +607,26 @@ def _pipeline_difference(taken: dict[str, Any], mine: dict[str, Any]) -> str:
         f"it was taken from {' -> '.join(theirs) or 'no pipes'}, this loader's pipeline is "
         f"{' -> '.join(ours) or 'no pipes'} (pipe {first + 1} from the source: {at} in the checkpoint, {here} here)"
     )
+
+
+def _reseeded(anchor: torch.Tensor, generator: torch.Generator) -> bool:
+    """Whether ``generator`` was seeded (``manual_seed``) since it was in state ``anchor``.
+
+    Draws since then do not count (an evaluation drawing from torch's global generator); a seed does: another
+    initial seed, or the same one with the generator back at its start.  Seeding with the seed it already had,
+    before any draw, cannot be told from no seeding.
+    """
+    now = generator.get_state()
+    if torch.equal(now, anchor):
+        return False
+    before = torch.Generator(device=generator.device)
+    before.set_state(anchor)
+    seed = generator.initial_seed()
+    if seed != before.initial_seed():
+        return True
+    fresh = torch.Generator(device=generator.device)
+    fresh.manual_seed(seed)
+    return torch.equal(now, fresh.get_state())
 
 
 def _draws_between(start: torch.Tensor, generator: torch.Generator, most: int = 16) -> int:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import random
 import traceback
 import types
 from collections.abc import Callable
@@ -46,6 +47,7 @@ from pipekit.errors import SkipLog, UnsupportedItemError
 from pipekit.pipes._resume import (
     SnapshotPlan,
     apply_seeds,
+    drop_pending,
     epoch_marks,
     materialize_snapshot,
     not_snapshot_capable,
@@ -72,6 +74,24 @@ logger = logging.getLogger("pipekit")
 REPORT = "report"  # the key of a worker's state that carries its skip counts and last file to the main process
 REPORT_ITEMS = 10  # skipped items each pipe of each worker reports in full
 REFUSED = "refused"  # the key of a worker's state saying why its position cannot be checkpointed
+WORKER_RNG = "worker_rng"  # the key of a worker's state holding its global generators' states (torch's, Python's)
+EPOCH_RNG = "epoch_rng"  # the key of a replayed (count) state: the global generators' states the epoch started with
+
+
+def worker_rng_state() -> dict[str, Any]:
+    """The global random generators of this (worker) process: what its pipes and maps draw from, at a position.
+
+    A persistent worker's generators advance through the epochs (a shuffle under ``cycle`` draws each later
+    pass's seed from torch's; augmentations draw from them): a worker resumed from a checkpoint continues them.
+    """
+    return {"torch": torch.get_rng_state(), "random": random.getstate()}
+
+
+def set_worker_rng_state(state: dict[str, Any]) -> None:
+    """Put back a :func:`worker_rng_state` (from a checkpoint: lists may stand for tuples)."""
+    torch.set_rng_state(state["torch"])
+    version, internal, gauss = state["random"]
+    random.setstate((version, tuple(internal), gauss))
 
 
 def skip_logs(pipes: list[Any]) -> list[tuple[int, SkipLog]]:
@@ -167,16 +187,21 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         self._stages: list[str] = []  # each pipe's name for messages, by snapshot index
         self._checked_run = 0  # the iterator whose kept positions were checked for streams
         self._refused: str | None = None  # why this iterator's positions cannot be checkpointed
+        # Each worker's global generators to start from (by worker id), from an end-of-epoch checkpoint of
+        # persistent workers: set by the loader while it starts workers, used by the first epoch only.
+        self._start_rngs: list[Any] | None = None
+        self._epoch_rng: dict[str, Any] | None = None  # this process's generators when the epoch started
 
     def __getstate__(self) -> Any:
         # The channel travels to the workers with the pipe (it is only set while the loader starts them).
-        return (super().__getstate__(), self._channel)
+        return (super().__getstate__(), self._channel, self._start_rngs)
 
     def __setstate__(self, state: Any) -> None:
-        base, channel = state
+        base, channel, start_rngs = state
         super().__setstate__(base)
         self._init_resume_fields()
         self._channel = channel
+        self._start_rngs = start_rngs
 
     def __iter__(self) -> _CheckpointedPipe:
         self._start()
@@ -204,6 +229,18 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         self._since_start = 0
         self._yielded = 0
         self._exhausted = False
+        # A state the last epoch loaded into a pipe it never pulled from belongs to that epoch, not this one.
+        drop_pending(self._pipes)
+        if pending is not None and self._in_worker and pending.get(WORKER_RNG) is not None:
+            set_worker_rng_state(pending[WORKER_RNG])
+        elif self._start_rngs is not None and self._in_worker:
+            # The first epoch of workers resumed from an end-of-epoch checkpoint of persistent workers: go on
+            # from the generators those workers had, as they would have into that epoch.
+            info = torch.utils.data.get_worker_info()
+            rng = self._start_rngs[info.id] if info is not None and info.id < len(self._start_rngs) else None
+            if rng is not None:
+                set_worker_rng_state(rng)
+        self._start_rngs = None
         if pending is not None and pending["mode"] == "snapshot":
             restore_pipeline(self.pipe, streams_from_bytes(pending["pipes"]))
             self._yielded = int(pending["yielded"])
@@ -215,8 +252,19 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         self._plan = SnapshotPlan(self._pipes, self._marks, self._seeds)
         self._run += 1
         self.restart()
+        # A replay draws what the epoch drew from the start (a shuffle under cycle seeds its next pass from
+        # torch's generator): from the random state the epoch started with, then the process's state goes on
+        # as it was (the checkpoint's, which a training loop restores, or a worker's from its position).
+        self._epoch_rng = worker_rng_state()
         if pending is not None and pending["mode"] == "count":
+            replay_rng = pending.get(EPOCH_RNG) if int(pending["yielded"]) else None
+            after = worker_rng_state() if replay_rng is not None else None
+            if replay_rng is not None:
+                set_worker_rng_state(replay_rng)
+                self._epoch_rng = replay_rng
             self._skip(int(pending["yielded"]))
+            if after is not None:
+                set_worker_rng_state(after)
 
     def _skip(self, count: int) -> None:
         if count:
@@ -305,6 +353,12 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         return None
 
     def _make_state(self, lazy: bool = False) -> dict[str, Any]:
+        state = self._position(lazy)
+        if self._in_worker and WORKER_RNG not in state:
+            state = {**state, WORKER_RNG: worker_rng_state()}
+        return state
+
+    def _position(self, lazy: bool = False) -> dict[str, Any]:
         if self._since_start == 0:
             # Nothing consumed since the iterator started: the position is the start
             # (or the state it was restored to), whatever stale buffers the pipes hold.
@@ -322,7 +376,7 @@ class _CheckpointedPipe(LoaderPipeWrapper):
                     "replay the items already consumed",
                     sorted(set(not_snapshot_capable(self.pipe))),
                 )
-            return {"mode": "count", "yielded": self._yielded, "seeds": self._seeds}
+            return {"mode": "count", "yielded": self._yielded, "seeds": self._seeds, EPOCH_RNG: self._epoch_rng}
         if not lazy:
             snap = plain_position(snap, self._stages)
         return {"mode": "snapshot", "pipes": snap, "yielded": self._yielded}

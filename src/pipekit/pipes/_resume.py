@@ -52,6 +52,7 @@ from pipekit.pipes._torch import ShardingFilter as TorchShardingFilter
 from pipekit.pipes._torch import Shuffler as TorchShuffler
 from pipekit.pipes._torch import iterator_id, pipe_graph
 from pipekit.pipes.base import IterDataPipe, MapDataPipe, Resumable
+from pipekit.pipes.state import PendingState
 
 __all__ = [
     "pipeline_pipes",
@@ -66,6 +67,7 @@ __all__ = [
     "epoch_marks",
     "pending_seeds",
     "apply_seeds",
+    "drop_pending",
 ]
 
 logger = logging.getLogger("pipekit")
@@ -336,6 +338,20 @@ def apply_seeds(pipes: list[Any], seeds: list[int | None]) -> None:
     for dp, seed in zip(pipes, seeds, strict=True):
         if seed is not None and _is_random(dp):
             dp.set_seed(seed)
+
+
+def drop_pending(pipes: list[Any]) -> None:
+    """Forget the loaded states that ``pipes`` still hold, not yet applied by an iterator.
+
+    A state loaded into a pipe waits for the pipe's next iterator; a pipe the
+    resumed epoch never pulls from (upstream of a ``header`` at its limit, the
+    second input of a ``zip`` whose first ended) would otherwise apply it to
+    the *next* epoch, which would start mid-way.  :class:`pipekit.DataLoader`
+    calls this when an epoch starts, before restoring a checkpoint, if any.
+    """
+    for dp in pipes:
+        if isinstance(dp, PendingState):
+            dp._pending = None
 
 
 def restore_pipeline(pipe: IterDataPipe, state: dict[str, Any]) -> None:

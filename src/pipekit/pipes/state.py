@@ -34,7 +34,10 @@ decoders, ``batch``).  Declare it with the class attribute ``stateless = True``
 * ``load_state_dict(state)`` is called on a freshly built copy of the same
   pipeline before it is iterated.  The *next* iterator on the pipe resumes
   from that position; the one after it starts a new epoch as usual.  Until
-  that iterator starts, ``state_dict()`` returns the pending state.
+  that iterator starts, ``state_dict()`` returns the pending state.  A state
+  belongs to the epoch it resumes: :class:`pipekit.DataLoader` drops one a
+  pipe still holds when the next epoch starts (a pipe the resumed epoch never
+  pulled from, upstream of a ``header`` at its limit, say).
 
 :class:`ResumablePipe` implements all of that: a subclass writes
 ``state_dict()`` (its own fields) and ``restore(state)`` (set its fields from
