@@ -150,3 +150,28 @@ def test_getting_started_pipeline_resumes_exactly_from_positions(shard_folder, n
     full, resumed, size = run_and_resume(lambda: getting_started(shard_folder), take, num_workers)
     assert len(full) == 48 and resumed == full
     assert size < 60_000  # positions: the buffered JPEGs (6 per worker) and the listing are not in it
+
+
+def test_an_archive_replaced_under_the_re_read_is_refused_naming_it(tmp_path):
+    """The re-read starts from an older snapshot, before the archive being read was opened: its stamp at the
+    checkpoint is still checked, so the replaced file is refused instead of read afresh in the old positions."""
+    root, other = tmp_path / "shards", tmp_path / "other"
+    write_image_shards(root, shards=2, per_shard=12, size=8, progress=False)
+    write_image_shards(other, shards=1, per_shard=10, size=8, progress=False)
+
+    def build() -> Any:
+        return (IterableWrapper([str(root)]).list_files_by_fsspec(masks="*.tar").open_files_by_fsspec(mode="rb")
+                .load_from_tar().webdataset().shuffle(buffer_size=6).map(lambda s: s["__key__"]))
+
+    torch.manual_seed(0)
+    loader = pipekit.DataLoader(build())
+    it = iter(loader)
+    head = [next(it) for _ in range(2)]
+    state, _ = saved_and_loaded(loader.state_dict())
+    assert len(head) == 2 and state
+    first = sorted(root.glob("*.tar"))[0]
+    first.write_bytes(sorted(other.glob("*.tar"))[0].read_bytes())  # replaced: another size and mtime
+    resumed = pipekit.DataLoader(build())
+    resumed.load_state_dict(state)
+    with pytest.raises(pipekit.errors.ArchiveError, match=first.name):
+        list(resumed)

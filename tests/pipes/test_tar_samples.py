@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import pickle
 import tarfile
 from pathlib import Path
@@ -124,7 +125,26 @@ class TestResume:
         for _ in range(2):
             next(it)
         # samples 0 and 1 of a.tar hold 3 + 2 members; the member looked at ahead (sample 2's first) is not counted
-        assert pipe.state_dict() == {"url": shards[0], "entries": 5}
+        state = pipe.state_dict()
+        assert (state["url"], state["entries"]) == (shards[0], 5)
+        size = os.path.getsize(shards[0])
+        assert state["stamp"] == f"{size}:{os.stat(shards[0]).st_mtime_ns}"  # what the archive was: size and mtime
         for _ in range(10):
             next(it)  # the last sample of a.tar: the look-ahead member is b.tar's first
-        assert pipe.state_dict() == {"url": shards[1], "entries": 0}
+        state = pipe.state_dict()
+        assert (state["url"], state["entries"]) == (shards[1], 0)
+
+    def test_a_replaced_archive_is_refused_on_resume(self, shards: list[str], tmp_path) -> None:
+        import shutil
+
+        (tmp_path / "copies").mkdir()
+        copies = [shutil.copy(s, tmp_path / "copies" / os.path.basename(s)) for s in shards]
+        pipe = ours([str(c) for c in copies])
+        it = iter(pipe)
+        next(it)
+        state = pipe.state_dict()
+        shutil.copy(shards[1], copies[0])  # the archive being read, replaced by another
+        resumed = ours([str(c) for c in copies])
+        resumed.load_state_dict(state)
+        with pytest.raises(ArchiveError, match="changed since the checkpoint"):
+            list(resumed)

@@ -43,6 +43,7 @@ from pipekit.pipes._shuffle_replay import (
     REPLAY,
     ReplayLog,
     check_replay,
+    check_stamps,
     refill,
     replay_log,
     replay_state,
@@ -395,7 +396,7 @@ class ResumableShuffler(ResumablePipe, ShufflerIterDataPipe):
             self._pulls, self._pulled = array.array("q"), 0
         elif REPLAY in state:
             restore_shuffler(self, {"buffer": [], "rng": state["rng"]})
-            restore_upstream(self, state[REPLAY]["upstream"])
+            self._stamps = restore_upstream(self, state[REPLAY]["upstream"])
             self._replaying = state
         else:
             restore_shuffler(self, state)
@@ -410,6 +411,8 @@ class ResumableShuffler(ResumablePipe, ShufflerIterDataPipe):
         if state is not None:
             self._buffer, pulls, self._pulled = refill(it, state, log)
             self._pulls = array.array("q", pulls)
+            stamps, self._stamps = self.__dict__.get("_stamps", []), []
+            check_stamps(stamps)
         return it
 
 

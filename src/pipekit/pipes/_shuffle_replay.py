@@ -40,7 +40,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from pipekit.errors import CheckpointError
+from pipekit.errors import ArchiveError, CheckpointError
 
 logger = logging.getLogger("pipekit")
 
@@ -149,8 +149,13 @@ def check_replay(state: dict[str, Any]) -> None:
         raise ValueError(f"shuffle: {inline} inline slots but {len(state['buffer'])} inline items")
 
 
-def restore_upstream(pipe: Any, snapshot: dict[str, Any]) -> None:
-    """Load a pipeline snapshot of the pipes above the shuffle ``pipe`` (before they start)."""
+def restore_upstream(pipe: Any, snapshot: dict[str, Any]) -> list[tuple[Any, str, str]]:
+    """Load a pipeline snapshot of the pipes above the shuffle ``pipe`` (before they start).
+
+    Returns the archives the checkpoint was reading with their stamps (``(pipe, url, stamp)``, taken from the
+    positions the whole pipeline's restore loaded into those pipes, which this replaces): the re-read starts
+    before they were opened, so :func:`check_stamps` compares them once it has reached the checkpoint.
+    """
     from pipekit.pipes._resume import _FRESH, pipeline_pipes
     from pipekit.pipes.state import PendingState
 
@@ -161,6 +166,11 @@ def restore_upstream(pipe: Any, snapshot: dict[str, Any]) -> None:
             "shuffle: cannot restore the pipes above the shuffle buffer: the pipeline has changed since the "
             f"checkpoint (checkpoint pipes {snapshot.get('classes')}, current pipes {classes})"
         )
+    stamps = []
+    for dp in pipes:
+        pending = getattr(dp, "_pending", None)
+        if isinstance(pending, dict) and isinstance(pending.get("url"), str) and isinstance(pending.get("stamp"), str):
+            stamps.append((dp, pending["url"], pending["stamp"]))
     for dp, state in zip(pipes, snapshot["states"], strict=True):
         if state is None:
             continue
@@ -171,6 +181,32 @@ def restore_upstream(pipe: Any, snapshot: dict[str, Any]) -> None:
                 dp.set_seed(state["seed"])
             continue
         dp.load_state_dict(state)
+    return stamps
+
+
+def check_stamps(stamps: list[tuple[Any, str, str]]) -> None:
+    """Refuse a re-read that reached the checkpoint inside an archive other than the one it recorded.
+
+    Each ``(pipe, url, stamp)`` is an archive loader the checkpoint found reading ``url`` with that stamp
+    (size and version); after the re-read the loader must be reading the same file, unchanged.
+    """
+    for dp, url, stamp in stamps:
+        stage = getattr(dp, "stage", type(dp).__name__)
+        now_url, now = getattr(dp, "_url", None), getattr(dp, "_stamp", None)
+        if now_url != url:
+            raise ArchiveError(
+                "resume archive", url, stage,
+                f"re-reading the shuffle buffer's input reached the checkpoint in {now_url!r}, not in this archive: "
+                "the files changed since the checkpoint; resume from a checkpoint taken on these files, or start "
+                "the epoch over",
+            )
+        if now is not None and now != stamp:
+            raise ArchiveError(
+                "resume archive", url, stage,
+                f"the file changed since the checkpoint (size:version {stamp} then, {now} now): the shuffle buffer "
+                "re-read from it would hold other samples; resume from a checkpoint taken on this file, or start "
+                "the epoch over",
+            )
 
 
 def refill(

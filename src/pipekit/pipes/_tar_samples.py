@@ -76,15 +76,19 @@ class TarSampleLoader(TarArchiveLoader):
         self, datapipe: Iterable[tuple[str, Any]], mode: str = "r:*", length: int = -1, *, on_error: str = "raise"
     ) -> None:
         super().__init__(datapipe, mode, length, on_error=on_error)
-        self._state: tuple[str | None, int] = (None, 0)
+        self._state: tuple[str | None, int, str | None] = (None, 0, None)  # url, entries, the archive's stamp
 
     def state_dict(self) -> dict[str, Any]:
-        url, entries = self._state
-        return {"url": url, "entries": entries}
+        url, entries, stamp = self._state
+        if stamp is None:
+            return {"url": url, "entries": entries}
+        return {"url": url, "entries": entries, "stamp": stamp}  # a replaced archive is refused on resume
 
     def restore(self, state: dict[str, Any] | None) -> None:
         super().restore(state)
-        self._state = (None, 0) if state is None else (state["url"], int(state["entries"]))
+        stamp = None if state is None else state.get("stamp")
+        self._state = (None, 0, None) if state is None else (
+            state["url"], int(state["entries"]), stamp if isinstance(stamp, str) else None)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         key: str | None = None
@@ -103,10 +107,10 @@ class TarSampleLoader(TarArchiveLoader):
                 continue
             if sample is not None:
                 # the samples so far went through every entry before this member (of the archive it is in)
-                self._state = (self._url, self._entries - 1)
+                self._state = (self._url, self._entries - 1, self._stamp)
                 yield sample
             key, sample = k, {"__key__": k, suffix: data}
         if sample is not None:
-            self._state = (None, 0)  # every archive read through
+            self._state = (None, 0, None)  # every archive read through
             yield sample
-        self._state = (None, 0)
+        self._state = (None, 0, None)
