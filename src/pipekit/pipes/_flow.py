@@ -162,6 +162,9 @@ class Cycler(ResumablePipe):
     """
 
     state_keys = ("passes",)
+    #: a shuffle buffer after it keeps its items inline in a checkpoint: re-reading through a restart of the
+    #: source (another pass, with the seeds that pass drew) is not replayed exactly yet
+    replayable = False
 
     def __init__(self, source_datapipe: IterDataPipe, count: int | None = None) -> None:
         super().__init__()

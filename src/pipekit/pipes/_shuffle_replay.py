@@ -115,10 +115,11 @@ def replay_log(pipe: Any, start: bool) -> ReplayLog | None:
     if not plan.capable:
         return None
     log = ReplayLog(plan, window, max(1, window // 32))
-    if start:
-        log.take(0)
-    else:
-        log.next_at = 1  # after a restore from inline items: the first snapshot once the pipes above started
+    # the first snapshot once the pipes above have started (after the first pull), never of them not yet
+    # started: a pipe above that draws its seed when its pass starts (a second pass under ``cycle``, a new
+    # epoch) would draw another one on resume; the first item stays inline (``start`` is kept for callers)
+    del start
+    log.next_at = 1
     return log
 
 
