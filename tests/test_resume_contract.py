@@ -136,9 +136,24 @@ KNOWN_WRITING_DEFECTS: dict[str, tuple[Callable[[WriteCase], bool], WriteCase]] 
 }
 
 
+# intermittent: seen failing about one run in four, no deterministic minimal example yet (so none is pinned)
+INTERMITTENT_DEFECTS: dict[str, Callable[[Case], bool]] = {
+    # a listed file replaced between checkpoint and resume under zip + fork_zip + max_token (a pipeline resumed by
+    # counting and replaying items, as fork_zip cannot report a position): e.g. Case("listed_files",
+    # ops=(("zip",), ("fork_zip",), ("max_token", 4), ("map",)), shard_at=-1, fraction=0.6, via="torch_save",
+    # fault="replace", victim=4) sometimes resumes with other items and no error naming the file
+    "listed file replaced under a replayed (counted) pipeline": (
+        lambda c: c.fault == "replace" and c.source == "listed_files" and _has(c, "fork_zip", "demux_mux")
+    ),
+}
+
+
 def known_defect(case: Case | WriteCase) -> str | None:
     table: dict[str, Any] = KNOWN_WRITING_DEFECTS if isinstance(case, WriteCase) else KNOWN_DEFECTS
-    return next((name for name, (matches, _) in table.items() if matches(case)), None)
+    found = next((name for name, (matches, _) in table.items() if matches(case)), None)
+    if found is None and isinstance(case, Case):
+        found = next((name for name, matches in INTERMITTENT_DEFECTS.items() if matches(case)), None)
+    return found
 
 
 @pytest.fixture(scope="module")

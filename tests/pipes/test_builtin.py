@@ -159,7 +159,8 @@ class TestResumableShuffler:
         it = iter(pipe)
         next(it)
         state = pipe.state_dict()
-        assert len(state["replay"]["pulls"]) == 8 and state["buffer"] == []  # positions, not the items
+        # positions, not the items (the first pull comes before the first snapshot of the pipes above: inline)
+        assert len(state["replay"]["pulls"]) == 8 and len(state["buffer"]) <= 1
 
 
 class TestResumableShardingFilter:
