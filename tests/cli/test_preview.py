@@ -135,6 +135,24 @@ class TestBadInput:
         assert err.startswith("pipekit preview: error: ") and message in err
         assert "\n" not in err.strip()
 
+    def test_nothing_to_sample_says_why(self, cli, small_corpus, tmp_path, monkeypatch):
+        # a sampler with nothing to draw yields nothing and keeps the reason: said, not an AssertionError
+        class Empty:
+            empty_reason = "the roi does not intersect any footprint"
+
+            def __init__(self, *args, **kwargs):
+                pass
+
+            def __iter__(self):
+                return iter(())
+
+        import pipekit.geo
+
+        monkeypatch.setattr(pipekit.geo, "RandomGeoSampler", Empty)  # imported where the command runs
+        code, out, err = cli("preview", small_corpus, "--out", tmp_path / "x.png")
+        assert code == 2 and out == "" and not (tmp_path / "x.png").exists()
+        assert "nothing to preview: the roi does not intersect any footprint" in err
+
     def test_out_must_be_png_in_an_existing_folder(self, cli, small_corpus, tmp_path):
         code, _, err = cli("preview", small_corpus, "--out", tmp_path / "x.jpg")
         assert code == 2 and "--out must name a .png file" in err

@@ -296,7 +296,9 @@ def render_preview(
             best = (valid, sample)
         if valid >= 0.95:
             break
-    assert best is not None
+    if best is None:  # the sampler had nothing to draw (it says why)
+        reason = getattr(sampler, "empty_reason", None) or "no patch of this size fits the data"
+        raise CliError(f"nothing to preview: {reason}; try a smaller --size")
     valid, sample = best
 
     panels: list[tuple[str, Any]] = []
