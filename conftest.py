@@ -93,16 +93,3 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
             "`./run test --all` (pytest --all) runs them, naming a file runs all of its tests"
         )
 
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Freeze what collection made (torch, the test modules, doctests) out of the garbage collector's sweeps.
-
-    The suite's process holds millions of long-lived objects after collection; every full collection walked
-    them all again, which made tests that allocate many small objects (an AST walk of the package, a docs
-    build) 20-30x slower in the whole suite than alone.  Frozen objects are never collected, so this only
-    spares the sweeps; what tests allocate afterwards is collected as usual.
-    """
-    import gc
-
-    gc.collect()
-    gc.freeze()
