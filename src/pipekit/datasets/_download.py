@@ -107,30 +107,27 @@ class _InterruptedError(Exception):
     """The transfer stopped before the end (the ``.part`` file holds what arrived)."""
 
 
-class _TimedHTTPConnection(http.client.HTTPConnection):
-    """An HTTP connection that waits ``connect`` seconds to connect, then ``read`` seconds for each read."""
+class _ReadTimeout:
+    """Waits ``connect`` seconds to connect (and, over TLS, to shake hands), then ``read`` seconds for each read."""
+
+    sock: Any
 
     def __init__(self, *args: Any, connect: float, read: float, **kwargs: Any) -> None:
         kwargs["timeout"] = connect
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, **kwargs)  # type: ignore[call-arg]
         self._read_timeout = read
 
     def connect(self) -> None:
-        super().connect()
+        super().connect()  # type: ignore[misc]
         self.sock.settimeout(self._read_timeout)
 
 
-class _TimedHTTPSConnection(http.client.HTTPSConnection):
-    """:class:`_TimedHTTPConnection` over TLS (the handshake within the connect timeout)."""
+class _TimedHTTPConnection(_ReadTimeout, http.client.HTTPConnection):
+    """An HTTP connection with pipekit's connect and read timeouts."""
 
-    def __init__(self, *args: Any, connect: float, read: float, **kwargs: Any) -> None:
-        kwargs["timeout"] = connect
-        super().__init__(*args, **kwargs)
-        self._read_timeout = read
 
-    def connect(self) -> None:
-        super().connect()
-        self.sock.settimeout(self._read_timeout)
+class _TimedHTTPSConnection(_ReadTimeout, http.client.HTTPSConnection):
+    """:class:`_TimedHTTPConnection` over TLS."""
 
 
 class _TimedHTTPHandler(urllib.request.HTTPHandler):
