@@ -37,6 +37,9 @@ __all__ = ["COCODetection", "collate_detection", "polygons_to_mask"]
 def polygons_to_mask(polygons: Sequence[Sequence[float]], height: int, width: int) -> np.ndarray:
     """A uint8 ``[height, width]`` mask, 1 inside any of the COCO polygons (``[x1, y1, x2, y2, ...]`` each).
 
+    A polygon of an odd number of values is read without its last value (as
+    pycocotools reads it); one of fewer than 3 points draws nothing.
+
     Example:
         >>> polygons_to_mask([[1, 1, 3, 1, 3, 3, 1, 3]], 5, 5)
         array([[0, 0, 0, 0, 0],
@@ -51,7 +54,8 @@ def polygons_to_mask(polygons: Sequence[Sequence[float]], height: int, width: in
     draw = ImageDraw.Draw(canvas)
     for polygon in polygons:
         points = [float(v) for v in polygon]
-        if len(points) >= 6 and len(points) % 2 == 0:
+        points = points[: len(points) // 2 * 2]  # an odd trailing value is ignored, as pycocotools does
+        if len(points) >= 6:
             draw.polygon(points, fill=1, outline=1)
     return np.asarray(canvas, dtype=np.uint8)
 
