@@ -29,8 +29,8 @@ class VHR10(NonGeoDataset):
     * ``image``: float32 ``[3, H, W]`` (0-255);
     * ``label``: int64 ``[N]``, the category of each object (1-10, :attr:`categories`);
     * ``bbox_xyxy``: float32 ``[N, 4]``, ``(xmin, ymin, xmax, ymax)`` in pixels;
-    * ``mask``: bool ``[N, H, W]``, the instance masks (rasterized from the COCO
-      polygons by :mod:`pipekit.datasets._coco`; pycocotools is not needed).
+    * ``mask``: bool ``[N, H, W]``, the instance masks: the COCO polygons rasterized
+      with pycocotools' pixels (TorchGeo's) by pipekit, without pycocotools.
 
     Differences from TorchGeo 0.8, on purpose: a sample of the negative set, or
     a positive image without objects, has the same keys with ``N = 0`` (TorchGeo
@@ -115,7 +115,7 @@ class VHR10(NonGeoDataset):
         self._verify()
         self._coco: COCODetection | None = None
         if split == "positive":
-            self._coco = COCODetection(self._image_dir, self._annotations, masks=True)
+            self._coco = COCODetection(self._image_dir, self._annotations, masks=True, mask_rule="pycocotools")
             self._coco.ids = sorted(self._coco.ids)
 
     @property
