@@ -110,6 +110,11 @@ class TestRESISC45:
                                             r"to '.*resisc45-val\.txt'"):
             RESISC45(tmp_path, download=True)
 
+    def test_login_page_instead_of_the_archive(self, mirror, tmp_path):
+        mirror.files["/r45/NWPU-RESISC45.zip"] = b"<html><body>Sign in to continue</body></html>"
+        with pytest.raises(pipekit.errors.ArchiveError, match=r"NWPU-RESISC45\.zip.*in RESISC45.*by hand"):
+            RESISC45(tmp_path, download=True)  # without checksum=True: the extraction finds it out
+
     def test_not_downloaded(self, tmp_path):
         with pytest.raises(DatasetNotFoundError, match=r"Dataset not found.*by hand.*NWPU-RESISC45\.zip.*"
                                                        r"resisc45-train\.txt"):
