@@ -381,7 +381,8 @@ def test_dataset_split_names():
         assert getattr(pipekit.datasets, name) is getattr(pipekit.datasets.splits, name)
 
 
-CHIP_DATASET_NAMES = ["NonGeoDataset", "NonGeoClassificationDataset", "ChipRecipe", "EuroSAT", "COCODetection"]
+CHIP_DATASET_NAMES = ["NonGeoDataset", "NonGeoClassificationDataset", "ChipRecipe", "EuroSAT", "COCODetection",
+                      "VHR10", "UCMerced", "RESISC45"]
 DOWNLOAD_NAMES = ["calculate_md5", "check_integrity", "download_url", "extract_archive", "download_and_extract_archive"]
 
 
@@ -498,12 +499,15 @@ DATASETS_ALL = [
     "NAIP",
     "NonGeoClassificationDataset",
     "NonGeoDataset",
+    "RESISC45",
     "RGBBandsMissingError",
     "RasterDataset",
     "STACDataset",
     "Sentinel2",
     "TarShards",
+    "UCMerced",
     "UnionDataset",
+    "VHR10",
     "VectorDataset",
     "WebDataset",
     "concat_samples",

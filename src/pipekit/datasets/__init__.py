@@ -46,6 +46,10 @@ Chip datasets (map-style, TorchGeo 0.8's, and pipes through ``.pipe()``):
 GeoTIFF/PNG/JPEG chips, local or fsspec), :class:`EuroSAT`
 (``download=True``), :class:`COCODetection` (COCO JSON boxes and masks),
 :class:`ChipRecipe`; downloads in :mod:`pipekit.datasets._download`.
+
+Benchmark datasets (TorchGeo 0.8's, ``download=True``, and pipes through ``.pipe()``):
+:class:`VHR10` (NWPU VHR-10 object detection: boxes, labels, instance masks),
+:class:`UCMerced` and :class:`RESISC45` (scene classification).
 """
 
 from typing import TYPE_CHECKING, Any
@@ -64,7 +68,10 @@ if TYPE_CHECKING:  # loaded on first use, see _LAZY below; named here for type c
     from pipekit.datasets._landsat import Landsat, Landsat7, Landsat8, Landsat9
     from pipekit.datasets._naip import NAIP
     from pipekit.datasets._nongeo import ChipRecipe, NonGeoClassificationDataset, NonGeoDataset
+    from pipekit.datasets._resisc45 import RESISC45  # benchmark datasets: VHR10, UCMerced, RESISC45
     from pipekit.datasets._sentinel2 import Sentinel2
+    from pipekit.datasets._ucmerced import UCMerced
+    from pipekit.datasets._vhr10 import VHR10
     from pipekit.datasets.splits import (
         random_bbox_assignment,
         random_bbox_splitting,
@@ -122,6 +129,10 @@ __all__ = [
     "EuroSAT",
     "COCODetection",
     "STACDataset",
+    # benchmark datasets (TorchGeo 0.8's): VHR10, UCMerced, RESISC45
+    "VHR10",
+    "UCMerced",
+    "RESISC45",
 ]
 
 # Everything but the image recipes, imported on first use (the geo extra's packages stay unimported until then).
@@ -161,6 +172,10 @@ _LAZY = {
     "RGBBandsMissingError": "pipekit.errors",
     "STACDataset": "pipekit.geo._stac",
     "VectorDataset": "pipekit.geo._vector",
+    # benchmark datasets: VHR10, UCMerced, RESISC45
+    "VHR10": "pipekit.datasets._vhr10",
+    "UCMerced": "pipekit.datasets._ucmerced",
+    "RESISC45": "pipekit.datasets._resisc45",
 }
 
 _getattr, _dir = lazy_attributes(__name__, _LAZY, globals())

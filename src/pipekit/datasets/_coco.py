@@ -31,11 +31,14 @@ from pipekit._fs import is_local, local_path
 from pipekit.datasets._nongeo import NonGeoDataset, _read_bytes, read_chip, resolve_bands, select_bands
 from pipekit.errors import ParseError
 
-__all__ = ["COCODetection", "collate_detection", "polygons_to_mask"]
+__all__ = ["COCODetection", "collate_detection", "polygons_to_mask", "coco_polygons_to_mask"]
 
 
 def polygons_to_mask(polygons: Sequence[Sequence[float]], height: int, width: int) -> np.ndarray:
     """A uint8 ``[height, width]`` mask, 1 inside any of the COCO polygons (``[x1, y1, x2, y2, ...]`` each).
+
+    A polygon of an odd number of values is read without its last value (as
+    pycocotools reads it); one of fewer than 3 points draws nothing.
 
     Example:
         >>> polygons_to_mask([[1, 1, 3, 1, 3, 3, 1, 3]], 5, 5)
@@ -51,9 +54,73 @@ def polygons_to_mask(polygons: Sequence[Sequence[float]], height: int, width: in
     draw = ImageDraw.Draw(canvas)
     for polygon in polygons:
         points = [float(v) for v in polygon]
-        if len(points) >= 6 and len(points) % 2 == 0:
+        points = points[: len(points) // 2 * 2]  # an odd trailing value is ignored, as pycocotools does
+        if len(points) >= 6:
             draw.polygon(points, fill=1, outline=1)
     return np.asarray(canvas, dtype=np.uint8)
+
+
+def coco_polygons_to_mask(polygons: Sequence[Sequence[float]], height: int, width: int) -> np.ndarray:
+    """A uint8 ``[height, width]`` mask of COCO polygons by the COCO rule: pixel ``(r, c)`` is the square ``[c, c+1) x
+    [r, r+1)``, so a polygon's mask has about its area (the ``area`` COCO files record).
+
+    The same pixels as pycocotools' ``frPyObjects`` then ``decode`` (which TorchGeo's ``VHR10``
+    uses), computed the same way: the outline traced at 5x resolution, its crossings of the pixel
+    columns' centres taken as run boundaries.  A polygon of an odd number of values is read without
+    its last value; one of fewer than 3 points draws nothing.
+
+    Example:
+        >>> coco_polygons_to_mask([[1, 1, 3, 1, 3, 3, 1, 3]], 4, 4)
+        array([[0, 0, 0, 0],
+               [0, 1, 1, 0],
+               [0, 1, 1, 0],
+               [0, 0, 0, 0]], dtype=uint8)
+    """
+    mask = np.zeros((int(height), int(width)), dtype=np.uint8)
+    for polygon in polygons:
+        if len(polygon) >= 6 and height > 0 and width > 0:
+            mask |= _coco_polygon(polygon, int(height), int(width))
+    return mask
+
+
+def _coco_polygon(polygon: Sequence[float], h: int, w: int) -> np.ndarray:
+    scale = 5.0
+    k = len(polygon) // 2
+    xy = np.asarray([float(v) for v in polygon[: 2 * k]], dtype=np.float64).reshape(k, 2)
+    # vertices on the 5x grid, rounded half up and truncated toward zero (C's (int)(v + .5))
+    x = np.trunc(scale * xy[:, 0] + 0.5).astype(np.int64).tolist()
+    y = np.trunc(scale * xy[:, 1] + 0.5).astype(np.int64).tolist()
+    x.append(x[0])
+    y.append(y[0])
+    us, vs = [], []
+    for j in range(k):  # every grid point along each edge, stepping along its longer axis
+        xs, xe, ys, ye = x[j], x[j + 1], y[j], y[j + 1]
+        dx, dy = abs(xe - xs), abs(ys - ye)
+        flip = (dx >= dy and xs > xe) or (dx < dy and ys > ye)
+        if flip:
+            xs, xe, ys, ye = xe, xs, ye, ys
+        n = max(dx, dy)
+        t = np.arange(n + 1)
+        if flip:
+            t = n - t
+        if dx >= dy:
+            us.append(t + xs)
+            vs.append(np.trunc(ys + ((ye - ys) / dx if dx else 0.0) * t + 0.5).astype(np.int64))
+        else:
+            vs.append(t + ys)
+            us.append(np.trunc(xs + (xe - xs) / dy * t + 0.5).astype(np.int64))
+    u, v = np.concatenate(us), np.concatenate(vs)
+    moved = u[1:] != u[:-1]
+    u0, u1, v0, v1 = u[:-1][moved], u[1:][moved], v[:-1][moved], v[1:][moved]
+    # where the outline crosses a pixel column's centre: a run boundary (column-major order)
+    col = (np.where(u1 < u0, u1, u1 - 1) + 0.5) / scale - 0.5
+    row = (np.minimum(v0, v1) + 0.5) / scale - 0.5
+    on = (np.floor(col) == col) & (col >= 0) & (col <= w - 1)
+    row = np.ceil(np.clip(row[on], 0, h))
+    bounds = col[on].astype(np.int64) * h + row.astype(np.int64)
+    # runs between consecutive boundaries alternate outside / inside
+    inside = (np.cumsum(np.bincount(bounds, minlength=h * w + 1))[: h * w] % 2).astype(np.uint8)
+    return inside.reshape(w, h).T
 
 
 def collate_detection(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -87,6 +154,9 @@ def collate_detection(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return batch
 
 
+_MASK_RULES = {"pillow": polygons_to_mask, "pycocotools": coco_polygons_to_mask}
+
+
 def _join(root: str, name: str) -> str:
     if "://" in name or os.path.isabs(name):
         return name
@@ -111,6 +181,10 @@ class COCODetection(NonGeoDataset):
         bands: bands to load (names from ``band_names`` or 0-based indices; ``None``: all).
         band_names: the names of the images' bands.
         masks: return ``mask``; default: when any annotation has polygons.
+        mask_rule: how polygons become pixels: ``"pillow"`` (:func:`polygons_to_mask`:
+            vertices at pixel centres, the outline's pixels included) or
+            ``"pycocotools"`` (:func:`coco_polygons_to_mask`: the COCO rule, pycocotools'
+            pixels, a mask of about the polygon's area).
         storage_options: fsspec options for remote ``root`` / ``ann_file``.
 
     Attributes:
@@ -151,9 +225,13 @@ class COCODetection(NonGeoDataset):
         bands: Sequence[str | int] | None = None,
         band_names: Sequence[str] = (),
         masks: bool | None = None,
+        mask_rule: str = "pillow",
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         where = type(self).__name__
+        if mask_rule not in _MASK_RULES:
+            raise ValueError(f"{where}: mask_rule must be one of {', '.join(_MASK_RULES)}, got {mask_rule!r}")
+        self.mask_rule = mask_rule
         if not isinstance(root, (str, os.PathLike)) or not isinstance(ann_file, (str, os.PathLike)):
             raise TypeError(f"{where}: root and ann_file must be paths or URLs")
         if transforms is not None and not callable(transforms):
@@ -242,7 +320,8 @@ class COCODetection(NonGeoDataset):
         if self.masks:
             kept = [a for a, k in zip(anns, keep.tolist()) if k]
             if kept:
-                masks = np.stack([polygons_to_mask(a.get("segmentation") or [], height, width) for a in kept])
+                rasterize = _MASK_RULES[self.mask_rule]
+                masks = np.stack([rasterize(a.get("segmentation") or [], height, width) for a in kept])
             else:
                 masks = np.zeros((0, height, width), dtype=np.uint8)
             sample["mask"] = torch.from_numpy(masks)

@@ -38,11 +38,11 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pipekit.datasets._extract import extract_archive
-from pipekit.errors import HashError, ReadError
+from pipekit.errors import DatasetNotFoundError, HashError, ReadError, StageError
 from pipekit.pipes._fsspec_io import _remote_fs
 from pipekit.retry import default_timeouts
 
@@ -393,3 +393,71 @@ def download_and_extract_archive(
     download_url(url, download_root, filename, md5, sha256=sha256, storage_options=storage_options)
     extract_archive(os.path.join(download_root, os.fspath(filename)), extract_root, remove_finished,
                     max_bytes=max_bytes, max_members=max_members, max_ratio=max_ratio)
+
+
+# ---------------------------------------------------------------------------------------------- for the datasets
+# The benchmark datasets (VHR10, UCMerced, RESISC45...) fetch their files through these two, so that every failed
+# or refused download, and every dataset not found, says which file to fetch by hand and where to put it.
+
+
+def manual_fetch_hint(files: Sequence[tuple[str, str, str | None]]) -> str:
+    """How to get ``files`` (``(url, destination path, md5 or None)`` each) without pipekit's download.
+
+    Example:
+        >>> manual_fetch_hint([("https://host/a.zip", "/data/a.zip", "0" * 32)])
+        "to get the data by hand, download https://host/a.zip (md5 00000000000000000000000000000000) to '/data/a.zip'"
+    """
+    parts = []
+    for url, path, md5 in files:
+        digest = f" (md5 {md5})" if md5 else ""
+        parts.append(f"{url}{digest} to {path!r}")
+    return "to get the data by hand, download " + "; ".join(parts)
+
+
+def fetch_for_dataset(
+    dataset: str,
+    url: str,
+    root: str | os.PathLike[str],
+    filename: str,
+    md5: str | None = None,
+    *,
+    verify: bool = True,
+    extract: bool = False,
+) -> None:
+    """:func:`download_url` (then :func:`extract_archive` into ``root`` when ``extract``) for the dataset ``dataset``.
+
+    ``md5`` is checked when ``verify`` (a dataset's ``checksum=True``), and named in the
+    message of a failure either way.
+
+    A failure keeps its type (:class:`~pipekit.errors.ReadError` for a refused or failed
+    transfer, a login page included; :class:`~pipekit.errors.HashError` for wrong bytes;
+    an :class:`~pipekit.errors.ArchiveError` for an archive that cannot be extracted) and
+    its URL, is reported in the stage ``dataset``, and its message ends with
+    :func:`manual_fetch_hint` for the file.
+    """
+    root = os.fspath(root)
+    path = os.path.join(root, filename)
+    try:
+        download_url(url, root, filename, md5 if verify else None)
+        if extract:
+            extract_archive(path, root)
+    except StageError as exc:
+        hint = manual_fetch_hint([(url, path, md5)])
+        if extract:
+            hint += " and extract it there"
+        new = type(exc)(exc.action, exc.url, dataset, f"{exc.reason}; {hint}, then construct {dataset} again")
+        if isinstance(exc, HashError) and isinstance(new, HashError):
+            new.expected, new.actual = exc.expected, exc.actual
+        raise new from exc
+
+
+def dataset_not_found(
+    dataset: str, root: str, files: Sequence[tuple[str, str, str | None]], download: bool
+) -> DatasetNotFoundError:
+    """TorchGeo's "Dataset not found" error for ``root``, with :func:`manual_fetch_hint` for ``files``."""
+    if download:
+        head = f"{dataset}: Dataset not found in `root={root!r}` and cannot be downloaded"
+    else:
+        head = (f"{dataset}: Dataset not found in `root={root!r}` and `download=False`, either specify a different "
+                "`root` or use `download=True` to automatically download the dataset")
+    return DatasetNotFoundError(f"{head}; {manual_fetch_hint(files)}")
