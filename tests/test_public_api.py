@@ -382,6 +382,8 @@ def test_dataset_split_names():
 
 
 CHIP_DATASET_NAMES = ["NonGeoDataset", "NonGeoClassificationDataset", "ChipRecipe", "EuroSAT", "COCODetection"]
+# benchmark datasets (issue 32)
+CHIP_DATASET_NAMES += ["EuroSAT100", "EuroSATSpatial"]
 DOWNLOAD_NAMES = ["calculate_md5", "check_integrity", "download_url", "extract_archive", "download_and_extract_archive"]
 
 
@@ -518,6 +520,8 @@ DATASETS_ALL = [
     "unbind_samples",
     "utils",
 ]
+# benchmark datasets (issue 32): EuroSAT's variants, Inria, LandCover.ai, So2Sat
+DATASETS_ALL = sorted(DATASETS_ALL + ["EuroSAT100", "EuroSATSpatial"])
 
 TRANSFORMS_ALL = [
     "AppendBNDVI",

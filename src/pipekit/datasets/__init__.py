@@ -59,7 +59,7 @@ if TYPE_CHECKING:  # loaded on first use, see _LAZY below; named here for type c
     from pipekit.datasets import utils
     from pipekit.datasets._cdl import CDL, CDL_CLASSES
     from pipekit.datasets._coco import COCODetection
-    from pipekit.datasets._eurosat import EuroSAT
+    from pipekit.datasets._eurosat import EuroSAT, EuroSAT100, EuroSATSpatial
     from pipekit.datasets._geosegmentation import GeoSegmentation
     from pipekit.datasets._landsat import Landsat, Landsat7, Landsat8, Landsat9
     from pipekit.datasets._naip import NAIP
@@ -122,6 +122,9 @@ __all__ = [
     "EuroSAT",
     "COCODetection",
     "STACDataset",
+    # benchmark datasets (issue 32): EuroSAT's variants, Inria, LandCover.ai, So2Sat
+    "EuroSAT100",
+    "EuroSATSpatial",
 ]
 
 # Everything but the image recipes, imported on first use (the geo extra's packages stay unimported until then).
@@ -161,6 +164,9 @@ _LAZY = {
     "RGBBandsMissingError": "pipekit.errors",
     "STACDataset": "pipekit.geo._stac",
     "VectorDataset": "pipekit.geo._vector",
+    # benchmark datasets (issue 32): EuroSAT's variants, Inria, LandCover.ai, So2Sat
+    "EuroSAT100": "pipekit.datasets._eurosat",
+    "EuroSATSpatial": "pipekit.datasets._eurosat",
 }
 
 _getattr, _dir = lazy_attributes(__name__, _LAZY, globals())
