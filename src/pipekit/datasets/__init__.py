@@ -61,6 +61,7 @@ if TYPE_CHECKING:  # loaded on first use, see _LAZY below; named here for type c
     from pipekit.datasets._coco import COCODetection
     from pipekit.datasets._eurosat import EuroSAT, EuroSAT100, EuroSATSpatial
     from pipekit.datasets._geosegmentation import GeoSegmentation
+    from pipekit.datasets._inria import InriaAerialImageLabeling
     from pipekit.datasets._landsat import Landsat, Landsat7, Landsat8, Landsat9
     from pipekit.datasets._naip import NAIP
     from pipekit.datasets._nongeo import ChipRecipe, NonGeoClassificationDataset, NonGeoDataset
@@ -125,6 +126,7 @@ __all__ = [
     # benchmark datasets (issue 32): EuroSAT's variants, Inria, LandCover.ai, So2Sat
     "EuroSAT100",
     "EuroSATSpatial",
+    "InriaAerialImageLabeling",
 ]
 
 # Everything but the image recipes, imported on first use (the geo extra's packages stay unimported until then).
@@ -167,6 +169,7 @@ _LAZY = {
     # benchmark datasets (issue 32): EuroSAT's variants, Inria, LandCover.ai, So2Sat
     "EuroSAT100": "pipekit.datasets._eurosat",
     "EuroSATSpatial": "pipekit.datasets._eurosat",
+    "InriaAerialImageLabeling": "pipekit.datasets._inria",
 }
 
 _getattr, _dir = lazy_attributes(__name__, _LAZY, globals())
