@@ -383,7 +383,7 @@ def test_dataset_split_names():
 
 CHIP_DATASET_NAMES = ["NonGeoDataset", "NonGeoClassificationDataset", "ChipRecipe", "EuroSAT", "COCODetection"]
 # benchmark datasets (issue 32)
-CHIP_DATASET_NAMES += ["EuroSAT100", "EuroSATSpatial", "InriaAerialImageLabeling"]
+CHIP_DATASET_NAMES += ["EuroSAT100", "EuroSATSpatial", "InriaAerialImageLabeling", "So2Sat"]
 DOWNLOAD_NAMES = ["calculate_md5", "check_integrity", "download_url", "extract_archive", "download_and_extract_archive"]
 
 
@@ -521,7 +521,7 @@ DATASETS_ALL = [
     "utils",
 ]
 # benchmark datasets (issue 32): EuroSAT's variants, Inria, LandCover.ai, So2Sat
-DATASETS_ALL = sorted([*DATASETS_ALL, "EuroSAT100", "EuroSATSpatial", "InriaAerialImageLabeling"])
+DATASETS_ALL = sorted([*DATASETS_ALL, "EuroSAT100", "EuroSATSpatial", "InriaAerialImageLabeling", "So2Sat"])
 
 TRANSFORMS_ALL = [
     "AppendBNDVI",

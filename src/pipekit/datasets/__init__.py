@@ -66,6 +66,7 @@ if TYPE_CHECKING:  # loaded on first use, see _LAZY below; named here for type c
     from pipekit.datasets._naip import NAIP
     from pipekit.datasets._nongeo import ChipRecipe, NonGeoClassificationDataset, NonGeoDataset
     from pipekit.datasets._sentinel2 import Sentinel2
+    from pipekit.datasets._so2sat import So2Sat
     from pipekit.datasets.splits import (
         random_bbox_assignment,
         random_bbox_splitting,
@@ -127,6 +128,7 @@ __all__ = [
     "EuroSAT100",
     "EuroSATSpatial",
     "InriaAerialImageLabeling",
+    "So2Sat",
 ]
 
 # Everything but the image recipes, imported on first use (the geo extra's packages stay unimported until then).
@@ -170,6 +172,7 @@ _LAZY = {
     "EuroSAT100": "pipekit.datasets._eurosat",
     "EuroSATSpatial": "pipekit.datasets._eurosat",
     "InriaAerialImageLabeling": "pipekit.datasets._inria",
+    "So2Sat": "pipekit.datasets._so2sat",
 }
 
 _getattr, _dir = lazy_attributes(__name__, _LAZY, globals())
