@@ -383,7 +383,8 @@ def test_dataset_split_names():
 
 CHIP_DATASET_NAMES = ["NonGeoDataset", "NonGeoClassificationDataset", "ChipRecipe", "EuroSAT", "COCODetection"]
 # benchmark datasets (issue 32)
-CHIP_DATASET_NAMES += ["EuroSAT100", "EuroSATSpatial", "InriaAerialImageLabeling", "So2Sat"]
+CHIP_DATASET_NAMES += ["EuroSAT100", "EuroSATSpatial", "InriaAerialImageLabeling", "So2Sat",
+                       "LandCoverAI", "LandCoverAI100"]
 DOWNLOAD_NAMES = ["calculate_md5", "check_integrity", "download_url", "extract_archive", "download_and_extract_archive"]
 
 
@@ -521,7 +522,8 @@ DATASETS_ALL = [
     "utils",
 ]
 # benchmark datasets (issue 32): EuroSAT's variants, Inria, LandCover.ai, So2Sat
-DATASETS_ALL = sorted([*DATASETS_ALL, "EuroSAT100", "EuroSATSpatial", "InriaAerialImageLabeling", "So2Sat"])
+DATASETS_ALL = sorted([*DATASETS_ALL, "EuroSAT100", "EuroSATSpatial", "InriaAerialImageLabeling", "So2Sat",
+                       "LandCoverAI", "LandCoverAI100"])
 
 TRANSFORMS_ALL = [
     "AppendBNDVI",

@@ -62,6 +62,7 @@ if TYPE_CHECKING:  # loaded on first use, see _LAZY below; named here for type c
     from pipekit.datasets._eurosat import EuroSAT, EuroSAT100, EuroSATSpatial
     from pipekit.datasets._geosegmentation import GeoSegmentation
     from pipekit.datasets._inria import InriaAerialImageLabeling
+    from pipekit.datasets._landcoverai import LandCoverAI, LandCoverAI100
     from pipekit.datasets._landsat import Landsat, Landsat7, Landsat8, Landsat9
     from pipekit.datasets._naip import NAIP
     from pipekit.datasets._nongeo import ChipRecipe, NonGeoClassificationDataset, NonGeoDataset
@@ -129,6 +130,8 @@ __all__ = [
     "EuroSATSpatial",
     "InriaAerialImageLabeling",
     "So2Sat",
+    "LandCoverAI",
+    "LandCoverAI100",
 ]
 
 # Everything but the image recipes, imported on first use (the geo extra's packages stay unimported until then).
@@ -173,6 +176,8 @@ _LAZY = {
     "EuroSATSpatial": "pipekit.datasets._eurosat",
     "InriaAerialImageLabeling": "pipekit.datasets._inria",
     "So2Sat": "pipekit.datasets._so2sat",
+    "LandCoverAI": "pipekit.datasets._landcoverai",
+    "LandCoverAI100": "pipekit.datasets._landcoverai",
 }
 
 _getattr, _dir = lazy_attributes(__name__, _LAZY, globals())
