@@ -523,7 +523,7 @@ DATASETS_ALL = [
 ]
 # benchmark datasets (issue 32): EuroSAT's variants, Inria, LandCover.ai, So2Sat
 DATASETS_ALL = sorted([*DATASETS_ALL, "EuroSAT100", "EuroSATSpatial", "InriaAerialImageLabeling", "So2Sat",
-                       "LandCoverAI", "LandCoverAI100"])
+                       "LandCoverAI", "LandCoverAI100", "LandCoverAIGeo"])
 
 TRANSFORMS_ALL = [
     "AppendBNDVI",

@@ -18,8 +18,9 @@ from PIL import Image
 from rasterio.transform import from_origin
 
 import pipekit
-from pipekit.datasets import DatasetNotFoundError, LandCoverAI, LandCoverAI100
+from pipekit.datasets import DatasetNotFoundError, LandCoverAI, LandCoverAI100, LandCoverAIGeo, stack_samples
 from pipekit.errors import HashError
+from pipekit.samplers import GridGeoSampler, RandomGeoSampler
 
 from .test_download import FileServer
 
@@ -180,3 +181,83 @@ def test_pipe_resumes_exactly_and_two_workers(mirror, tmp_path):
     resumed.load_state_dict(state)
     assert classes(head) + classes(resumed) == full and sorted(full) == [1, 3]
     assert sorted(classes(loader(workers=2))) == [1, 3]
+
+
+# LandCoverAIGeo: the tiles themselves, queried by area
+
+
+@pytest.fixture
+def tiles_zip(tmp_path) -> tuple[bytes, str]:
+    """landcover.ai.v1.zip's tiles: two 16x16 tiles side by side in EPSG:2180, masks = class by column; its MD5."""
+    src = tmp_path / "tiles"
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for n, x0 in enumerate((0.0, 4.0)):  # 16 px of 0.25 m: 4 m wide
+            image = np.full((3, 16, 16), 50 + n * 100, np.uint8)
+            mask = np.tile(np.arange(16, dtype=np.uint8) % 5, (1, 16, 1))
+            for folder, array in (("images", image), ("masks", mask)):
+                path = src / folder / f"T{n}.tif"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with rasterio.open(path, "w", driver="GTiff", width=16, height=16, count=array.shape[0],
+                                   dtype="uint8", crs="EPSG:2180", transform=from_origin(x0, 4, 0.25, 0.25)) as ds:
+                    ds.write(array)
+                zf.write(path, f"{folder}/T{n}.tif")
+    data = buf.getvalue()
+    return data, hashlib.md5(data).hexdigest()
+
+
+def test_geo_download_and_samples(server, tiles_zip, tmp_path, monkeypatch):
+    data, digest = tiles_zip
+    server.files["/v1/landcover.ai.v1.zip"] = data
+    monkeypatch.setattr(LandCoverAIGeo, "url", server.url + "/v1/landcover.ai.v1.zip")
+    monkeypatch.setattr(LandCoverAIGeo, "md5", digest)
+    with pytest.raises(DatasetNotFoundError, match="use `download=True`"):
+        LandCoverAIGeo(tmp_path / "geo")
+    ds = LandCoverAIGeo(tmp_path / "geo", download=True, checksum=True)
+    assert ds.bounds[0] == slice(0.0, 8.0, 0.25) and ds.bounds[1] == slice(0.0, 4.0, 0.25)
+    sample = ds[2.0:6.0, 0.0:4.0]  # across both tiles
+    assert sample["image"].shape == (3, 16, 16) and sample["image"].dtype == torch.float32
+    assert sample["mask"].shape == (1, 16, 16) and sample["mask"].dtype == torch.int64
+    assert sample["image"][0, 0, 0] == 50 and sample["image"][0, 0, -1] == 150
+    assert sample["mask"][0, 0].tolist() == [(c + 8) % 16 % 5 for c in range(8)] + [c % 5 for c in range(8)]
+    assert LandCoverAIGeo(tmp_path / "geo").crs == ds.crs  # extracted: nothing fetched again
+    monkeypatch.setattr(LandCoverAIGeo, "md5", "0" * 32)
+    with pytest.raises(HashError, match=r"landcover\.ai\.v1\.zip.*md5 mismatch"):
+        LandCoverAIGeo(tmp_path / "bad", download=True, checksum=True)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = ds.plot({**sample, "prediction": sample["mask"][0]})
+    assert [a.get_title() for a in fig.axes] == ["Image", "Mask", "Predictions"]
+    plt.close(fig)
+
+
+def test_geo_pipe_resumes_exactly_and_two_workers(tiles_zip, tmp_path):
+    root = tmp_path / "geo"
+    root.mkdir()
+    (root / "landcover.ai.v1.zip").write_bytes(tiles_zip[0])
+    ds = LandCoverAIGeo(root)
+
+    def make(workers: int = 0, sampler=None) -> pipekit.DataLoader:
+        sampler = sampler or RandomGeoSampler(ds, size=8, length=6)
+        pipe = sampler.as_pipe().sharding_filter().read_geo(ds)
+        return pipekit.DataLoader(pipe.batch(2).collate(stack_samples), num_workers=workers)
+
+    def corners(batches) -> list[tuple[float, float]]:
+        return [(b[0].start, b[1].start) for batch in batches for b in batch["bounds"]]
+
+    torch.manual_seed(8)
+    full = corners(make())
+    torch.manual_seed(8)
+    loader = make()
+    it = iter(loader)
+    head = [next(it)]
+    state = pickle.loads(pickle.dumps(loader.state_dict()))
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert corners(head) + corners(resumed) == full and len(full) == 6
+    batches = list(make(2, GridGeoSampler(ds, size=16)))
+    assert sorted(corners(batches)) == [(0.0, 0.0), (4.0, 0.0)]
+    assert all(b["mask"].shape[1:] == (1, 16, 16) for b in batches)

@@ -46,6 +46,14 @@ Chip datasets (map-style, TorchGeo 0.8's, and pipes through ``.pipe()``):
 GeoTIFF/PNG/JPEG chips, local or fsspec), :class:`EuroSAT`
 (``download=True``), :class:`COCODetection` (COCO JSON boxes and masks),
 :class:`ChipRecipe`; downloads in :mod:`pipekit.datasets._download`.
+
+TorchGeo 0.8's benchmark datasets (map-style, and pipes through ``.pipe()``;
+``LandCoverAIGeo`` is a geo dataset): :class:`EuroSAT100` and
+:class:`EuroSATSpatial` (EuroSAT's 100-chip subset and longitude split),
+:class:`InriaAerialImageLabeling` (building masks; a manual download),
+:class:`LandCoverAI`, :class:`LandCoverAI100` and :class:`LandCoverAIGeo`
+(land cover of Poland, ``download=True``), :class:`So2Sat` (HDF5, the ``hdf5``
+extra; a manual download).
 """
 
 from typing import TYPE_CHECKING, Any
@@ -63,6 +71,7 @@ if TYPE_CHECKING:  # loaded on first use, see _LAZY below; named here for type c
     from pipekit.datasets._geosegmentation import GeoSegmentation
     from pipekit.datasets._inria import InriaAerialImageLabeling
     from pipekit.datasets._landcoverai import LandCoverAI, LandCoverAI100
+    from pipekit.datasets._landcoverai_geo import LandCoverAIGeo
     from pipekit.datasets._landsat import Landsat, Landsat7, Landsat8, Landsat9
     from pipekit.datasets._naip import NAIP
     from pipekit.datasets._nongeo import ChipRecipe, NonGeoClassificationDataset, NonGeoDataset
@@ -132,6 +141,7 @@ __all__ = [
     "So2Sat",
     "LandCoverAI",
     "LandCoverAI100",
+    "LandCoverAIGeo",
 ]
 
 # Everything but the image recipes, imported on first use (the geo extra's packages stay unimported until then).
@@ -178,6 +188,7 @@ _LAZY = {
     "So2Sat": "pipekit.datasets._so2sat",
     "LandCoverAI": "pipekit.datasets._landcoverai",
     "LandCoverAI100": "pipekit.datasets._landcoverai",
+    "LandCoverAIGeo": "pipekit.datasets._landcoverai_geo",
 }
 
 _getattr, _dir = lazy_attributes(__name__, _LAZY, globals())

@@ -263,7 +263,8 @@ class LandCoverAI(NonGeoDataset):
         panels = [("Image", np.rollaxis(image, 0, 3), {})]
         for key, title in (("mask", "Mask"), ("prediction", "Predictions")):
             if key in sample:
-                panels.append((title, np.asarray(sample[key]).astype("uint8").squeeze(),
+                array = np.asarray(sample[key]).astype("uint8")
+                panels.append((title, array.squeeze() if key == "mask" else array,
                                {"vmin": 0, "vmax": 4, "cmap": cmap, "interpolation": "none"}))
         fig, axs = plt.subplots(1, len(panels), figsize=(len(panels) * 4, 5), squeeze=False)
         for ax, (title, array, kwargs) in zip(axs[0], panels):
