@@ -383,6 +383,9 @@ def test_dataset_split_names():
 
 CHIP_DATASET_NAMES = ["NonGeoDataset", "NonGeoClassificationDataset", "ChipRecipe", "EuroSAT", "COCODetection",
                       "VHR10", "UCMerced", "RESISC45"]
+# benchmark datasets (issue 32)
+CHIP_DATASET_NAMES += ["EuroSAT100", "EuroSATSpatial", "InriaAerialImageLabeling", "So2Sat",
+                       "LandCoverAI", "LandCoverAI100"]
 DOWNLOAD_NAMES = ["calculate_md5", "check_integrity", "download_url", "extract_archive", "download_and_extract_archive"]
 
 
@@ -522,6 +525,9 @@ DATASETS_ALL = [
     "unbind_samples",
     "utils",
 ]
+# benchmark datasets (issue 32): EuroSAT's variants, Inria, LandCover.ai, So2Sat
+DATASETS_ALL = sorted([*DATASETS_ALL, "EuroSAT100", "EuroSATSpatial", "InriaAerialImageLabeling", "So2Sat",
+                       "LandCoverAI", "LandCoverAI100", "LandCoverAIGeo"])
 
 TRANSFORMS_ALL = [
     "AppendBNDVI",

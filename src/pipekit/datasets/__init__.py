@@ -47,9 +47,14 @@ GeoTIFF/PNG/JPEG chips, local or fsspec), :class:`EuroSAT`
 (``download=True``), :class:`COCODetection` (COCO JSON boxes and masks),
 :class:`ChipRecipe`; downloads in :mod:`pipekit.datasets._download`.
 
-Benchmark datasets (TorchGeo 0.8's, ``download=True``, and pipes through ``.pipe()``):
-:class:`VHR10` (NWPU VHR-10 object detection: boxes, labels, instance masks),
-:class:`UCMerced` and :class:`RESISC45` (scene classification).
+TorchGeo 0.8's benchmark datasets (map-style, ``download=True`` where the host allows it, and pipes through
+``.pipe()``; ``LandCoverAIGeo`` is a geo dataset): :class:`VHR10` (NWPU VHR-10 object detection: boxes, labels,
+instance masks), :class:`UCMerced` and :class:`RESISC45` (scene classification), :class:`EuroSAT100` and
+:class:`EuroSATSpatial` (EuroSAT's 100-chip subset and longitude split),
+:class:`InriaAerialImageLabeling` (building masks; a manual download),
+:class:`LandCoverAI`, :class:`LandCoverAI100` and :class:`LandCoverAIGeo`
+(land cover of Poland, ``download=True``), :class:`So2Sat` (HDF5, the ``hdf5``
+extra; a manual download).
 """
 
 from typing import TYPE_CHECKING, Any
@@ -63,13 +68,17 @@ if TYPE_CHECKING:  # loaded on first use, see _LAZY below; named here for type c
     from pipekit.datasets import utils
     from pipekit.datasets._cdl import CDL, CDL_CLASSES
     from pipekit.datasets._coco import COCODetection
-    from pipekit.datasets._eurosat import EuroSAT
+    from pipekit.datasets._eurosat import EuroSAT, EuroSAT100, EuroSATSpatial
     from pipekit.datasets._geosegmentation import GeoSegmentation
+    from pipekit.datasets._inria import InriaAerialImageLabeling
+    from pipekit.datasets._landcoverai import LandCoverAI, LandCoverAI100
+    from pipekit.datasets._landcoverai_geo import LandCoverAIGeo
     from pipekit.datasets._landsat import Landsat, Landsat7, Landsat8, Landsat9
     from pipekit.datasets._naip import NAIP
     from pipekit.datasets._nongeo import ChipRecipe, NonGeoClassificationDataset, NonGeoDataset
     from pipekit.datasets._resisc45 import RESISC45  # benchmark datasets: VHR10, UCMerced, RESISC45
     from pipekit.datasets._sentinel2 import Sentinel2
+    from pipekit.datasets._so2sat import So2Sat
     from pipekit.datasets._ucmerced import UCMerced
     from pipekit.datasets._vhr10 import VHR10
     from pipekit.datasets.splits import (
@@ -133,6 +142,14 @@ __all__ = [
     "VHR10",
     "UCMerced",
     "RESISC45",
+    # benchmark datasets (issue 32): EuroSAT's variants, Inria, LandCover.ai, So2Sat
+    "EuroSAT100",
+    "EuroSATSpatial",
+    "InriaAerialImageLabeling",
+    "So2Sat",
+    "LandCoverAI",
+    "LandCoverAI100",
+    "LandCoverAIGeo",
 ]
 
 # Everything but the image recipes, imported on first use (the geo extra's packages stay unimported until then).
@@ -176,6 +193,14 @@ _LAZY = {
     "VHR10": "pipekit.datasets._vhr10",
     "UCMerced": "pipekit.datasets._ucmerced",
     "RESISC45": "pipekit.datasets._resisc45",
+    # benchmark datasets (issue 32): EuroSAT's variants, Inria, LandCover.ai, So2Sat
+    "EuroSAT100": "pipekit.datasets._eurosat",
+    "EuroSATSpatial": "pipekit.datasets._eurosat",
+    "InriaAerialImageLabeling": "pipekit.datasets._inria",
+    "So2Sat": "pipekit.datasets._so2sat",
+    "LandCoverAI": "pipekit.datasets._landcoverai",
+    "LandCoverAI100": "pipekit.datasets._landcoverai",
+    "LandCoverAIGeo": "pipekit.datasets._landcoverai_geo",
 }
 
 _getattr, _dir = lazy_attributes(__name__, _LAZY, globals())

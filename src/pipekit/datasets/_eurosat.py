@@ -12,7 +12,7 @@ from pipekit.datasets._download import download_and_extract_archive, download_ur
 from pipekit.datasets._nongeo import NonGeoClassificationDataset
 from pipekit.errors import DatasetNotFoundError, RGBBandsMissingError
 
-__all__ = ["EuroSAT"]
+__all__ = ["EuroSAT", "EuroSAT100", "EuroSATSpatial"]
 
 
 class _InSplit:
@@ -174,3 +174,56 @@ class EuroSAT(NonGeoClassificationDataset):
         if suptitle is not None:
             fig.suptitle(suptitle)
         return fig
+
+
+class EuroSATSpatial(EuroSAT):
+    """EuroSAT with TorchGeo 0.8's spatial split: train/val/test by longitude (60/20/20 %), not at random.
+
+    The same chips and archive as :class:`EuroSAT`; only the split lists
+    differ (``eurosat-spatial-<split>.txt``, downloaded from :attr:`url` and
+    verified against :attr:`split_md5s` with ``checksum=True``).  Arguments,
+    samples and errors are :class:`EuroSAT`'s.
+
+    Example:
+        >>> from pipekit.datasets import EuroSATSpatial
+        >>> EuroSATSpatial.split_filenames["val"], EuroSATSpatial.filename
+        ('eurosat-spatial-val.txt', 'EuroSATallBands.zip')
+    """
+
+    split_filenames: ClassVar[dict[str, str]] = {
+        "train": "eurosat-spatial-train.txt",
+        "val": "eurosat-spatial-val.txt",
+        "test": "eurosat-spatial-test.txt",
+    }
+    split_md5s: ClassVar[dict[str, str]] = {
+        "train": "7be3254be39f23ce4d4d144290c93292",
+        "val": "acf392290050bb3df790dc8fc0ebf193",
+        "test": "5ec1733f9c16116bf0aa2d921fc613ef",
+    }
+
+
+class EuroSAT100(EuroSAT):
+    """EuroSAT's 100-chip subset (TorchGeo 0.8's): 10 per class, 6 train, 2 val, 2 test; for tutorials and tests.
+
+    The layout, classes and bands of :class:`EuroSAT`, from a smaller archive
+    (``EuroSAT100.zip``, :attr:`md5`) and its own split lists
+    (``eurosat-100-<split>.txt``).  Not a benchmark.
+
+    Example:
+        >>> from pipekit.datasets import EuroSAT100
+        >>> EuroSAT100.filename, EuroSAT100.split_filenames["train"]
+        ('EuroSAT100.zip', 'eurosat-100-train.txt')
+    """
+
+    filename = "EuroSAT100.zip"
+    md5 = "c21c649ba747e86eda813407ef17d596"
+    split_filenames: ClassVar[dict[str, str]] = {
+        "train": "eurosat-100-train.txt",
+        "val": "eurosat-100-val.txt",
+        "test": "eurosat-100-test.txt",
+    }
+    split_md5s: ClassVar[dict[str, str]] = {
+        "train": "033d0c23e3a75e3fa79618b0e35fe1c7",
+        "val": "3e3f8b3c344182b8d126c4cc88f3f215",
+        "test": "f908f151b950f270ad18e61153579794",
+    }
