@@ -52,11 +52,25 @@ def read_inventory(path: Path) -> set[str]:
     return {line.split(" ", 1)[0] for line in zlib.decompress(body).decode().splitlines() if line.strip()}
 
 
+REFERENCE = sorted((DOCS / "reference").rglob("*.md"))
+
+
+def _directives(page: Path) -> list[str]:
+    return re.findall(r"^::: ([\w.]+)", page.read_text(), re.M)
+
+
 def reference_modules() -> list[str]:
-    """The modules documented by the reference pages' ``::: module`` directives."""
-    return sorted(
-        {m for page in (DOCS / "reference").glob("*.md") for m in re.findall(r"^::: ([\w.]+)", page.read_text(), re.M)}
-    )
+    """The modules documented by the reference pages' ``::: module`` directives (not ``::: module.Name`` ones)."""
+    found = {name for page in REFERENCE for name in _directives(page)}
+    return sorted(name for name in found if _is_module(name))
+
+
+def _is_module(name: str) -> bool:
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        return False
+    return True
 
 
 @pytest.fixture(scope="module")
@@ -127,13 +141,32 @@ def test_reference_covers_the_locked_public_api():
     spec = importlib.util.spec_from_file_location("public_api", ROOT / "tests" / "test_public_api.py")
     public_api = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(public_api)
-    text = "\n".join(p.read_text() for p in (DOCS / "reference").glob("*.md"))
+    text = "\n".join(p.read_text() for p in REFERENCE)
     assert "::: pipekit.pipes\n" in text  # documents pipekit.pipes.__all__, i.e. PIPES_ALL
     import pipekit.pipes
 
     assert sorted(pipekit.pipes.__all__) == public_api.PIPES_ALL
     top = re.search(r"::: pipekit\n(.*?)(?:\n\n|\Z)", text, re.S).group(1)
     assert all(f"- {name}" in top for name in [*public_api.DATALOADER2_NAMES, "DataLoader"])
+
+
+def test_pipes_reference_has_a_page_per_family_naming_each_pipe_once():
+    # pipekit.pipes is one page per family module (the index holds the bases): each public name on exactly one
+    # page, and each family page lists names of its own module (a page of 1.6 MB was unusable)
+    import pipekit.pipes
+
+    pages = {p.stem: _directives(p) for p in (DOCS / "reference" / "pipes").glob("*.md")}
+    named = [d.removeprefix("pipekit.pipes.") for stem, ds in pages.items() if stem != "index" for d in ds]
+    assert sorted(named) == sorted(set(named)), "a pipe is on two family pages"
+    index = re.search(r"members: \[(.*)\]", (DOCS / "reference" / "pipes" / "index.md").read_text()).group(1)
+    on_index = [n.strip() for n in index.split(",")]
+    assert sorted([*named, *on_index]) == sorted(pipekit.pipes.__all__)
+    for stem, directives in pages.items():
+        if stem != "index":
+            family = importlib.import_module(f"pipekit.pipes._{stem.replace('-', '_')}")
+            assert {d.removeprefix("pipekit.pipes.") for d in directives} <= set(family.__all__), stem
+    nav = (ROOT / "mkdocs.yml").read_text()
+    assert all(f"reference/pipes/{stem}.md" in nav for stem in pages)
 
 
 def test_guides_have_code():
