@@ -169,6 +169,36 @@ def test_pipes_reference_has_a_page_per_family_naming_each_pipe_once():
     assert all(f"reference/pipes/{stem}.md" in nav for stem in pages)
 
 
+def _figures_script():
+    spec = importlib.util.spec_from_file_location("docs_figures", ROOT / "scripts" / "docs_figures.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_pictures_exist_and_are_all_shown():
+    # the pictures are committed (the site builds without drawing them) and ./run docs redraws them
+    shown = {
+        (page.parent / ref).resolve()
+        for page in GUIDES
+        for ref in re.findall(r"!\[[^\]]*\]\(([^)\s]+\.png)\)", page.read_text())
+    }
+    drawn = {p.resolve() for p in (DOCS / "assets" / "figures").glob("*.png")}
+    assert len(drawn) >= 6
+    assert shown - drawn == set(), "a page shows a picture that is not there"
+    assert drawn - shown == set(), "a picture no page shows"
+
+
+def test_pictures_script_draws_the_benchmark_ratios(tmp_path):
+    # the whole script takes ~20 s (a synthetic corpus, torchvision): CI draws the quickest figure only
+    figures = _figures_script()
+    rows = figures.benchmark_ratios()
+    assert len(rows) >= 6 and all(0 < low <= high for _, low, high in rows)
+    assert any(label.startswith("pipes_overhead") for label, _, _ in rows)
+    assert figures.main(["--only", "ratios", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "benchmark-ratios.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_guides_have_code():
     assert len(PYTHON) >= 15
     assert BASH
