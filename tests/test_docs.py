@@ -52,11 +52,25 @@ def read_inventory(path: Path) -> set[str]:
     return {line.split(" ", 1)[0] for line in zlib.decompress(body).decode().splitlines() if line.strip()}
 
 
+REFERENCE = sorted((DOCS / "reference").rglob("*.md"))
+
+
+def _directives(page: Path) -> list[str]:
+    return re.findall(r"^::: ([\w.]+)", page.read_text(), re.M)
+
+
 def reference_modules() -> list[str]:
-    """The modules documented by the reference pages' ``::: module`` directives."""
-    return sorted(
-        {m for page in (DOCS / "reference").glob("*.md") for m in re.findall(r"^::: ([\w.]+)", page.read_text(), re.M)}
-    )
+    """The modules documented by the reference pages' ``::: module`` directives (not ``::: module.Name`` ones)."""
+    found = {name for page in REFERENCE for name in _directives(page)}
+    return sorted(name for name in found if _is_module(name))
+
+
+def _is_module(name: str) -> bool:
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        return False
+    return True
 
 
 @pytest.fixture(scope="module")
@@ -127,13 +141,62 @@ def test_reference_covers_the_locked_public_api():
     spec = importlib.util.spec_from_file_location("public_api", ROOT / "tests" / "test_public_api.py")
     public_api = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(public_api)
-    text = "\n".join(p.read_text() for p in (DOCS / "reference").glob("*.md"))
+    text = "\n".join(p.read_text() for p in REFERENCE)
     assert "::: pipekit.pipes\n" in text  # documents pipekit.pipes.__all__, i.e. PIPES_ALL
     import pipekit.pipes
 
     assert sorted(pipekit.pipes.__all__) == public_api.PIPES_ALL
     top = re.search(r"::: pipekit\n(.*?)(?:\n\n|\Z)", text, re.S).group(1)
     assert all(f"- {name}" in top for name in [*public_api.DATALOADER2_NAMES, "DataLoader"])
+
+
+def test_pipes_reference_has_a_page_per_family_naming_each_pipe_once():
+    # pipekit.pipes is one page per family module under reference/pipes/ (reference/pipes.md holds the bases and
+    # the list): each public name on exactly one page, each from its own family module (one page was 1.6 MB)
+    import pipekit.pipes
+
+    pages = {p.stem: _directives(p) for p in (DOCS / "reference" / "pipes").glob("*.md")}
+    named = [d.removeprefix("pipekit.pipes.") for ds in pages.values() for d in ds]
+    assert sorted(named) == sorted(set(named)), "a pipe is on two family pages"
+    index = (DOCS / "reference" / "pipes.md").read_text()
+    on_index = [n.strip() for n in re.search(r"members: \[(.*)\]", index).group(1).split(",")]
+    assert sorted([*named, *on_index]) == sorted(pipekit.pipes.__all__)
+    for stem, directives in pages.items():
+        family = importlib.import_module(f"pipekit.pipes._{stem.replace('-', '_')}")
+        assert {d.removeprefix("pipekit.pipes.") for d in directives} <= set(family.__all__), stem
+        assert f"(pipes/{stem}.md)" in index, f"reference/pipes.md does not link {stem}"
+    nav = (ROOT / "mkdocs.yml").read_text()
+    assert all(f"reference/pipes/{stem}.md" in nav for stem in pages)
+
+
+def _figures_script():
+    spec = importlib.util.spec_from_file_location("docs_figures", ROOT / "scripts" / "docs_figures.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_pictures_exist_and_are_all_shown():
+    # the pictures are committed (the site builds without drawing them) and ./run docs redraws them
+    shown = {
+        (page.parent / ref).resolve()
+        for page in GUIDES
+        for ref in re.findall(r"!\[[^\]]*\]\(([^)\s]+\.png)\)", page.read_text())
+    }
+    drawn = {p.resolve() for p in (DOCS / "assets" / "figures").glob("*.png")}
+    assert len(drawn) >= 6
+    assert shown - drawn == set(), "a page shows a picture that is not there"
+    assert drawn - shown == set(), "a picture no page shows"
+
+
+def test_pictures_script_draws_the_benchmark_ratios(tmp_path):
+    # the whole script takes ~20 s (a synthetic corpus, torchvision): CI draws the quickest figure only
+    figures = _figures_script()
+    rows = figures.benchmark_ratios()
+    assert len(rows) >= 6 and all(0 < low <= high for _, low, high in rows)
+    assert any(label.startswith("pipes_overhead") for label, _, _ in rows)
+    assert figures.main(["--only", "ratios", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "benchmark-ratios.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_guides_have_code():

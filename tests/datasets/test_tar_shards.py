@@ -543,3 +543,57 @@ class TestCacheDir:
         assert not (tmp_path / "c").exists()
         with pytest.raises(TypeError, match="cache_dir must be a folder path"):
             datasets.TarShards(str(shards / PATTERN), cache_dir=3)
+
+
+class TestWebDatasetHabits:
+    """The ``webdataset`` library's arguments on the recipe: ``shardshuffle=``, ``resampled=``, ``pipe:`` URLs."""
+
+    def test_shardshuffle_is_shuffle_shards(self, shards):
+        ordered = datasets.WebDataset(str(shards / PATTERN), batch_size=None, shardshuffle=False, shuffle_buffer=0)
+        assert [s["__key__"] for s in ordered] == _keys(shards)
+        torch.manual_seed(0)
+        # the library's buffer size is accepted: any true value shuffles the whole list
+        shuffled = datasets.WebDataset(str(shards / PATTERN), batch_size=None, shardshuffle=100, shuffle_buffer=0)
+        orders = [[s["__key__"] for s in shuffled][::PER_SHARD] for _ in range(3)]
+        assert any(o != _keys(shards)[::PER_SHARD] for o in orders)
+
+    def test_resampled_draws_shards_endlessly_and_resumes(self, shards):
+        def loader():
+            ds = datasets.WebDataset(str(shards / PATTERN), batch_size=None, resampled=True, shuffle_buffer=0)
+            return pipekit.DataLoader(ds.header(40), num_workers=0, batch_size=None)
+
+        torch.manual_seed(1)
+        full = [s["__key__"] for s in loader()]
+        assert len(full) == 40  # more than the 24 samples: shards are drawn with replacement
+        assert set(full) <= set(_keys(shards))
+        torch.manual_seed(1)
+        first = loader()
+        it = iter(first)
+        head = [next(it)["__key__"] for _ in range(9)]
+        resumed = loader()
+        resumed.load_state_dict(pickle.loads(pickle.dumps(first.state_dict())))
+        assert head + [s["__key__"] for s in resumed] == full
+
+    @pytest.mark.timeout(60)
+    def test_resampled_with_two_workers_gives_each_worker_its_own_draws(self, shards):
+        ds = datasets.WebDataset(str(shards / PATTERN), batch_size=None, resampled=True, shuffle_buffer=0)
+        got = [s["__key__"] for s in pipekit.DataLoader(ds.header(12), num_workers=2, batch_size=None)]
+        assert len(got) == 24  # no sharding_filter: each worker reads 12
+        assert got[0::2] != got[1::2]
+
+    def test_pipe_urls_run_the_command_without_a_shell(self, shards):
+        local = list(datasets.WebDataset(str(shards / PATTERN), train=False, batch_size=None))
+        piped = list(datasets.WebDataset(f"pipe:cat {shards}/{PATTERN}", train=False, batch_size=None))
+        assert [s["__key__"] for s in piped] == [f"pipe:cat {k}" for k in _keys(shards)]
+        assert all(torch.equal(a[".jpg"], b[".jpg"]) and a[".cls"] == b[".cls"] for a, b in zip(local, piped))
+
+    def test_pipe_url_errors_name_the_url(self, shards, tmp_path):
+        with pytest.raises(ValueError, match=r"pipe:cat a\.tar \| gunzip.*shell syntax"):
+            datasets.WebDataset("pipe:cat a.tar | gunzip")
+        with pytest.raises(ValueError, match="mixes pipe: and other URLs"):
+            datasets.WebDataset([f"pipe:cat {shards}/shard-000000.tar", str(shards / "shard-000001.tar")])
+        with pytest.raises(ValueError, match="cache_dir"):
+            datasets.WebDataset(f"pipe:cat {shards}/shard-000000.tar", cache_dir=tmp_path)
+        missing = datasets.WebDataset(f"pipe:cat {tmp_path}/none.tar", train=False, batch_size=None)
+        with pytest.raises((ArchiveError, ReadError), match=r"pipe:cat .*none\.tar.*status 1"):
+            list(missing)

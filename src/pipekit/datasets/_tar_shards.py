@@ -43,6 +43,7 @@ from pipekit.datasets._recipe import (
 )
 from pipekit.datasets._shard_cache import CachedShardOpener
 from pipekit.pipes._sample_transforms import Augmenter
+from pipekit.pipes._shard_sources import PipeOpener, ResampledShardList, check_pipe_url, is_pipe_url
 from pipekit.pipes._webdataset import shard_expand
 from pipekit.pipes.base import IterDataPipe
 
@@ -66,7 +67,9 @@ def expand_shard_urls(
       without asking the storage (:func:`~pipekit.pipes._webdataset.shard_expand`);
     * a tar file's path or URL, kept as is;
     * a glob (``"data/*.tar"``) or a folder / prefix (``"s3://b/train/"``),
-      listed with fsspec: its tar files (``.tar``, ``.tar.gz``, ``.tgz``...), sorted.
+      listed with fsspec: its tar files (``.tar``, ``.tar.gz``, ``.tgz``...), sorted;
+    * a ``pipe:CMD ARGS`` URL (the ``webdataset`` library's), brace-expanded only;
+      shell syntax in it raises ``ValueError`` naming the URL.
 
     Raises ``FileNotFoundError`` when a glob or folder holds no tar file.
 
@@ -84,7 +87,10 @@ def expand_shard_urls(
         if not isinstance(entry, (str, os.PathLike)):
             raise TypeError(f"TarShards: a shard URL must be a str, got {type(entry).__name__}: {entry!r}")
         for url in shard_expand(os.fspath(entry)):
-            if url.lower().endswith(_TAR_SUFFIXES) and not _has_magic(url):
+            if is_pipe_url(url):
+                check_pipe_url(url, "TarShards")  # refused now, naming the URL, not when a worker runs it
+                out.append(url)
+            elif url.lower().endswith(_TAR_SUFFIXES) and not _has_magic(url):
                 out.append(url)
             else:
                 out.extend(_list_tars(url, dict(storage_options or {})))
@@ -225,6 +231,15 @@ class TarShards(Recipe):
     buffer (and a checkpoint of it) holds compact encoded samples.  In
     evaluation shards and samples keep their order.
 
+    The ``webdataset`` library's habits work too: ``shardshuffle=`` is
+    ``shuffle_shards=`` (any true value shuffles the whole list; no buffer
+    size is needed), ``resampled=True`` draws shards with replacement,
+    endlessly, each DataLoader worker and rank its own (cut epochs with
+    ``.header(n)``, ``n`` samples or batches per worker: equal-length epochs
+    on every rank), and ``pipe:CMD ARGS`` URLs read each shard from a
+    command's standard output (run without a shell; see
+    :mod:`pipekit.webdataset` for the library's whole interface).
+
     Samples are dicts keyed by extension (torchdata's format):
     ``{"__key__": "shards/shard-000000.tar/sample0001", ".jpg": uint8 [3, H, W], ".cls": 3}``.
     Batches collate them key by key (tensors stacked, numbers to a tensor,
@@ -236,6 +251,11 @@ class TarShards(Recipe):
         train: shuffle (shards and samples) and augment images (with ``size``).
         batch_size: samples per batch; ``None`` yields samples.
         shuffle_shards: shuffle the shard list each epoch (training only).
+        shardshuffle: the ``webdataset`` library's name for ``shuffle_shards``
+            (``None``: use ``shuffle_shards``; any other value: its truth).
+        resampled: draw shards at random with replacement, endlessly, in
+            each worker and rank, instead of reading the list once per epoch
+            (the pipeline has no end: take ``.header(n)`` of it).
         shuffle_buffer: samples in the sample-level shuffle buffer (training
             only); ``0`` or ``None`` turns it off.
         decode: ``True`` (the default handlers of :class:`pipekit.pipes.Decoder`),
@@ -263,7 +283,7 @@ class TarShards(Recipe):
             size and ETag / modification time (one metadata request per shard
             and epoch) and copies it again when it changed.  Local shards are
             read in place.  ``None`` (default): remote shards are streamed
-            every epoch.
+            every epoch.  Not with ``pipe:`` URLs.
 
     Attributes:
         shards: the shard URLs, in their unshuffled order.
@@ -292,6 +312,8 @@ class TarShards(Recipe):
         train: bool = True,
         batch_size: int | None = 32,
         shuffle_shards: bool = True,
+        shardshuffle: bool | int | None = None,
+        resampled: bool = False,
         shuffle_buffer: int | None = 1000,
         decode: bool | Mapping[str, Any] | Callable[[IterDataPipe], IterDataPipe] = True,
         storage_options: Mapping[str, Any] | None = None,
@@ -330,13 +352,29 @@ class TarShards(Recipe):
 
         self.train = bool(train)
         self.batch_size = batch_size
+        self.resampled = bool(resampled)
         self.storage_options = dict(storage_options or {})
         self.shards: list[str] = expand_shard_urls(urls, self.storage_options)
         options = self.storage_options or None
+        piped = [is_pipe_url(u) for u in self.shards]
+        if any(piped) and not all(piped):
+            raise ValueError(
+                f"{where}: the shard list mixes pipe: and other URLs ({self.shards[piped.index(True)]!r} and "
+                f"{self.shards[piped.index(False)]!r}); use one kind per dataset"
+            )
+        if piped[0] and cache_dir is not None:
+            raise ValueError(f"{where}: cache_dir= copies remote objects, but {self.shards[0]!r} is a pipe: URL")
+        if shardshuffle is not None:
+            shuffle_shards = bool(shardshuffle)
 
-        pipe: IterDataPipe = ListSource(self.shards, shuffle=self.train and bool(shuffle_shards))
-        pipe = pipe.sharding_filter()
-        if cache_dir is not None:
+        pipe: IterDataPipe
+        if resampled:  # each worker and rank draws its own shards: no sharding_filter
+            pipe = ResampledShardList(self.shards, where=where)
+        else:
+            pipe = ListSource(self.shards, shuffle=self.train and bool(shuffle_shards)).sharding_filter()
+        if piped[0]:
+            pipe = PipeOpener(pipe, where=where)
+        elif cache_dir is not None:
             pipe = CachedShardOpener(pipe, cache_dir, self.storage_options)
         else:
             pipe = pipe.open_files_by_fsspec(mode="rb", storage_options=options)
@@ -365,7 +403,8 @@ class TarShards(Recipe):
 
     def __repr__(self) -> str:
         mode = "train" if self.train else "eval"
-        return f"TarShards({len(self.shards)} shards, {mode}, batch_size={self.batch_size})"
+        resampled = ", resampled" if self.resampled else ""
+        return f"TarShards({len(self.shards)} shards{resampled}, {mode}, batch_size={self.batch_size})"
 
     __str__ = __repr__
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from pipekit.pipes.state import PermutationSource, SeededPipe
+from pipekit.pipes._shard_sources import ResampledShardList
+from pipekit.pipes.state import PermutationSource
 
 __all__ = ["ResampledShards", "SimpleShardList", "expand_urls"]
 
@@ -30,12 +30,13 @@ class SimpleShardList(PermutationSource):
             self.set_seed(seed)
 
 
-class ResampledShards(SeededPipe):
+class ResampledShards(ResampledShardList):
     """An endless stream of shards drawn at random, with replacement (``resampled=True``).
 
     Each worker and rank draws its own stream (the epoch seed is mixed with the worker id and rank), so no
     split is needed and every process reads as many samples as ``with_epoch`` asks for: equal-length epochs
-    across ranks.  Resume: the draws made, and the generator's state.
+    across ranks.  Resume: the draws made, and the generator's state.  The URLs are expanded as
+    :class:`SimpleShardList`'s are.
 
     Example:
         >>> shards = ResampledShards("s-{0..3}.tar", nshards=5).set_seed(0)
@@ -43,40 +44,16 @@ class ResampledShards(SeededPipe):
         (5, True)
     """
 
-    seed_per_worker = True
-    state_keys = ("count",)
-
     def __init__(self, urls: str | Sequence[str], nshards: int = sys.maxsize, seed: int | None = None,
                  deterministic: bool = False) -> None:
-        super().__init__()
-        self.urls = expand_urls(urls)
-        if not self.urls:
-            raise ValueError("pipekit.webdataset.ResampledShards: no shard URLs")
-        self.nshards = nshards
-        self._count = 0
-        if seed is not None:
-            self.set_seed(seed)
-
-    def apply_sharding(self, num_of_instances: int, instance_id: int, sharding_group: Any = None) -> None:
-        """Each process draws its own shards: nothing to split (this makes the source a sharding point)."""
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"count": self._count}
-
-    def restore(self, state: dict[str, Any] | None) -> None:
-        self._count = 0 if state is None else int(state["count"])
-
-    def __iter__(self) -> Iterator[str]:
-        while self._count < self.nshards:
-            self._count += 1
-            yield self.rng.choice(self.urls)
+        super().__init__(expand_urls(urls), nshards=nshards, seed=seed)
 
 
 def expand_urls(urls: str | Sequence[str]) -> list[str]:
     """Shard URLs from a brace pattern, a ``::``-separated string or a list; ``pipe:`` URLs are only brace-expanded."""
     from pipekit.datasets._tar_shards import expand_shard_urls
+    from pipekit.pipes._shard_sources import check_pipe_url
     from pipekit.pipes._webdataset import shard_expand
-    from pipekit.webdataset._reading import check_pipe_url
 
     if isinstance(urls, str | os.PathLike):
         urls = os.fspath(urls).split("::")
