@@ -81,9 +81,6 @@ __all__ = [
 #: is snapped instead of resampled, for resamplings other than nearest.
 SNAP_TOLERANCE = 0.01
 
-# Relative tolerance when turning a length in CRS units into a pixel count.
-_SHAPE_RTOL = 1e-6
-
 _KERNEL_RADIUS = {
     Resampling.nearest: 1.0,
     Resampling.bilinear: 1.0,
