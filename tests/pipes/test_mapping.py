@@ -1,4 +1,5 @@
-"""flatmap, shuffled_flatmap, map_batches and threadpool_map (pipekit.pipes._mapping)."""
+"""flatmap, shuffled_flatmap, map_batches (pipekit.pipes._mapping); threadpool_map, async_map_batches
+(pipekit.pipes._concurrent_map)."""
 
 from __future__ import annotations
 
@@ -157,8 +158,8 @@ def test_functional_names_are_pipekits():
     assert owner_of("flatmap") == "pipekit.pipes._mapping.FlatMapper"
     assert owner_of("shuffled_flatmap") == "pipekit.pipes._mapping.ShuffledFlatMapper"
     assert owner_of("map_batches") == "pipekit.pipes._mapping.BatchMapper"
-    assert owner_of("threadpool_map") == "pipekit.pipes._mapping.ThreadPoolMapper"
-    assert owner_of("async_map_batches") == "pipekit.pipes._mapping.BatchAsyncMapper"
+    assert owner_of("threadpool_map") == "pipekit.pipes._concurrent_map.ThreadPoolMapper"
+    assert owner_of("async_map_batches") == "pipekit.pipes._concurrent_map.BatchAsyncMapper"
 
 
 # ----------------------------------------------------------------- flatmap

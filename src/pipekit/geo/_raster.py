@@ -11,15 +11,17 @@ reads an entry's files onto a query's grid; the dataset mosaics the entries
 and assembles the sample.  The dataset holds no open file: it pickles to
 DataLoader workers as a few arrays and strings, and each worker opens files
 lazily through :mod:`pipekit.geo.io`'s per-process cache.
+
+``RasterDataset`` holds the arguments and the policies (dtype, resampling, CRS
+and resolution); building the index is :class:`~pipekit.geo._raster_index.RasterIndexing`'s
+and assembling a sample :class:`~pipekit.geo._raster_sample.RasterSampling`'s, its bases.
 """
 
 from __future__ import annotations
 
 import copy
-import logging
 import os
 import re
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -32,32 +34,25 @@ from pipekit.errors import RGBBandsMissingError, SkipLog, check_on_error
 from pipekit.geo import io as geo_io
 from pipekit.geo._antimeridian import one_side
 from pipekit.geo._base import (
-    Arrays,
     GeoDataset,
     Sample,
-    _crs_name,
     _default_res,
-    _fill_dtype,
     _reproject_index,
     _to_crs,
     _to_res,
-    _to_tensor,
 )
 from pipekit.geo._bbox import BoundingBox
 from pipekit.geo._crs import user_crs
-from pipekit.geo._index import GeoIndex
-from pipekit.geo._read import Grid, resampling_from
-from pipekit.geo._reader import RasterReader, ReadSettings
-from pipekit.geo.catalog import CachedHeaders, Catalog, FileCatalog, check_bands, file_time_interval
-from pipekit.geo.catalog._listing import any_band_glob
-from pipekit.geo.catalog._table import _FileTable
+from pipekit.geo._raster_index import RasterIndexing
+from pipekit.geo._raster_sample import RasterSampling
+from pipekit.geo._read import resampling_from
+from pipekit.geo._reader import RasterReader
+from pipekit.geo.catalog import CachedHeaders, check_bands
 
 __all__ = ["RasterDataset"]
 
-logger = logging.getLogger("pipekit.geo")
 
-
-class RasterDataset(GeoDataset):
+class RasterDataset(RasterSampling, RasterIndexing, GeoDataset):
     """A geo dataset of raster files (GeoTIFF, COG, JPEG 2000...), local or remote.
 
     Subclasses describe a product with class attributes, as in TorchGeo 0.8:
@@ -357,101 +352,6 @@ class RasterDataset(GeoDataset):
     def res(self, value: Any) -> None:
         self._res = _to_res(value)
 
-    # -- the catalog ------------------------------------------------------------------------
-    def _make_catalog(self) -> Catalog:
-        """What the entries are: the files under ``root`` that the class attributes describe."""
-        return FileCatalog(
-            self.root,
-            filename_glob=self.filename_glob,
-            regex=self._regex,
-            date_format=self.date_format,
-            separate_files=self.separate_files,
-            bands=self.bands,
-            all_bands=self.all_bands,
-            band_variant_groups=self.band_variant_groups,
-            headers=self._cached_headers,
-            name=self.name,
-            on_error=self.on_error,
-            skip_log=self.skip_log,
-        )
-
-    def _glob(self) -> str:
-        """``filename_glob`` with its band placeholder ``{}`` matching any band (scenes are grouped later)."""
-        return any_band_glob(self.filename_glob)
-
-    def _time_interval(self, path: str, match: re.Match[str]) -> tuple[float, float]:
-        """A file's time interval from its name (a subclass that overrides it is asked file by file)."""
-        return file_time_interval(path, match, self.date_format, self.name)
-
-    def _build_file_table(self) -> _FileTable:
-        """The catalog built (files listed, headers read) and the sample layout it gives checked."""
-        overridden = type(self)._time_interval is not RasterDataset._time_interval
-        table = self._catalog.build(self._time_interval if overridden else None)
-        self._check_table(table)
-        return table
-
-    def _check_table(self, table: _FileTable) -> None:
-        """Band indexes, channels, fill value and numpy dtype of samples (``dtype="native"``'s type)."""
-        self._indexes, self._channels = self._catalog.layout(self.bands)
-        natives = [np.dtype(d) for d in self._catalog.native_dtypes()]
-        native = np.result_type(*natives) if natives else np.dtype(np.float32)
-        if self.nodata is not None:
-            fill = float(self.nodata)
-        else:
-            first = table.file_nodata(0)
-            fill = first if first is not None else 0.0
-        self._fill_value = fill
-        self._np_dtype = _fill_dtype(native, fill)
-
-    def _build_index(self, crs: CRS) -> GeoIndex:
-        """The index in ``crs``: a footprint per file, two for a file split at the antimeridian (``_rows`` maps)."""
-        entries = getattr(self._catalog, "footprint_entries", None)
-        footprints, rows = entries(crs) if entries is not None else (self._catalog.footprints(crs), None)
-        if self.__dict__.get("_cut") and self._rows is not None:  # the rows of a filtered index: one footprint each
-            footprints, rows = footprints[: len(self._files)][self._rows], self._rows
-        else:
-            self._rows = rows
-        boxes = np.empty((len(footprints), 6), dtype=np.float64)
-        boxes[:, :4] = footprints
-        boxes[:, 4:] = self._files.times if rows is None else self._files.times[rows]
-        return GeoIndex._from_array(boxes)  # a new array: not copied again
-
-    def _frame(self) -> Any:
-        """TorchGeo 0.8's index: geometry, time intervals and the catalog's columns (``filepath``...)."""
-        from pipekit.geo._frame import frame_from_index
-
-        return frame_from_index(self.geo_index, self._crs, self._catalog.frame_columns(self._entry_rows()))
-
-    def _set_frame(self, frame: Any) -> None:
-        """Keep the rows of ``frame`` (a filtered ``dataset.index``), matched to files by their ``filepath``."""
-        from pipekit.geo._frame import index_from_frame
-
-        if "filepath" not in getattr(frame, "columns", ()):
-            raise ValueError(f"{self.name}.index needs its 'filepath' column to know which files the rows are")
-        rows_of = {self._files.path(i): i for i in range(len(self._files))}
-        unknown = [p for p in frame["filepath"] if p not in rows_of]
-        if unknown:
-            raise ValueError(f"{self.name}.index: {len(unknown)} filepath(s) are not files of this dataset, "
-                             f"e.g. {unknown[0]!r}")
-        index = index_from_frame(frame, self._crs)
-        self._rows = np.array([rows_of[p] for p in frame["filepath"]], dtype=np.int64)
-        self.geo_index = index
-        self._cut = True  # the footprints may be parts of the files' (splits): kept through a change of CRS
-
-    def _log_choice(self, crs: Any, res: Any) -> None:
-        other = [k for k, c in enumerate(self._files.crs_list) if c != self._crs]
-        n_other = int(np.isin(self._files.crs_ids, other).sum()) if other else 0
-        logger.info(
-            "%s: indexed %d file(s); CRS %s (%s), res %s (%s)%s",
-            self.name,
-            len(self._files),
-            _crs_name(self._crs),
-            "given" if crs is not None else f"from the first file {self._files.path(0)!r}",
-            self._res,
-            "given" if res is not None else "from the first file",
-            f"; {n_other} file(s) in other CRSs are reprojected on read" if n_other else "",
-        )
-
     # -- the saved index ----------------------------------------------------------------------
     @property
     def index_cache(self) -> Any:
@@ -475,17 +375,6 @@ class RasterDataset(GeoDataset):
     def index_cache_url(self) -> str | None:
         """Where the saved index is read and written (``None`` without ``index_cache``)."""
         return self._cached_headers.url()
-
-    def _save_pending(self) -> None:
-        """Write the index the catalog found out of date, once the dataset CRS is known."""
-        url, self._cached_headers.pending_save = self._cached_headers.pending_save, None
-        if url is None:
-            return
-        try:
-            self.save_index(url)
-        except Exception as exc:
-            warnings.warn(f"{self.name}: cannot save the index to {url!r}: {type(exc).__name__}: {exc}",
-                          UserWarning, stacklevel=3)
 
     def save_index(self, path: Any = None) -> str:
         """Save the headers of the indexed files to a GeoParquet file and return where.
@@ -518,84 +407,6 @@ class RasterDataset(GeoDataset):
         """
         return self._cached_headers.save(path, self._files, self._crs)
 
-    # -- reading ----------------------------------------------------------------------------
-    def _layers(self) -> dict[str, int]:
-        return {"image" if self.is_image else "mask": self._channels}
-
-    def _dtypes(self) -> dict[str, torch.dtype | None]:
-        dtype = None if self.native_dtype else self.dtype
-        if dtype is None and not self.native_dtype:  # a subclass's ``dtype = None``: TorchGeo's default
-            dtype = torch.float32 if self.is_image else torch.long
-        return {"image" if self.is_image else "mask": dtype}
-
-    def _read(self, bbox: BoundingBox, grid: Grid, track_valid: bool) -> Arrays | None:
-        if self.time_series:
-            raise ValueError(
-                f"{self.name} has time_series=True: its samples are stacks in time, which cannot be mosaicked "
-                "into a union (a | b); build the union of datasets without time_series"
-            )
-        hits = self.geo_index.query(bbox)
-        if len(hits) == 0:
-            return None
-        if self._rows is not None:
-            hits = self._rows[hits]
-            if len(hits) > 1:  # both parts of a file split at the antimeridian: read it once
-                hits = hits[np.sort(np.unique(hits, return_index=True)[1])]
-        return self._mosaic(hits, grid, track_valid)
-
-    def _getitem(self, bbox: BoundingBox, grid: Grid, bounds: Any) -> Sample:
-        if not self.time_series:
-            return super()._getitem(bbox, grid, bounds)
-        hits = self.geo_index.query(bbox)
-        if len(hits) == 0:
-            raise self._missing(bbox)
-        starts, groups = time_steps(self.geo_index.bounds[hits, 4:], hits)
-        key = "image" if self.is_image else "mask"
-        arrays = []
-        for group in groups:
-            rows = self._rows[group] if self._rows is not None else group
-            if self._rows is not None and len(rows) > 1:  # both parts of a file split at the antimeridian: once
-                rows = rows[np.sort(np.unique(rows, return_index=True)[1])]
-            arrays.append(self._mosaic(rows, grid, False)[key][0])
-        stack = np.stack(arrays)
-        tensor = _to_tensor(stack, self._dtypes()[key])
-        if key == "mask" and tensor.shape[1] == 1:
-            tensor = tensor[:, 0]
-        return {key: tensor, "dates": torch.from_numpy(starts), "crs": self.crs, "bounds": bounds,
-                "transform": grid.transform}
-
-    def _mosaic(self, hits: np.ndarray, grid: Grid, track_valid: bool) -> Arrays:
-        """The files (file-table rows) ``hits`` mosaicked first-valid onto ``grid``."""
-        key = "image" if self.is_image else "mask"
-        shape = (self._channels, grid.height, grid.width)
-        if track_valid or len(hits) > 1:
-            out = np.full(shape, self._fill_value, dtype=self._np_dtype)
-            valid = np.zeros(shape, dtype=bool)
-            settings = self._read_settings()
-            for n, i in enumerate(hits.tolist()):
-                self._read_entry(i, grid, out, valid, True, settings)
-                if n + 1 < len(hits) and valid.all():
-                    break
-            return {key: (self._postprocess(out), valid)}
-        # one file: read straight into an uninitialised buffer (filled only where the file is absent)
-        out = np.empty(shape, dtype=self._np_dtype)
-        self._read_entry(int(hits[0]), grid, out, None, False)
-        return {key: (self._postprocess(out), None)}
-
-    def _read_settings(self) -> ReadSettings:
-        """What the reader takes from this dataset's settings as they are now."""
-        return ReadSettings(resampling_from(self.resampling), self.nodata, self._fill_value, self.cache, self.on_error)
-
-    def _read_entry(self, i: int, grid: Grid, out: np.ndarray, valid: np.ndarray | None, prefilled: bool,
-                    settings: ReadSettings | None = None) -> None:
-        """Read file-table row ``i`` (a file, a scene of band files, an item's assets) into ``out``."""
-        parts, label = self._catalog.parts(i, self.bands, self._indexes)
-        self._reader.read(parts, grid, out, valid, prefilled, settings or self._read_settings(), label)
-
-    def _postprocess(self, array: np.ndarray) -> np.ndarray:
-        """Hook for products (e.g. CDL's ordinal class mapping); identity by default."""
-        return array
-
     def _retargeted(self, crs: CRS, res: tuple[float, float]) -> RasterDataset:
         clone = copy.copy(self)
         clone.__dict__.pop("_crs_key", None)
@@ -623,27 +434,6 @@ class RasterDataset(GeoDataset):
             if self.class_names is not None:
                 spec["class_names"] = self.class_names
         return spec
-
-
-
-def time_steps(times: np.ndarray, hits: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
-    """The time steps of index entries ``hits`` with ``[n, 2]`` intervals ``times``: oldest first.
-
-    Entries with the same interval form one step (in index order within it).
-    Returns ``(starts, groups)``: each step's start (POSIX seconds) and its entries.
-
-    Example:
-        >>> starts, groups = time_steps(np.array([[20.0, 29.0], [0.0, 9.0], [20.0, 29.0]]), np.array([4, 7, 9]))
-        >>> starts.tolist(), [g.tolist() for g in groups]
-        ([0.0, 20.0], [[7], [4, 9]])
-    """
-    order = np.lexsort((np.arange(len(hits)), times[:, 1], times[:, 0]))
-    t = times[order]
-    new = np.ones(len(order), dtype=bool)
-    new[1:] = (t[1:, 0] != t[:-1, 0]) | (t[1:, 1] != t[:-1, 1])
-    firsts = np.flatnonzero(new)
-    groups = np.split(hits[order], firsts[1:])
-    return t[firsts, 0].astype(np.float64), groups
 
 
 def _torch_dtype(dtype: np.dtype) -> torch.dtype:

@@ -1,6 +1,6 @@
 """Reading one query's pixels: native windows, warping of just the window, first-valid mosaics.
 
-The output of a query is a grid (:class:`Grid`): origin at the query's
+The output of a query is a grid (:class:`Grid`, in :mod:`pipekit.geo._grid`): origin at the query's
 ``(minx, maxy)``, pixel size the dataset's ``res``, shape computed by
 :func:`patch_shape` so that a box of 256 pixels is read as 256 pixels, never
 255 or 257 from floating-point noise.
@@ -18,7 +18,8 @@ The output of a query is a grid (:class:`Grid`): origin at the query's
 * **warped**: otherwise the part of the file that covers the query (its
   bounds transformed to the file's CRS, plus a margin for the resampling
   kernel) is read natively and reprojected onto the query grid with
-  ``rasterio.warp.reproject`` -- never the whole file, never a merged mosaic.
+  ``rasterio.warp.reproject`` -- never the whole file, never a merged mosaic
+  (or with numpy, where that gives GDAL's result: :mod:`pipekit.geo._fast_warp`).
 
 Nodata pixels are left out of the resampling (GDAL's masked kernels, as
 ``rasterio.warp.reproject`` of the whole file does), so warped samples agree
@@ -34,19 +35,14 @@ pixels outside a file are not valid).
 from __future__ import annotations
 
 import math
-import threading
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import rasterio
-from affine import Affine
-from rasterio.crs import CRS
 from rasterio.enums import Resampling
-from rasterio.warp import reproject, transform_bounds
-from rasterio.warp import transform as warp_transform
+from rasterio.warp import reproject
 from rasterio.windows import Window
 
 from pipekit import _fast
@@ -55,8 +51,15 @@ from pipekit.errors import (
     SourceReadError,
 )
 from pipekit.geo import _warp as warp
-from pipekit.geo import warpcache
-from pipekit.geo._bbox import BoundingBox
+from pipekit.geo._fast_warp import _USE_GDAL, _warp_fast
+from pipekit.geo._grid import (  # re-exported: their former home
+    Grid,
+    apply_affine,
+    patch_shape,
+    resampling_from,
+    transform_bounds_fast,
+    window_transform,
+)
 from pipekit.geo.io import RasterHandle, error_reason
 
 __all__ = [
@@ -78,9 +81,6 @@ __all__ = [
 #: is snapped instead of resampled, for resamplings other than nearest.
 SNAP_TOLERANCE = 0.01
 
-# Relative tolerance when turning a length in CRS units into a pixel count.
-_SHAPE_RTOL = 1e-6
-
 _KERNEL_RADIUS = {
     Resampling.nearest: 1.0,
     Resampling.bilinear: 1.0,
@@ -88,17 +88,6 @@ _KERNEL_RADIUS = {
     Resampling.cubic_spline: 2.0,
     Resampling.lanczos: 3.0,
 }
-
-
-def apply_affine(t: Affine, x: float, y: float) -> tuple[float, float]:
-    """``t`` applied to the point ``(x, y)`` (without affine's deprecated ``*`` operator)."""
-    return t.a * x + t.b * y + t.c, t.d * x + t.e * y + t.f
-
-
-def window_transform(t: Affine, col: float, row: float) -> Affine:
-    """The transform of the window of ``t``'s raster that starts at pixel ``(col, row)``."""
-    x, y = apply_affine(t, col, row)
-    return Affine(t.a, t.b, x, t.d, t.e, y)
 
 
 _uniform_dtype: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -197,106 +186,6 @@ def _read_windows(parts: list[tuple[RasterHandle, list[int]]], window: Window, r
     (run or _run_serially)(lambda k: _read_window(parts[k][0], parts[k][1], window,
                                                   data[offsets[k]:offsets[k + 1]]), len(parts))
     return data
-
-
-def resampling_from(value: Resampling | str | int) -> Resampling:
-    """A :class:`rasterio.enums.Resampling` from itself, its name (``"bilinear"``) or its value."""
-    if isinstance(value, Resampling):
-        return value
-    if isinstance(value, str):
-        try:
-            return Resampling[value.lower()]
-        except KeyError:
-            names = ", ".join(r.name for r in Resampling)
-            raise ValueError(f"unknown resampling {value!r}; choose one of {names}") from None
-    if isinstance(value, int) and not isinstance(value, bool):
-        return Resampling(value)
-    raise TypeError(f"resampling must be a rasterio Resampling or its name, got {value!r}")
-
-
-def _pixels(length: float, res: float) -> int:
-    """``round(length / res)``, robust to floating-point noise (and never banker's rounding)."""
-    value = length / res
-    # values within the tolerance of a half round up, whichever side of it float noise put them
-    return math.floor(value + 0.5 + _SHAPE_RTOL * max(1.0, abs(value)))
-
-
-def patch_shape(bbox: BoundingBox, res: tuple[float, float]) -> tuple[int, int]:
-    """``(height, width)`` in pixels of ``bbox`` at ``res = (xres, yres)``; at least 1x1.
-
-    Example:
-        >>> from pipekit.geo import BoundingBox
-        >>> patch_shape(BoundingBox(0.1, 0.1 + 256 * 0.3, 0, 25.6), (0.3, 0.1))
-        (256, 256)
-    """
-    xres, yres = res
-    return max(1, _pixels(bbox.maxy - bbox.miny, yres)), max(1, _pixels(bbox.maxx - bbox.minx, xres))
-
-
-class Grid:
-    """The pixel grid a query is read onto: CRS, affine transform, shape.
-
-    ``crs_key`` identifies the CRS cheaply (its WKT) for per-handle caches.
-    """
-
-    __slots__ = ("crs", "crs_key", "height", "transform", "width")
-
-    def __init__(self, crs: CRS, transform: Affine, height: int, width: int, crs_key: str) -> None:
-        self.crs = crs
-        self.transform = transform
-        self.height = height
-        self.width = width
-        self.crs_key = crs_key
-
-    def __repr__(self) -> str:
-        return f"Grid(crs={self.crs}, transform={tuple(self.transform)[:6]}, height={self.height}, width={self.width})"
-
-    @classmethod
-    def from_bbox(cls, bbox: BoundingBox, res: tuple[float, float], crs: CRS, crs_key: str | None = None) -> Grid:
-        height, width = patch_shape(bbox, res)
-        xres, yres = res
-        transform = Affine(xres, 0.0, bbox.minx, 0.0, -yres, bbox.maxy)
-        return cls(crs, transform, height, width, crs_key if crs_key is not None else crs.to_wkt())
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return self.height, self.width
-
-    @property
-    def bounds(self) -> tuple[float, float, float, float]:
-        """``(left, bottom, right, top)`` of the grid."""
-        t = self.transform
-        return t.c, t.f + t.e * self.height, t.c + t.a * self.width, t.f
-
-
-def transform_bounds_fast(
-    src_crs: CRS, dst_crs: CRS, left: float, bottom: float, right: float, top: float, densify_pts: int = 21
-) -> tuple[float, float, float, float]:
-    """Bounds of a box after reprojection: its edges densified with ``densify_pts`` points each.
-
-    Gives the same result as ``rasterio.warp.transform_bounds`` (which
-    costs milliseconds per call with GDAL 3.10) in tens of microseconds, by
-    transforming the edge points in one ``rasterio.warp.transform`` call.
-    Falls back to ``transform_bounds`` where the result could wrap the
-    antimeridian (geographic targets) or some points do not transform.
-    """
-    n = densify_pts + 2
-    xs = np.linspace(left, right, n)
-    ys = np.linspace(bottom, top, n)
-    ex = np.concatenate([xs, xs, np.full(n, left), np.full(n, right)])
-    ey = np.concatenate([np.full(n, bottom), np.full(n, top), ys, ys])
-    try:
-        tx, ty = warp_transform(src_crs, dst_crs, ex, ey)
-    except Exception:
-        tx = ty = None
-    if tx is not None:
-        tx = np.asarray(tx)
-        ty = np.asarray(ty)
-        if np.isfinite(tx).all() and np.isfinite(ty).all():
-            result = (float(tx.min()), float(ty.min()), float(tx.max()), float(ty.max()))
-            if not (dst_crs.is_geographic and result[2] - result[0] > 180.0):
-                return result
-    return tuple(transform_bounds(src_crs, dst_crs, left, bottom, right, top, densify_pts=densify_pts))
 
 
 def valid_mask(data: np.ndarray, nodata: float | None) -> np.ndarray | None:
@@ -577,186 +466,6 @@ def _nodata_in(data: np.ndarray, nodata: float | None) -> float | None:
     return nodata
 
 
-_USE_GDAL = object()
-_crs_keys: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _crs_key(handle: RasterHandle) -> str:
-    key = _crs_keys.get(handle)
-    if key is None:
-        key = _crs_keys[handle] = handle.crs.to_wkt()
-    return key
-
-
-#: Fitted maps of lattice blocks: ``key -> [2, 3] coefficients`` (or ``None``: not affine over the block).
-_block_maps: OrderedDict[tuple, np.ndarray | None] = OrderedDict()
-_BLOCK_MAPS_MAX = 1 << 16
-_block_maps_lock = threading.Lock()
-
-
-def _block_map(handle: RasterHandle, grid: Grid, lat: warpcache.Lattice, bx: int, by: int) -> np.ndarray | None:
-    """The affine map (target to source pixels) fitted over lattice block ``(bx, by)``, or ``None``.
-
-    One map per block of the query lattice and source grid, fitted on the
-    block's own extent: every read of a pixel uses the same map, whatever
-    the query, so cached and direct reads agree bit for bit.
-    """
-    key = (tuple(handle.transform)[:6], _crs_key(handle), grid.crs_key, lat, bx, by)
-    with _block_maps_lock:
-        if key in _block_maps:
-            _block_maps.move_to_end(key)
-            return _block_maps[key]
-    size = warpcache.BLOCK
-    transform = warpcache.lattice_transform(lat, bx * size, by * size)
-    coef = warp.source_affine(transform, grid.crs, (size, size), handle.transform, handle.crs, grid.crs_key,
-                              _crs_key(handle))
-    with _block_maps_lock:
-        _block_maps[key] = coef
-        if len(_block_maps) > _BLOCK_MAPS_MAX:
-            _block_maps.popitem(last=False)
-    return coef
-
-
-def _lattice_indices(
-    handle: RasterHandle, grid: Grid, lat: warpcache.Lattice, col0: int, row0: int, shape: tuple[int, int]
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """Source pixel ``(cols, rows)`` (integers, ``[H, W]``) under the nearest rule of the lattice's pixels.
-
-    The grid starts at lattice pixel ``(col0, row0)``.  Each pixel is
-    computed from its block's map (:func:`_block_map`) and its position in
-    the block by the same float operations every time, so the result for a
-    pixel does not depend on the grid it is read with.  ``None`` when a
-    centre does not transform (outside the source CRS's domain).
-    """
-    size = warpcache.BLOCK
-    h, w = shape
-    cols = np.empty((h, w), dtype=np.intp)
-    rows = np.empty((h, w), dtype=np.intp)
-    centres = warp.block_centres(size)
-    for by in range(row0 // size, (row0 + h - 1) // size + 1):
-        r_lo, r_hi = max(row0, by * size), min(row0 + h, (by + 1) * size)
-        y = centres[r_lo - by * size:r_hi - by * size]
-        for bx in range(col0 // size, (col0 + w - 1) // size + 1):
-            c_lo, c_hi = max(col0, bx * size), min(col0 + w, (bx + 1) * size)
-            x = centres[c_lo - bx * size:c_hi - bx * size]
-            dst = (slice(r_lo - row0, r_hi - row0), slice(c_lo - col0, c_hi - col0))
-            coef = _block_map(handle, grid, lat, bx, by)
-            if coef is not None:
-                (a, b, c), (d, e, f) = coef.tolist()
-                sc = np.add.outer(b * y + c, a * x)
-                sr = np.add.outer(e * y + f, d * x)
-            else:  # not affine over the block: interpolated over the whole block, then the part needed
-                transform = warpcache.lattice_transform(lat, bx * size, by * size)
-                coords = warp.source_coordinates(transform, grid.crs, (size, size), handle.transform, handle.crs,
-                                                 grid.crs_key, _crs_key(handle))
-                if coords is None:
-                    return None
-                part = (slice(r_lo - by * size, r_hi - by * size), slice(c_lo - bx * size, c_hi - bx * size))
-                sc, sr = coords[0][part], coords[1][part]
-            np.floor(sc, out=sc)
-            np.floor(sr, out=sr)
-            cols[dst] = sc
-            rows[dst] = sr
-    return cols, rows
-
-
-def _take_nearest(
-    parts: list[tuple[RasterHandle, list[int]]], cols: np.ndarray, rows: np.ndarray, run: PartRunner | None = None
-) -> tuple[np.ndarray, np.ndarray | None] | None:
-    """The source pixels at integer ``(cols, rows)``: ``(data [bands, H, W], inside [H, W] or None)``.
-
-    ``None`` when no pixel is inside the file(s).
-    """
-    handle = parts[0][0]
-    height, width = handle.height, handle.width
-    c0, c1 = max(int(cols.min()), 0), min(int(cols.max()) + 1, width)
-    r0, r1 = max(int(rows.min()), 0), min(int(rows.max()) + 1, height)
-    if c0 >= c1 or r0 >= r1:
-        return None
-    data = _read_windows(parts, Window(c0, r0, c1 - c0, r1 - r0), run)
-    inside: np.ndarray | None = None
-    lc, lr = cols - c0, rows - r0
-    if c0 > cols.min() or c1 <= cols.max() or r0 > rows.min() or r1 <= rows.max():
-        inside = (lc >= 0) & (lc < c1 - c0) & (lr >= 0) & (lr < r1 - r0)
-        np.clip(lc, 0, c1 - c0 - 1, out=lc)
-        np.clip(lr, 0, r1 - r0 - 1, out=lr)
-    lr *= c1 - c0
-    lr += lc
-    src = data.reshape(data.shape[0], -1)
-    if data.shape[0] == 1:
-        out = np.take(src[0], lr)[None]
-    else:
-        out = np.take(src, lr, axis=1)
-    return out, inside
-
-
-def _warp_fast(
-    parts: list[tuple[RasterHandle, list[int]]],
-    grid: Grid,
-    resampling: Resampling,
-    run: PartRunner | None = None,
-) -> object:
-    """Warp the parts with :mod:`pipekit.geo._warp` (nearest neighbour: through :mod:`pipekit.geo.warpcache`).
-
-    Nearest-neighbour reads of north-up grids are computed on the query's
-    pixel lattice (:func:`pipekit.geo.warpcache.lattice`): each target pixel
-    takes the source pixel given by its lattice block's fitted map
-    (:func:`_lattice_indices`), so a pixel is the same whether it is read
-    directly, as part of a cached block, or after any other read.
-
-    Returns ``(data, coverage)``: ``data`` ``[bands, H, W]`` in the files'
-    dtype, ``coverage`` a boolean ``[H, W]`` of the target pixels that have a
-    source pixel (``None``: all of them); or ``None`` if the files cover no
-    target pixel; or ``_USE_GDAL``.
-    """
-    handle = parts[0][0]
-    t = handle.transform
-    if t.b != 0.0 or t.d != 0.0:
-        return _USE_GDAL
-
-    def read(c0: int, r0: int, c1: int, r1: int) -> np.ndarray:
-        return _read_windows(parts, Window(c0, r0, c1 - c0, r1 - r0), run)
-
-    def warp_grid(transform: Affine, shape: tuple[int, int]) -> object:
-        if resampling == Resampling.nearest:
-            found = warpcache.lattice(transform)
-            if found is not None:
-                indices = _lattice_indices(handle, grid, *found, shape)
-                if indices is None:
-                    return _USE_GDAL
-                return _take_nearest(parts, *indices, run)
-        src_key = _crs_key(handle)
-        coef = warp.source_affine(transform, grid.crs, shape, t, handle.crs, grid.crs_key, src_key)
-        if coef is not None:
-            coords = warp.affine_coordinates(coef, shape)
-        else:
-            coords = warp.source_coordinates(transform, grid.crs, shape, t, handle.crs, grid.crs_key, src_key)
-        if coords is None:
-            return _USE_GDAL
-        result = warp.warp_window(read, (handle.height, handle.width), *coords, resampling, None, handle.np_dtype)
-        if result is None:
-            # bilinear down-sampling is GDAL's; "nothing covered" is final
-            return _USE_GDAL if resampling == Resampling.bilinear else None
-        data, ok = result
-        return data, ok.all(axis=0) if ok.ndim == 3 else ok
-
-    if resampling == Resampling.nearest and all(h.reusable for h, _ in parts):
-
-        def warp_blocks(transform: Affine, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray | None] | None:
-            got = warp_grid(transform, shape)
-            if got is None:  # no pixel of these blocks is in the file: all outside
-                return np.zeros((sum(len(i) for _, i in parts), *shape), handle.np_dtype), np.zeros(shape, bool)
-            return got if isinstance(got, tuple) else None
-
-        source = (tuple((h.token, tuple(indexes)) for h, indexes in parts), grid.crs_key)
-        got = warpcache.read_blocks(source, grid.transform, grid.shape, warp_blocks)
-        if got is not None:
-            if got[1] is not None and not got[1].any():
-                return None
-            return got
-    return warp_grid(grid.transform, grid.shape)
-
-
 def _read_warped(
     parts: list[tuple[RasterHandle, list[int]]],
     grid: Grid,
@@ -774,7 +483,7 @@ def _read_warped(
     handle = parts[0][0]
     # the numpy warp where it gives GDAL's result (fast path "warp", pipekit._fast)
     if _fast.enabled("warp") and warp.supports(resampling):
-        fast = _warp_fast(parts, grid, resampling, run)
+        fast = _warp_fast(parts, grid, resampling, lambda window: _read_windows(parts, window, run))
         if fast is not _USE_GDAL:
             if fast is None:
                 return False

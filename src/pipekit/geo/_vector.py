@@ -3,28 +3,25 @@
 Each file's features are read once per process (pyogrio/GDAL; GeoParquet
 with geopandas), repaired where invalid, reprojected to the dataset CRS and
 put in a shapely ``STRtree``; they live in a per-process cache
-(:data:`_LAYERS`), never in the dataset object, so the dataset pickles to
+(:data:`pipekit.geo._vector_files._LAYERS`), never in the dataset object, so the dataset pickles to
 DataLoader workers as its file table (paths, CRSs, boxes, times) and each
 worker loads a file the first time a query needs it (forked workers inherit
 the parent's cache).  ``dataset.index`` holds one row per file, as in
 TorchGeo 0.8; a query asks the ``STRtree`` of each file it hits for the
 features that intersect it, and rasterizes them onto the query grid
 (:mod:`pipekit.geo._rasterize`).
+
+Reading a file and the cache are in :mod:`pipekit.geo._vector_files`; answering a
+query is :class:`~pipekit.geo._vector_sample.VectorSampling`'s, a base of ``VectorDataset``.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
-import os
 import re
-import shutil
-import tempfile
-import threading
 import warnings
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,14 +29,25 @@ import shapely
 import torch
 from rasterio.crs import CRS
 
-from pipekit._fs import is_local, url_to_fs
-from pipekit.errors import DatasetNotFoundError, ParseError, ReadError, SkipLog, StageError, check_on_error
-from pipekit.geo import io as geo_io
-from pipekit.geo._base import Arrays, GeoDataset, Sample, _crs_name, _to_crs, _to_res
-from pipekit.geo._bbox import MAX_TIME, MIN_TIME, BoundingBox
+from pipekit.errors import DatasetNotFoundError, ParseError, SkipLog, StageError, check_on_error
+from pipekit.geo._base import GeoDataset, Sample, _crs_name, _to_crs, _to_res
+from pipekit.geo._bbox import MAX_TIME, MIN_TIME
 from pipekit.geo._index import GeoIndex
-from pipekit.geo._rasterize import FAR_PIXELS, bad_coordinates, burn_mask, instance_masks, pixel_boxes
-from pipekit.geo._read import Grid, transform_bounds_fast
+from pipekit.geo._rasterize import bad_coordinates
+from pipekit.geo._read import transform_bounds_fast
+from pipekit.geo._vector_files import (  # the names marked noqa are re-exported: their former home
+    _LAYERS,
+    _LAYERS_LOCK,
+    _SIDECARS,
+    _feature_times,
+    _is_parquet,  # noqa: F401
+    _Layer,
+    _local_file,  # noqa: F401
+    _not_vectors,
+    clear_cache,  # noqa: F401
+    read_vector,
+)
+from pipekit.geo._vector_sample import VectorSampling
 from pipekit.geo.catalog._dates import date_interval
 from pipekit.geo.catalog._listing import _split_name, find_files
 
@@ -52,164 +60,12 @@ logger = logging.getLogger("pipekit.geo")
 
 TASKS = ("semantic_segmentation", "object_detection", "instance_segmentation")
 
-#: files of a Shapefile besides the ``.shp`` (and other side files found next to vector files)
-_SIDECARS = (".shx", ".dbf", ".prj", ".cpg", ".qix", ".sbn", ".sbx", ".qmd", ".xml", ".gpkg-wal", ".gpkg-shm")
-_SHAPEFILE_PARTS = (".shx", ".dbf", ".prj", ".cpg")
-
-
-# ---------------------------------------------------------------------------------------------
-# reading files
-
-
-@contextmanager
-def _local_file(url: str, storage_options: Mapping[str, Any]) -> Iterator[str]:
-    """A local path for ``url``: itself, or a temporary copy of a remote file (with a Shapefile's parts)."""
-    if geo_io.is_local(url):
-        yield geo_io.local_path(url)
-        return
-
-    fs, path = url_to_fs(url, storage_options)
-    tmp = tempfile.mkdtemp(prefix="pipekit-vector-")
-    try:
-        name = path.rsplit("/", 1)[-1]
-        fs.get_file(path, os.path.join(tmp, name))
-        stem, ext = os.path.splitext(path)
-        if ext.lower() == ".shp":
-            for part in _SHAPEFILE_PARTS:
-                for candidate in (stem + part, stem + part.upper()):
-                    if fs.exists(candidate):
-                        fs.get_file(candidate, os.path.join(tmp, candidate.rsplit("/", 1)[-1]))
-        yield os.path.join(tmp, name)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _is_parquet(url: str) -> bool:
-    return url.lower().endswith((".parquet", ".geoparquet"))
-
-
-def read_vector(url: str, layer: str | int | None, storage_options: Mapping[str, Any], stage: str) -> Any:
-    """The features of a vector file as a ``GeoDataFrame`` indexed by feature id.
-
-    Raises:
-        ReadError: the file cannot be read (names it and ``stage``).
-    """
-    try:
-        with _local_file(url, storage_options) as path:
-            if _is_parquet(path):
-                import geopandas
-
-                return geopandas.read_parquet(path)
-            import pyogrio
-
-            return pyogrio.read_dataframe(path, layer=layer, fid_as_index=True)
-    except Exception as exc:
-        raise ReadError("read vector file", url, stage, f"{type(exc).__name__}: {exc}") from exc
-
-
-#: the errors of a file whose content is not vectors GDAL (or pyarrow) reads: what TorchGeo leaves out
-_NOT_VECTORS = ("DataSourceError", "ArrowInvalid")
-_NOT_CONTENT = ("No such file", "Permission denied")
-
-
-def _not_vectors(exc: StageError, path: str) -> bool:
-    """Whether ``exc`` says the local file ``path`` is not a vector file (not that it is gone or locked)."""
-    cause = exc.__cause__
-    return (is_local(path) and cause is not None and type(cause).__name__ in _NOT_VECTORS
-            and not any(text in exc.reason for text in _NOT_CONTENT))
-
-
-# ---------------------------------------------------------------------------------------------
-# one file's features, loaded once per process
-
-
-@dataclass
-class _Layer:
-    """A file's features in one CRS: geometries, their STRtree, attributes, times and feature ids."""
-
-    geometries: np.ndarray
-    tree: shapely.STRtree
-    attributes: pd.DataFrame
-    times: np.ndarray | None
-    fids: np.ndarray
-    positions: np.ndarray | None = None  # each feature's position in its file (default: its own index)
-
-    def __post_init__(self) -> None:
-        self._shapes: list[Any] = [None] * len(self.geometries)
-        if self.positions is None:
-            self.positions = np.arange(len(self.geometries))
-        # each feature's largest distance from the origin in x or y, to find those reaching far from a query
-        reach = np.zeros(len(self.geometries))
-        coords, owner = shapely.get_coordinates(self.geometries, return_index=True)
-        np.maximum.at(reach, owner, np.abs(coords).max(axis=1) if len(coords) else np.zeros(0))
-        self.reach = reach
-
-    def subset(self, keep: np.ndarray) -> _Layer:
-        """The features where ``keep`` is true, with a new STRtree."""
-        geoms = self.geometries[keep]
-        times = None if self.times is None else self.times[keep]
-        attributes = self.attributes[keep].reset_index(drop=True)
-        return _Layer(geoms, shapely.STRtree(geoms), attributes, times, self.fids[keep], self.positions[keep])
-
-    @property
-    def bounds(self) -> np.ndarray:
-        """``(minx, miny, maxx, maxy)`` of all features."""
-        return shapely.total_bounds(self.geometries)
-
-    def shapes(self, idx: np.ndarray) -> list[Any]:
-        """The GeoJSON-like mappings of features ``idx`` (built once each: rasterio reads them ~5x faster
-        than shapely geometries, whose ``__geo_interface__`` walks every coordinate in Python)."""
-        out = []
-        cache = self._shapes
-        for i in idx.tolist():
-            shape = cache[i]
-            if shape is None:
-                shape = cache[i] = shapely.geometry.mapping(self.geometries[i])
-            out.append(shape)
-        return out
-
-
-#: the per-process cache of loaded files: key -> _Layer
-_LAYERS: dict[tuple[Any, ...], _Layer] = {}
-_LAYERS_LOCK = threading.Lock()
-
-
-def clear_cache() -> None:
-    """Forget every vector file loaded in this process (they are read again when next queried)."""
-    with _LAYERS_LOCK:
-        _LAYERS.clear()
-
-
-def _feature_times(values: Any, date_format: str, url: str, stage: str) -> np.ndarray:
-    """``[N, 2]`` POSIX-second intervals of a date attribute (datetimes, or strings in ``date_format``)."""
-    import pandas as pd
-
-    series = pd.Series(values)
-    out = np.empty((len(series), 2), dtype=np.float64)
-    out[:, 0], out[:, 1] = MIN_TIME, MAX_TIME
-    if pd.api.types.is_datetime64_any_dtype(series):
-        stamps = pd.to_datetime(series, utc=True)
-        ok = stamps.notna().to_numpy()
-        seconds = stamps[ok].astype("int64").to_numpy() / 1e9
-        out[ok, 0] = seconds
-        out[ok, 1] = seconds
-        return out
-    for k, value in enumerate(series.tolist()):
-        if value is None or (isinstance(value, float) and np.isnan(value)):
-            continue
-        try:
-            out[k] = date_interval(str(value), date_format)
-        except ValueError as exc:
-            raise ParseError("parse the date attribute of", url, stage,
-                             f"feature {k}: {exc} (date_format {date_format!r})") from exc
-    return out
-
 
 # ---------------------------------------------------------------------------------------------
 # the dataset
 
 
-class VectorDataset(GeoDataset):
+class VectorDataset(VectorSampling, GeoDataset):
     """A geo dataset of vector files (polygons as labels): features rasterized onto each query's grid.
 
     TorchGeo 0.8's ``VectorDataset``: the same arguments, class attributes
@@ -555,89 +411,6 @@ class VectorDataset(GeoDataset):
                 labels = np.array([self.get_label(r) for _, r in attrs.iterrows()], dtype=np.int64)
             cache[key] = labels
         return labels
-
-    # -- queries ---------------------------------------------------------------------------------
-    def _features(self, bbox: BoundingBox, grid: Grid | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """The geometries (dataset CRS) and labels of the features meeting ``bbox``, in file then feature order.
-
-        With ``grid``, GeoJSON-like mappings instead of shapely geometries (for rasterizing onto it), except
-        for features that may reach past :data:`~pipekit.geo._rasterize.FAR_PIXELS` pixels from it, which stay
-        geometries (the rasterizing kernels clip them; GDAL burns nothing for them).
-        """
-        mappings = grid is not None
-        hits = self.geo_index.query(bbox)
-        rows = np.sort(self._entry_rows()[hits])
-        box = shapely.box(bbox.minx, bbox.miny, bbox.maxx, bbox.maxy)
-        reach = np.inf
-        if grid is not None:  # a feature reaching further from the origin may reach past FAR_PIXELS from the grid
-            res = min(abs(grid.transform.a), abs(grid.transform.e)) or 1e-300
-            reach = FAR_PIXELS * res - max(abs(bbox.minx), abs(bbox.maxx), abs(bbox.miny), abs(bbox.maxy))
-        geoms: list[np.ndarray] = []
-        labels: list[np.ndarray] = []
-        for row in rows.tolist():
-            layer = self._layer(row)
-            idx = np.sort(layer.tree.query(box, predicate="intersects"))
-            if layer.times is not None and len(idx):
-                t = layer.times[idx]
-                idx = idx[(t[:, 0] <= bbox.maxt_s) & (t[:, 1] >= bbox.mint_s)]
-            if mappings:
-                part = np.empty(len(idx), dtype=object)
-                part[:] = layer.shapes(idx)
-                far = layer.reach[idx] > reach
-                part[far] = layer.geometries[idx[far]]  # geometries, which the rasterizing kernels clip
-                geoms.append(part)
-            else:
-                geoms.append(layer.geometries[idx])
-            labels.append(self._labels(row, layer)[idx])
-        if not geoms:
-            return np.empty(0, dtype=object), np.empty(0, dtype=np.int64)
-        return np.concatenate(geoms), np.concatenate(labels)
-
-    def _getitem(self, bbox: BoundingBox, grid: Grid, bounds: Any) -> Sample:
-        if len(self.geo_index.query(bbox)) == 0:
-            raise self._missing(bbox)
-        shape = (grid.height, grid.width)
-        sample: Sample = {}
-        if self.task == "semantic_segmentation":
-            geoms, labels = self._features(bbox, grid)
-            mask = burn_mask(geoms, labels, grid.transform, shape, self.all_touched)
-            sample["mask"] = torch.from_numpy(mask).to(self.dtype)
-        else:
-            geoms, labels = self._features(bbox)
-            boxes = pixel_boxes(geoms, grid.transform, shape)
-            keep = ~np.isnan(boxes).any(axis=1)
-            if self.task == "instance_segmentation":
-                masks = instance_masks(geoms[keep], grid.transform, shape, self.all_touched)
-                covered = masks.reshape(len(masks), shape[0] * shape[1]).any(axis=1)  # -1 fails for 0 masks
-                keep[np.flatnonzero(keep)[~covered]] = False
-                sample["mask"] = torch.from_numpy(np.ascontiguousarray(masks[covered]))
-            sample["bbox_xyxy"] = torch.from_numpy(np.ascontiguousarray(boxes[keep]))
-            sample["label"] = torch.from_numpy(labels[keep].astype(np.int32))
-        sample["crs"] = self.crs
-        sample["bounds"] = bounds
-        sample["transform"] = grid.transform
-        return sample
-
-    def _read(self, bbox: BoundingBox, grid: Grid, track_valid: bool) -> Arrays | None:
-        """The semantic mask (for mosaics, ``a | b``): valid where a feature lies."""
-        if self.task != "semantic_segmentation":
-            raise ValueError(f"{self.name}: only task='semantic_segmentation' can be mosaicked (a | b)")
-        if len(self.geo_index.query(bbox)) == 0:
-            return None
-        geoms, labels = self._features(bbox, grid)
-        shape = (grid.height, grid.width)
-        mask = burn_mask(geoms, labels, grid.transform, shape, self.all_touched)[None]
-        valid = None
-        if track_valid:
-            valid = burn_mask(geoms, np.ones(len(geoms), dtype=np.int64), grid.transform, shape,
-                              self.all_touched)[None].astype(bool)
-        return {"mask": (mask, valid)}
-
-    def _layers(self) -> dict[str, int]:
-        return {"mask": 1}
-
-    def _dtypes(self) -> dict[str, torch.dtype | None]:
-        return {"mask": self.dtype}
 
     # -- index, CRS, pickling --------------------------------------------------------------------
     def _frame(self) -> Any:

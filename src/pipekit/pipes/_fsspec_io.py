@@ -15,7 +15,6 @@ when the wrapper is closed or garbage collected.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import os
 import stat
@@ -30,6 +29,7 @@ from pipekit._fs import fs_is_local, listing_change, listing_record, local_path,
 from pipekit.errors import ReadError, SkipLog, check_on_error
 from pipekit.pipes._builtin import IterableWrapper
 from pipekit.pipes._list_match import _join_url, _matcher, _scan_local
+from pipekit.pipes._retrying_file import RetryingFile
 from pipekit.pipes._stream_items import note_opened
 from pipekit.pipes.base import IterDataPipe, StreamWrapper, functional_datapipe
 from pipekit.pipes.state import ResumablePipe
@@ -364,113 +364,6 @@ class FSSpecFileLister(ResumablePipe):
 
 
 _BUILTIN_OPEN_KWARGS = {"encoding", "errors", "newline"}
-
-
-class RetryingFile(io.RawIOBase):
-    """A binary file object that survives transient failures of the remote file under it.
-
-    Reads go to ``open_fn()``'s file; when one fails transiently (see
-    :func:`pipekit.retry.is_transient`), the file is opened again with
-    ``open_fn`` and sought to the byte offset this object had reached, and
-    the read is tried again, under ``policy``'s budget.  So a reader streaming
-    through it (``load_from_tar``) neither loses nor repeats a byte across a
-    server restart.  When the budget runs out,
-    :class:`~pipekit.errors.ReadError` names ``url``, ``stage`` and the
-    attempts.  Attributes it does not define (``size``, ``path``...) come
-    from the current underlying file.
-
-    Example:
-        >>> import fsspec
-        >>> from pipekit.retry import RetryPolicy
-        >>> fsspec.filesystem("memory").pipe("/retrying_doc/a.bin", b"0123456789")
-        >>> opened = []
-        >>> class Flaky(io.BytesIO):  # its first read fails as if the connection were reset
-        ...     def read(self, size=-1):
-        ...         if len(opened) == 1:
-        ...             raise ConnectionResetError(104, "Connection reset by peer")
-        ...         return super().read(size)
-        >>> def open_fn():
-        ...     opened.append(1)
-        ...     return Flaky(fsspec.filesystem("memory").cat("/retrying_doc/a.bin"))
-        >>> f = RetryingFile(open_fn, "memory://retrying_doc/a.bin", "doc", RetryPolicy(base_delay=0.001))
-        >>> f.read(4), f.read(), len(opened)
-        (b'0123', b'456789', 2)
-    """
-
-    def __init__(self, open_fn: Callable[[], Any], url: str, stage: str, policy: RetryPolicy,
-                 file: Any = None) -> None:
-        super().__init__()
-        self._open_fn = open_fn
-        self._url = url
-        self._stage = stage
-        self._policy = policy
-        self._pos = 0
-        self._file = file if file is not None else policy.call(open_fn, action="open", url=url, stage=stage)
-        self.name = url
-
-    def _recover(self) -> None:
-        old, self._file = self._file, None
-        with contextlib.suppress(Exception):  # the broken file's own close may fail the same way
-            old.close()
-        file = self._open_fn()
-        if self._pos:
-            file.seek(self._pos)
-        self._file = file
-
-    def _call(self, fn: Callable[[], Any], action: str = "read") -> Any:
-        return self._policy.call(fn, action=action, url=self._url, stage=self._stage, recover=self._recover)
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def read(self, size: int | None = -1) -> bytes:
-        if self._file is None:
-            self._recover_or_raise()
-        data = self._call(lambda: self._file.read(-1 if size is None else size))
-        self._pos += len(data)
-        return data
-
-    def readall(self) -> bytes:
-        return self.read(-1)
-
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        data = self.read(len(view))
-        view[: len(data)] = data
-        return len(data)
-
-    def _recover_or_raise(self) -> None:
-        if self.closed:
-            raise ValueError("I/O operation on closed file")
-        # the budget ran out while reopening earlier: reopen before going on
-        self._policy.call(self._recover, action="open", url=self._url, stage=self._stage)
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        if self._file is None:
-            self._recover_or_raise()
-        self._pos = self._call(lambda: self._file.seek(offset, whence), action="seek")
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
-
-    def close(self) -> None:
-        if not self.closed:
-            file, self._file = self._file, None
-            if file is not None:
-                file.close()
-        super().close()
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        file = self.__dict__.get("_file")
-        if file is None:
-            raise AttributeError(name)
-        return getattr(file, name)
 
 
 @functional_datapipe("open_files_by_fsspec")

@@ -55,6 +55,9 @@ The formulas (bands by their role; ``ND(a, b) = (a - b) / (a + b)``):
 :mod:`ast` (only numbers, band names, ``+ - * / **``, unary minus and the
 functions ``abs sqrt exp log min max``; nothing is ``eval``-ed).
 
+The numerics every kernel shares are in :mod:`pipekit.transforms._index_common`,
+:func:`band_math` in :mod:`pipekit.transforms._band_math`; this module re-exports it.
+
 Example:
     >>> import torch
     >>> from pipekit.transforms.index_kernels import ndvi
@@ -65,18 +68,22 @@ Example:
 
 from __future__ import annotations
 
-import ast
-import functools
-import math
-import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from pipekit.errors import BandMathError
+from pipekit.transforms._band_math import band_math, parse_band_math
+from pipekit.transforms._index_common import (
+    _NAN,
+    _check_number,
+    _finish,
+    _nd,
+    _read_bands,
+    _tri,
+)
 
 __all__ = [
     "INDICES",
@@ -102,156 +109,6 @@ __all__ = [
     "swi",
     "tri_band_normalized_difference",
 ]
-
-_NAN = float("nan")
-_HALF = (torch.float16, torch.bfloat16)
-
-
-# --------------------------------------------------------------------------- shared machinery
-
-
-def _check_image(image: Any, fn: str) -> None:
-    if not isinstance(image, Tensor):
-        raise TypeError(f"{fn}: image must be a torch.Tensor, got {type(image).__name__}")
-    if image.dim() < 3:
-        raise ValueError(
-            f"{fn}: image must have its band axis at -3 ([C, H, W] or [B, C, H, W]), got shape {tuple(image.shape)}"
-        )
-    if image.dtype == torch.bool or image.is_complex():
-        raise TypeError(f"{fn}: image must be a real number tensor, got dtype {image.dtype}")
-
-
-def _band_position(image: Tensor, band: Any, role: str, fn: str) -> int:
-    if isinstance(band, bool) or not hasattr(band, "__index__"):
-        raise TypeError(f"{fn}: band {role} must be an integer position, got {band!r}")
-    i = operator.index(band)
-    channels = image.shape[-3]
-    if not -channels <= i < channels:
-        raise IndexError(f"{fn}: band {role}={i} is out of range for an image with {channels} bands")
-    return i % channels
-
-
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def _output_dtype(dtype: torch.dtype) -> torch.dtype:
-    return dtype if dtype.is_floating_point else torch.float32
-
-
-def _check_number(value: Any, name: str, fn: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        try:
-            value = float(value)  # numpy scalars, 0-d tensors
-        except (TypeError, ValueError):
-            raise TypeError(f"{fn}: {name} must be a number, got {type(value).__name__}") from None
-    return float(value)
-
-
-def _read_bands(
-    image: Tensor,
-    bands: Mapping[str, Any],
-    fn: str,
-    nodata: float | None,
-    scale: float,
-    offset: float,
-) -> tuple[dict[str, Tensor], Tensor | None]:
-    """The bands as ``[..., 1, H, W]`` compute-dtype tensors, and the nodata mask (or None)."""
-    _check_image(image, fn)
-    scale = _check_number(scale, "scale", fn)
-    offset = _check_number(offset, "offset", fn)
-    if nodata is not None:
-        nodata = _check_number(nodata, "nodata", fn)
-    ct = _compute_dtype(image.dtype)
-    out: dict[str, Tensor] = {}
-    invalid: Tensor | None = None
-    for role, band in bands.items():
-        i = _band_position(image, band, role, fn)
-        raw = image.narrow(-3, i, 1)
-        bad: Tensor | None = None
-        if raw.is_floating_point():
-            bad = (raw - raw) != 0  # NaN and +-inf; several times faster than ~torch.isfinite on CPU
-        if nodata is not None and not math.isnan(nodata):
-            eq = raw == nodata
-            bad = eq if bad is None else bad | eq
-        if bad is not None:
-            invalid = bad if invalid is None else invalid | bad
-        x = raw.to(ct)
-        if scale != 1.0:
-            x = x * scale
-        if offset != 0.0:
-            x = x + offset
-        out[role] = x
-    return out, invalid
-
-
-def _safe_div(num: Tensor, den: Tensor) -> tuple[Tensor, Tensor]:
-    """``num / den`` with zero denominators replaced by 1, and the zero mask."""
-    zero = den == 0
-    return num / torch.where(zero, torch.ones_like(den), den), zero
-
-
-def _finish(
-    out: Tensor,
-    zero: Tensor | None,
-    invalid: Tensor | None,
-    fill: float,
-    nodata_out: float,
-    dtype: torch.dtype,
-    fn: str,
-) -> Tensor:
-    fill = _check_number(fill, "fill", fn)
-    nodata_out = _check_number(nodata_out, "nodata_out", fn)
-    if not math.isfinite(fill):
-        raise ValueError(f"{fn}: fill must be finite (it replaces zero denominators), got {fill}")
-    if zero is not None:
-        out = out.masked_fill(zero, fill)
-    # x / 0 is +-inf and 0 / 0 is NaN: one pass turns zero denominators (and any overflow) into fill.
-    out = torch.nan_to_num(out, nan=fill, posinf=fill, neginf=fill)
-    out_dtype = _output_dtype(dtype)
-    if out_dtype in _HALF:
-        info = torch.finfo(out_dtype)
-        out = out.clamp_(info.min, info.max)
-    if invalid is not None:
-        out = out.masked_fill_(invalid, nodata_out)
-    return out.to(out_dtype)
-
-
-def _nd(
-    image: Tensor,
-    a: Any,
-    b: Any,
-    fn: str,
-    roles: tuple[str, str],
-    fill: float,
-    nodata: float | None,
-    nodata_out: float,
-    scale: float,
-    offset: float,
-) -> Tensor:
-    bands, invalid = _read_bands(image, {roles[0]: a, roles[1]: b}, fn, nodata, scale, offset)
-    x, y = bands[roles[0]], bands[roles[1]]
-    out = (x - y) / (x + y)
-    return _finish(out, None, invalid, fill, nodata_out, image.dtype, fn)
-
-
-def _tri(
-    image: Tensor,
-    a: Any,
-    b: Any,
-    c: Any,
-    fn: str,
-    roles: tuple[str, str, str],
-    fill: float,
-    nodata: float | None,
-    nodata_out: float,
-    scale: float,
-    offset: float,
-) -> Tensor:
-    bands, invalid = _read_bands(image, {roles[0]: a, roles[1]: b, roles[2]: c}, fn, nodata, scale, offset)
-    x, d = bands[roles[0]], bands[roles[1]] + bands[roles[2]]
-    out = (x - d) / (x + d)
-    return _finish(out, None, invalid, fill, nodata_out, image.dtype, fn)
 
 
 # --------------------------------------------------------------------------- normalized differences
@@ -469,183 +326,6 @@ def savi(
     n, r = bands["nir"], bands["red"]
     out = (1.0 + soil) * (n - r) / (n + r + soil)
     return _finish(out, None, invalid, fill, nodata_out, image.dtype, fn)
-
-
-# --------------------------------------------------------------------------- band math
-
-_BINOPS: dict[type, str] = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**"}
-_UNARY: dict[type, str] = {ast.USub: "-", ast.UAdd: "+"}
-_FUNCS: dict[str, int] = {"abs": 1, "sqrt": 1, "exp": 1, "log": 1, "min": 2, "max": 2}
-
-
-@functools.lru_cache(maxsize=256)
-def parse_band_math(expression: str) -> tuple[ast.Expression, tuple[str, ...]]:
-    """Parse and check a band_math formula; returns its tree and the band names it uses.
-
-    Raises ``ValueError`` naming the offending part for anything but numbers,
-    names, ``+ - * / **``, unary ``-``/``+`` and calls of ``abs sqrt exp log
-    min max``.
-
-    Example:
-        >>> from pipekit.transforms.index_kernels import parse_band_math
-        >>> parse_band_math("(nir - red) / (nir + red)")[1]
-        ('nir', 'red')
-    """
-    if not isinstance(expression, str):
-        raise TypeError(f"band_math: expression must be a string, got {type(expression).__name__}")
-    if len(expression) > 10_000:
-        raise BandMathError("band_math: expression is longer than 10000 characters")
-    try:
-        tree = ast.parse(expression.strip(), mode="eval")
-    except SyntaxError as exc:
-        raise BandMathError(f"band_math: cannot parse {expression!r}: {exc.msg}") from None
-    names: list[str] = []
-
-    def check(node: ast.AST) -> None:
-        if isinstance(node, ast.Expression):
-            check(node.body)
-        elif isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-            check(node.left)
-            check(node.right)
-        elif isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-            check(node.operand)
-        elif isinstance(node, ast.Constant):
-            if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
-                raise BandMathError(f"band_math: only numbers are allowed as constants, got {node.value!r}")
-        elif isinstance(node, ast.Name):
-            if node.id in _FUNCS:
-                raise BandMathError(f"band_math: {node.id!r} is a function; call it as {node.id}(...)")
-            if node.id not in names:
-                names.append(node.id)
-        elif isinstance(node, ast.Call):
-            if not isinstance(node.func, ast.Name) or node.func.id not in _FUNCS:
-                what = node.func.id if isinstance(node.func, ast.Name) else ast.unparse(node.func)
-                raise BandMathError(
-                    f"band_math: function {what!r} is not allowed (allowed: {', '.join(sorted(_FUNCS))})"
-                )
-            if node.keywords or len(node.args) != _FUNCS[node.func.id]:
-                raise BandMathError(f"band_math: {node.func.id}() takes {_FUNCS[node.func.id]} positional argument(s)")
-            for arg in node.args:
-                check(arg)
-        else:
-            raise BandMathError(
-                f"band_math: {ast.unparse(node)!r} is not allowed; use numbers, band names, + - * / **, "
-                f"and {', '.join(sorted(_FUNCS))}"
-            )
-
-    check(tree)
-    if not names:
-        raise BandMathError(f"band_math: {expression!r} uses no band")
-    return tree, tuple(names)
-
-
-def _evaluate(node: ast.AST, bands: Mapping[str, Tensor], zero: list[Tensor]) -> Tensor | float:
-    if isinstance(node, ast.Expression):
-        return _evaluate(node.body, bands, zero)
-    if isinstance(node, ast.Constant):
-        return float(node.value)
-    if isinstance(node, ast.Name):
-        return bands[node.id]
-    if isinstance(node, ast.UnaryOp):
-        v = _evaluate(node.operand, bands, zero)
-        return -v if isinstance(node.op, ast.USub) else v
-    if isinstance(node, ast.BinOp):
-        left = _evaluate(node.left, bands, zero)
-        right = _evaluate(node.right, bands, zero)
-        op = type(node.op)
-        if op is ast.Div:
-            if isinstance(right, Tensor):
-                quotient, z = _safe_div(torch.as_tensor(left, dtype=right.dtype, device=right.device), right)
-                zero.append(z)
-                return quotient
-            if right == 0:
-                ref = next(iter(bands.values()))
-                zero.append(torch.ones_like(ref, dtype=torch.bool))
-                return torch.zeros_like(ref) if not isinstance(left, Tensor) else torch.zeros_like(left)
-            return left / right
-        if op is ast.Add:
-            return left + right
-        if op is ast.Sub:
-            return left - right
-        if op is ast.Mult:
-            return left * right
-        if isinstance(left, Tensor) or isinstance(right, Tensor):
-            return torch.pow(left, right)  # type: ignore[arg-type]
-        try:
-            return float(left) ** float(right)
-        except (OverflowError, ZeroDivisionError):
-            return _NAN
-    if isinstance(node, ast.Call):
-        name = node.func.id  # type: ignore[attr-defined]
-        args = [_evaluate(a, bands, zero) for a in node.args]
-        ref = next(iter(bands.values()))
-        targs = [a if isinstance(a, Tensor) else torch.full_like(ref, a) for a in args]
-        if name == "abs":
-            return targs[0].abs()
-        if name == "sqrt":
-            return targs[0].sqrt()
-        if name == "exp":
-            return targs[0].exp()
-        if name == "log":
-            return targs[0].log()
-        if name == "min":
-            return torch.minimum(targs[0], targs[1])
-        return torch.maximum(targs[0], targs[1])
-    raise BandMathError(f"band_math: unexpected node {ast.dump(node)}")  # pragma: no cover - parse checks
-
-
-def band_math(
-    image: Tensor,
-    expression: str,
-    *,
-    fill: float = 0.0,
-    nodata: float | None = None,
-    nodata_out: float = _NAN,
-    scale: float = 1.0,
-    offset: float = 0.0,
-    **bands: int,
-) -> Tensor:
-    """Evaluate a formula over named bands of ``image``.
-
-    Args:
-        image: ``[..., C, H, W]`` tensor.
-        expression: e.g. ``"(nir - red) / (nir + red)"``; numbers, the band
-            names given as keyword arguments, ``+ - * / **``, unary minus and
-            ``abs sqrt exp log min max``.  It is parsed, never ``eval``-ed.
-        **bands: the position of each band name, e.g. ``nir=4, red=3``.
-        fill, nodata, nodata_out, scale, offset: as :func:`normalized_difference`.
-            A pixel where any division has a zero denominator, or whose result
-            is not finite, gets ``fill``.
-
-    Example:
-        >>> import torch
-        >>> from pipekit.transforms.index_kernels import band_math
-        >>> image = torch.tensor([[[0.2, 0.0]], [[0.6, 0.0]]])
-        >>> band_math(image, "(nir - red) / (nir + red)", nir=1, red=0)
-        tensor([[[0.5000, 0.0000]]])
-    """
-    fn = "band_math"
-    tree, names = parse_band_math(expression)
-    missing = [n for n in names if n not in bands]
-    if missing:
-        raise ValueError(
-            f"band_math: {expression!r} uses band(s) {missing} with no position; pass them as keyword "
-            f"arguments, e.g. {missing[0]}=3"
-        )
-    used = {n: bands[n] for n in names}
-    values, invalid = _read_bands(image, used, fn, nodata, scale, offset)
-    zero: list[Tensor] = []
-    out = _evaluate(tree, values, zero)
-    ref = values[names[0]]
-    if not isinstance(out, Tensor):
-        out = torch.full_like(ref, out)
-    out = out.expand_as(ref).to(ref.dtype)
-    zmask: Tensor | None = None
-    for z in zero:
-        zmask = z if zmask is None else zmask | z
-    if zmask is not None:
-        zmask = zmask.expand_as(out)
-    return _finish(out, zmask, invalid, fill, nodata_out, image.dtype, fn)
 
 
 # --------------------------------------------------------------------------- registry
