@@ -11,7 +11,7 @@ import pytest
 
 import pipekit.pipes as dp
 import pipekit.webdataset as wds
-from pipekit.pipes._missing import FUNCTIONAL_NAMES, METHODS, REPLACEMENTS
+from pipekit.pipes._missing import FUNCTIONAL_NAMES, KEYWORDS, METHODS, REPLACEMENTS, explain_unexpected_keywords
 
 # torchdata 0.9's functional names of the classes in the table (from each class's @functional_datapipe)
 TORCHDATA_09 = {
@@ -144,3 +144,29 @@ class TestFromImport:
         from pipekit.pipes import Mapper
 
         assert Mapper is dp.Mapper
+
+
+class TestKeywords:
+    """``webdataset.WebDataset``'s keyword arguments, refused by a pipekit class with a TypeError naming the way."""
+
+    class Recipe:
+        @explain_unexpected_keywords("webdataset")
+        def __init__(self, urls: str, *, shuffle_shards: bool = True) -> None:
+            self.urls, self.shuffle_shards = urls, shuffle_shards
+
+    @pytest.mark.parametrize("keyword", ["handler", "nodesplitter", "detshuffle", "seed", "cache_size"])
+    def test_a_webdataset_keyword_names_the_replacement(self, keyword):
+        with pytest.raises(TypeError) as info:
+            self.Recipe("a.tar", **{keyword: 1})
+        message = str(info.value)
+        assert f"__init__() got an unexpected keyword argument {keyword!r}" in message, message
+        assert KEYWORDS[keyword] in message and "docs/migration/webdataset.md" in message
+
+    def test_accepted_and_unknown_keywords_are_unchanged(self):
+        assert self.Recipe("a.tar", shuffle_shards=False).shuffle_shards is False
+        with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'") as info:
+            self.Recipe("a.tar", bogus=1)
+        assert "webdataset" not in str(info.value)
+        import inspect
+
+        assert list(inspect.signature(self.Recipe).parameters) == ["urls", "shuffle_shards"]

@@ -10,24 +10,33 @@ Every form a user types names the pipekit way instead of a bare "no attribute":
 * ``pipe.list_files_by_s3()`` (torchdata 0.9's functional names, :data:`FUNCTIONAL_NAMES`) and
   ``pipe.with_epoch(10)`` (the library's fluid methods, :data:`METHODS`): :func:`explain_missing_attribute`,
   installed on every iterable pipe when :mod:`pipekit.pipes` is imported;
+* ``WebDataset(urls, handler=...)`` on a class that refuses the library's keyword:
+  :func:`explain_unexpected_keywords` (:data:`KEYWORDS`).
 
 The names stay missing: ``hasattr`` is False for each.  The migration guides list them, with reasons.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import opcode
 import sys
+from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 from pipekit.pipes._torch import explain_missing_attributes
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
 __all__ = [
     "FUNCTIONAL_NAMES",
+    "KEYWORDS",
     "METHODS",
     "REPLACEMENTS",
     "explain_missing_attribute",
+    "explain_unexpected_keywords",
     "missing_name",
 ]
 
@@ -118,6 +127,72 @@ METHODS: dict[str, str] = {
     "mcached": "in_memory_cache()",
     "lmdb_cached": "on_disk_cache(...), or datasets.WebDataset(cache_dir=...) (local copies of the shards)",
 }
+
+# webdataset.WebDataset's keyword arguments -> the pipekit way, for a pipekit class that refuses them
+# (:func:`explain_unexpected_keywords`).
+KEYWORDS: dict[str, str] = {
+    "resampled": "pipekit.webdataset.WebDataset(urls, resampled=True) (with .with_epoch(n))",
+    "shardshuffle": "shuffle_shards=True",
+    "detshuffle": "shuffle_shards=True: pipekit's shuffles are seeded from the DataLoader, deterministic",
+    "seed": "torch.manual_seed(s) or the DataLoader's generator= (pipekit's shuffles follow them)",
+    "handler": 'on_error="skip" (skips are counted in skip_log) or on_error="raise"',
+    "nodesplitter": "nothing: sharding_filter hands each shard to one rank and DataLoader worker",
+    "workersplitter": "nothing: sharding_filter hands each shard to one rank and DataLoader worker",
+    "repeat": ".cycle() on the dataset",
+    "cache_size": "cache_dir= (remote shards copied whole, checked on each open)",
+    "url_to_name": "cache_dir= (it names the local copies)",
+    "select_files": "transform= (a function sample -> sample) or decode={extension: fn}",
+    "rename_files": "transform= (a function sample -> sample)",
+    "empty_check": "pipekit.webdataset.WebDataset(urls, empty_check=...)",
+    "verbose": "nothing: skipped items are logged and counted in skip_log",
+    "mode": "pipekit.webdataset.WebDataset(urls, mode=...)",
+}
+
+
+def explain_unexpected_keywords(library: str) -> Callable[[_F], _F]:
+    """Decorate a function (an ``__init__``) so that a ``library`` keyword argument it lacks names the pipekit way.
+
+    The ``TypeError`` Python raises for an unexpected keyword argument gets, for one in :data:`KEYWORDS`, what to
+    pass instead; the signature, accepted keywords and other errors are unchanged.
+
+    Example:
+        >>> class Shards:
+        ...     @explain_unexpected_keywords("webdataset")
+        ...     def __init__(self, urls, *, shuffle_shards=True): ...
+        >>> Shards("a.tar", shardshuffle=100)
+        Traceback (most recent call last):
+        ...
+        TypeError: Shards.__init__() got an unexpected keyword argument 'shardshuffle' (webdataset's \
+WebDataset(..., shardshuffle=)): use shuffle_shards=True (see docs/migration/webdataset.md)
+    """
+
+    def decorate(function: _F) -> _F:
+        accepted = _keyword_names(function)
+        if accepted is None:  # it takes **kwargs: nothing is unexpected
+            return function
+
+        @functools.wraps(function)
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            for keyword in kwargs.keys() - accepted:
+                if keyword in KEYWORDS:
+                    raise TypeError(
+                        f"{function.__qualname__}() got an unexpected keyword argument {keyword!r} ({library}'s "
+                        f"WebDataset(..., {keyword}=)): use {KEYWORDS[keyword]} (see docs/migration/{library}.md)"
+                    ) from None
+            return function(*args, **kwargs)
+
+        return checked  # type: ignore[return-value]
+
+    return decorate
+
+
+def _keyword_names(function: Callable[..., Any]) -> frozenset[str] | None:
+    """The names ``function`` accepts as keywords; ``None`` when it takes ``**kwargs``."""
+    parameters = inspect.signature(function).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return None
+    return frozenset(p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+
 
 def explain_missing_attribute(pipe: Any, name: str) -> AttributeError | None:
     """The ``AttributeError`` for ``pipe.name`` when ``name`` is a torchdata functional name or a webdataset method.
