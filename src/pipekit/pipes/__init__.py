@@ -141,8 +141,16 @@ __all__ = sorted(
 )
 
 
-def __getattr__(name: str) -> object:
-    """A torchdata name pipekit deliberately lacks raises ``AttributeError`` naming what to use instead."""
-    from pipekit.pipes._missing import missing_name
+# Imported with the package: it also makes the functional names torchdata had and pipekit lacks
+# (``.list_files_by_s3()``) raise an AttributeError naming the pipekit way, on every pipe.
+from pipekit.pipes import _missing
 
-    raise missing_name("torchdata", __name__, name)
+
+def __getattr__(name: str) -> object:
+    """A torchdata name pipekit deliberately lacks raises ``AttributeError`` naming what to use instead.
+
+    ``from pipekit.pipes import S3FileLister`` raises the ``ImportError`` that statement raises, naming it too.
+    """
+    import sys
+
+    raise _missing.missing_name("torchdata", __name__, name, sys._getframe(1))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import random
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 import torch
@@ -67,6 +67,7 @@ __all__ = [
     "torch_functional_datapipe",
     "registry",
     "register_as_function",
+    "explain_missing_attributes",
     # torch's own pipes (re-exported by pipekit.pipes._builtin)
     "Batcher",
     "Collator",
@@ -277,6 +278,40 @@ def register_as_function(kind: str, name: str, cls: type) -> None:
     """Register ``cls`` under functional ``name`` on ``"iter"`` or ``"map"`` pipes."""
     base = IterDataPipe if kind == "iter" else MapDataPipe
     base.register_datapipe_as_function(name, cls)
+
+
+# ``.list_files_by_s3()`` (torchdata's) or ``.with_epoch(10)`` (webdataset's) on a pipe: torch's
+# ``IterDataPipe.__getattr__`` raises a bare "no attribute"; wrapped once (pipes/_missing.py installs it), only
+# those names, where torch's lookup fails, get an error naming the pipekit way.  Nothing is registered:
+# ``hasattr`` stays False; any other miss costs a set lookup and a call (~0.5 us; pipelines miss a few times).
+
+
+def explain_missing_attributes(
+    kind: str, names: Collection[str], explain: Callable[[Any, str], AttributeError | None]
+) -> None:
+    """Let ``explain(pipe, name)`` (an error, or ``None`` for torch's) replace torch's bare ``AttributeError``.
+
+    For ``names`` on ``"iter"``/``"map"`` pipes; calling it again replaces both (torch's method is wrapped once).
+    """
+    base = IterDataPipe if kind == "iter" else MapDataPipe
+    current = base.__dict__["__getattr__"]
+    torch_getattr = getattr(current, "__pipekit_torch_getattr__", current)
+    explained = frozenset(names)
+
+    @functools.wraps(torch_getattr)
+    def __getattr__(self: Any, name: str) -> Any:  # noqa: N807 - a method
+        if name not in explained:
+            return torch_getattr(self, name)
+        try:
+            return torch_getattr(self, name)
+        except AttributeError:
+            error = explain(self, name)
+            if error is None:
+                raise
+        raise error  # outside the except clause: no "During handling..." chain
+
+    __getattr__.__pipekit_torch_getattr__ = torch_getattr  # type: ignore[attr-defined]
+    base.__getattr__ = __getattr__  # type: ignore[method-assign]
 
 
 def pipe_graph(pipe: Any) -> dict[int, Any]:

@@ -72,6 +72,9 @@ _fill()
 
 def __getattr__(name: str) -> object:
     """A torchdata name pipekit deliberately lacks raises ``AttributeError`` naming what to use instead."""
+    import sys
+
     from pipekit.pipes._missing import missing_name
 
-    raise missing_name("torchdata", __name__, name)
+    # the caller: ``from pipekit.pipes.iter import X`` gets an ImportError naming the replacement (see missing_name)
+    raise missing_name("torchdata", __name__, name, sys._getframe(1))

@@ -134,6 +134,9 @@ writer = _SimpleNamespace(ShardWriter=ShardWriter, TarWriter=TarWriter)
 
 def __getattr__(name: str) -> object:
     """A ``webdataset`` name pipekit deliberately lacks raises ``AttributeError`` naming what to use instead."""
+    import sys
+
     from pipekit.pipes._missing import missing_name
 
-    raise missing_name("webdataset", __name__, name)
+    # the caller: ``from pipekit.webdataset import X`` gets an ImportError naming the replacement (see missing_name)
+    raise missing_name("webdataset", __name__, name, sys._getframe(1))
