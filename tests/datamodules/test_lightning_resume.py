@@ -1,0 +1,196 @@
+"""A Lightning run stopped mid-epoch resumes exactly: the samples seen equal an uninterrupted run's.
+
+Real ``lightning.Trainer`` runs on the CPU over a :class:`pipekit.datamodules.NonGeoDataModule`: the
+model records the id (and the augmented first pixel) of every sample it trains on; a run is stopped
+after a checkpoint, by a callback that raises or by SIGKILL, and resumed with ``ckpt_path=``.  The
+steps up to the checkpoint, then the resumed run's, must be exactly the uninterrupted run's: no sample
+repeated or skipped, the same shuffle and the same augmentation.
+
+Run as a script (``python test_lightning_resume.py OUT_DIR WORKERS [CKPT]``) it is the subprocess the
+SIGKILL test kills: it appends each step's ids to ``OUT_DIR/seen.jsonl`` as it trains.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("lightning")
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+
+from pipekit.datamodules import NonGeoDataModule
+from pipekit.transforms import BatchRandomHorizontalFlip
+
+N, BATCH, EPOCHS, EVERY = 16, 2, 2, 3  # 8 steps an epoch, 16 in all, a checkpoint every 3 steps
+
+
+class Numbered(torch.utils.data.Dataset):
+    """Sample ``i``: a 1x2x2 uint8 ramp starting at ``2 * i`` (so a flip shows), its id and a label."""
+
+    def __init__(self, split: str, n: int = N) -> None:
+        self.n = n if split == "train" else 2
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict:
+        image = torch.tensor([[[2 * i, 2 * i + 1], [2 * i, 2 * i + 1]]], dtype=torch.uint8)
+        return {"image": image, "label": torch.tensor(i % 2), "id": torch.tensor(i)}
+
+
+def datamodule(workers: int) -> NonGeoDataModule:
+    dm = NonGeoDataModule(Numbered, batch_size=BATCH, num_workers=workers, seed=3)
+    dm.mean, dm.std = torch.tensor(0.0), torch.tensor(1.0)
+    dm.train_aug = BatchRandomHorizontalFlip(seed=5)
+    return dm
+
+
+class Recorder(L.LightningModule):
+    """Records ``(id, first pixel after augmentation)`` per sample, per step; optionally to a file."""
+
+    def __init__(self, out: Path | None = None) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(()))
+        self.seen: dict[int, list[list[float]]] = {}
+        self.out = out
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        step = [[int(i), float(p)] for i, p in zip(batch["id"], batch["image"][:, 0, 0, 0])]
+        self.seen[self.global_step + 1] = step
+        if self.out is not None:
+            with open(self.out, "a") as f:
+                f.write(json.dumps([self.global_step + 1, step]) + "\n")
+        return (self.weight * batch["image"].mean() - 1) ** 2
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class StopAt(Callback):
+    """Raises after training step ``step`` (a crash Lightning does not handle)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            raise RuntimeError(f"stopped after step {self.step}")
+
+
+def trainer(tmp: Path | None = None, *callbacks: Callback, **kwargs) -> L.Trainer:
+    if tmp is not None:
+        callbacks = (ModelCheckpoint(dirpath=tmp, every_n_train_steps=EVERY, save_top_k=-1,
+                                     filename="{step}"), *callbacks)
+    return L.Trainer(accelerator="cpu", devices=1, max_epochs=EPOCHS, logger=False, enable_progress_bar=False,
+                     enable_model_summary=False, enable_checkpointing=tmp is not None, limit_val_batches=0,
+                     num_sanity_val_steps=0, callbacks=list(callbacks), **kwargs)
+
+
+def uninterrupted(workers: int) -> dict[int, list[list[float]]]:
+    model = Recorder()
+    trainer().fit(model, datamodule=datamodule(workers))
+    assert sorted(model.seen) == list(range(1, N // BATCH * EPOCHS + 1))
+    return model.seen
+
+
+def check_resumed(full: dict, before: dict, after: dict, checkpoint_step: int) -> None:
+    """Steps up to the checkpoint from the stopped run, then the resumed run's: the uninterrupted run's steps."""
+    combined = {s: v for s, v in before.items() if s <= checkpoint_step} | after
+    assert sorted(after) == list(range(checkpoint_step + 1, max(full) + 1))
+    assert combined == full
+    for epoch in range(EPOCHS):  # each epoch: every sample once
+        ids = sorted(i for s in range(epoch * N // BATCH + 1, (epoch + 1) * N // BATCH + 1) for i, _ in combined[s])
+        assert ids == list(range(N))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_run_stopped_mid_epoch_resumes_exactly(workers, tmp_path):
+    full = uninterrupted(workers)
+    stopped = Recorder()
+    with pytest.raises(RuntimeError, match="stopped after step 11"):
+        trainer(tmp_path, StopAt(11)).fit(stopped, datamodule=datamodule(workers))
+    assert max(stopped.seen) == 11  # mid-epoch 2 (steps 9..16), past the checkpoint at step 9
+    resumed = Recorder()
+    trainer(tmp_path).fit(resumed, datamodule=datamodule(workers), ckpt_path=tmp_path / "step=9.ckpt")
+    check_resumed(full, stopped.seen, resumed.seen, 9)
+
+
+def test_the_checkpoint_holds_the_loader_position_and_the_augmentation(tmp_path):
+    with pytest.raises(RuntimeError):
+        trainer(tmp_path, StopAt(4)).fit(Recorder(), datamodule=datamodule(0))
+    ckpt = torch.load(tmp_path / "step=3.ckpt", weights_only=False)
+    loaders = ckpt["loops"]["fit_loop"]["state_dict"]["combined_loader"]
+    assert len(loaders) == 1 and loaders[0]["pipekit"]["num_workers"] == 0
+    assert loaders[0]["_num_yielded"] == 3  # the batches trained on, none fetched ahead
+    assert set(ckpt["NonGeoDataModule"]) == {"train_aug/"}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_run_killed_with_sigkill_resumes_exactly(tmp_path):
+    full = uninterrupted(0)
+    script = Path(__file__).resolve()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2] / "src"),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    out = tmp_path / "first"
+    out.mkdir()
+    proc = subprocess.Popen([sys.executable, str(script), str(out), "0", "", "10"], env=env)
+    try:
+        deadline = time.monotonic() + 120
+        # the run holds still after step 10 (a checkpoint at step 9 is on disk) until it is killed
+        while not (out / "ready").exists():
+            assert proc.poll() is None, f"the run ended before it was killed (exit {proc.returncode})"
+            assert time.monotonic() < deadline, "the run did not reach step 10"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        assert proc.wait(30) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    before = read_seen(out / "seen.jsonl")
+    assert max(before) == 10
+    again = tmp_path / "again"
+    again.mkdir()
+    done = subprocess.run([sys.executable, str(script), str(again), "0", str(out / "step=9.ckpt"), "0"], env=env,
+                          timeout=120)
+    assert done.returncode == 0
+    check_resumed(full, before, read_seen(again / "seen.jsonl"), 9)
+
+
+def read_seen(path: Path) -> dict[int, list[list[float]]]:
+    return {step: ids for step, ids in map(json.loads, path.read_text().splitlines())}
+
+
+class HoldAt(Callback):
+    """After training step ``step``, say so with a file and wait to be killed."""
+
+    def __init__(self, step: int, ready: Path) -> None:
+        self.step, self.ready = step, ready
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            self.ready.touch()
+            signal.pause()  # SIGKILL ends it here
+
+
+def main(out: str, workers: str, ckpt: str, hold: str) -> None:
+    folder = Path(out)
+    callbacks = [HoldAt(int(hold), folder / "ready")] if int(hold) else []
+    trainer(folder, *callbacks).fit(Recorder(folder / "seen.jsonl"), datamodule=datamodule(int(workers)),
+                                    ckpt_path=ckpt or None)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:5])
