@@ -64,6 +64,10 @@ class Recorder(L.LightningModule):
         self.seen: dict[int, list[list[float]]] = {}
         self.out = out
 
+    def on_fit_start(self) -> None:
+        if self.out is not None and self.trainer.world_size > 1:  # one file per rank
+            self.out = self.out.with_name(f"{self.out.stem}-{self.global_rank}{self.out.suffix}")
+
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         step = [[int(i), float(p)] for i, p in zip(batch["id"], batch["image"][:, 0, 0, 0])]
         self.seen[self.global_step + 1] = step
@@ -91,7 +95,8 @@ def trainer(tmp: Path | None = None, *callbacks: Callback, **kwargs) -> L.Traine
     if tmp is not None:
         callbacks = (ModelCheckpoint(dirpath=tmp, every_n_train_steps=EVERY, save_top_k=-1,
                                      filename="{step}"), *callbacks)
-    return L.Trainer(accelerator="cpu", devices=1, max_epochs=EPOCHS, logger=False, enable_progress_bar=False,
+    kwargs.setdefault("devices", 1)
+    return L.Trainer(accelerator="cpu", max_epochs=EPOCHS, logger=False, enable_progress_bar=False,
                      enable_model_summary=False, enable_checkpointing=tmp is not None, limit_val_batches=0,
                      num_sanity_val_steps=0, callbacks=list(callbacks), **kwargs)
 
@@ -141,8 +146,7 @@ def test_the_checkpoint_holds_the_loader_position_and_the_augmentation(tmp_path)
 def test_a_run_killed_with_sigkill_resumes_exactly(tmp_path):
     full = uninterrupted(0)
     script = Path(__file__).resolve()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2] / "src"),
-                                                        os.environ.get("PYTHONPATH", "")])}
+    env = script_env()
     out = tmp_path / "first"
     out.mkdir()
     proc = subprocess.Popen([sys.executable, str(script), str(out), "0", "", "10"], env=env)
@@ -169,6 +173,44 @@ def test_a_run_killed_with_sigkill_resumes_exactly(tmp_path):
     check_resumed(full, before, read_seen(again / "seen.jsonl"), 9)
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.timeout(600)
+def test_a_ddp_run_stopped_mid_epoch_resumes_exactly(tmp_path):
+    """Two CPU processes (gloo, strategy="ddp"): each rank's samples, stopped and resumed, are its uninterrupted ones.
+
+    Lightning gives each rank a DistributedSampler (rebuilding the pipekit.DataLoader) and saves rank 0's
+    loader position, the number of batches, which fits every rank's sampler.
+    """
+    runs = {name: tmp_path / name for name in ("full", "first", "again")}
+    for folder in runs.values():
+        folder.mkdir()
+
+    def run(name: str, ckpt: str = "", stop: int = 0) -> int:
+        return subprocess.run([sys.executable, str(Path(__file__).resolve()), str(runs[name]), "0", ckpt, "0", "2",
+                               str(stop)], env=script_env(), timeout=300, capture_output=True).returncode
+
+    assert run("full") == 0
+    assert run("first", stop=5) != 0  # mid-epoch 2 (steps 5..8 of 4 a rank an epoch), past the checkpoint at 3
+    assert run("again", ckpt=str(runs["first"] / "step=3.ckpt")) == 0
+    steps = N // BATCH // 2 * EPOCHS
+    for rank in (0, 1):
+        full = read_seen(runs["full"] / f"seen-{rank}.jsonl")
+        before = read_seen(runs["first"] / f"seen-{rank}.jsonl")
+        after = read_seen(runs["again"] / f"seen-{rank}.jsonl")
+        assert sorted(full) == list(range(1, steps + 1)) and max(before) == 5
+        assert sorted(after) == list(range(4, steps + 1))
+        assert {s: v for s, v in before.items() if s <= 3} | after == full
+    ids = sorted(i for rank in (0, 1) for s, v in read_seen(runs["full"] / f"seen-{rank}.jsonl").items()
+                 if s <= steps // 2 for i, _ in v)
+    assert ids == list(range(N))  # an epoch: every sample once, across the ranks
+
+
+def script_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2] / "src"),
+                                                         os.environ.get("PYTHONPATH", "")])}
+
+
 def read_seen(path: Path) -> dict[int, list[list[float]]]:
     return {step: ids for step, ids in map(json.loads, path.read_text().splitlines())}
 
@@ -185,12 +227,15 @@ class HoldAt(Callback):
             signal.pause()  # SIGKILL ends it here
 
 
-def main(out: str, workers: str, ckpt: str, hold: str) -> None:
+def main(out: str, workers: str, ckpt: str, hold: str, devices: str = "1", stop: str = "0") -> None:
     folder = Path(out)
-    callbacks = [HoldAt(int(hold), folder / "ready")] if int(hold) else []
-    trainer(folder, *callbacks).fit(Recorder(folder / "seen.jsonl"), datamodule=datamodule(int(workers)),
-                                    ckpt_path=ckpt or None)
+    callbacks: list[Callback] = [HoldAt(int(hold), folder / "ready")] if int(hold) else []
+    if int(stop):
+        callbacks.append(StopAt(int(stop)))
+    kwargs = {"devices": int(devices), "strategy": "ddp"} if int(devices) > 1 else {}
+    trainer(folder, *callbacks, **kwargs).fit(Recorder(folder / "seen.jsonl"), datamodule=datamodule(int(workers)),
+                                              ckpt_path=ckpt or None)
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:])

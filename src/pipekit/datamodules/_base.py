@@ -22,13 +22,15 @@ user sees:
 from __future__ import annotations
 
 import numbers
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from lightning.pytorch import LightningDataModule
 from torch import Tensor, nn
-from torch.utils.data import Dataset, Subset, default_collate
+from torch.utils.data import Dataset, DistributedSampler, Subset, default_collate
 
 from pipekit._loader import DataLoader
 from pipekit._validate import check_int
@@ -39,6 +41,11 @@ from pipekit.transforms.seeding import RandomStream
 __all__ = ["BaseDataModule", "GeoDataModule", "NonGeoDataModule"]
 
 SPLITS = ("train", "val", "test", "predict")
+_RANKS = "ranks"  # a distributed run's state: one dict of streams per rank
+
+
+def _world_size() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 _Transform = Callable[[Any], Any]
 
 
@@ -164,15 +171,32 @@ class BaseDataModule(LightningDataModule):
         return batch if aug is None else aug(batch)
 
     def state_dict(self) -> dict[str, Any]:
-        """The positions of the augmentations' random streams (Lightning saves them in each checkpoint)."""
-        state: dict[str, Any] = {}
+        """The positions of the augmentations' random streams (Lightning saves them in each checkpoint).
+
+        Under ``torch.distributed`` every rank's streams, gathered (Lightning
+        asks every rank and writes rank 0's dict), so each rank goes on with its own.
+        """
+        own: dict[str, Any] = {}
         for split in ("", *(f"{s}_" for s in SPLITS)):
             for path, stream in _streams(getattr(self, f"{split}aug", None)).items():
-                state[f"{split}aug/{path}"] = stream.state_dict()
-        return state
+                own[f"{split}aug/{path}"] = stream.state_dict()
+        if _world_size() > 1:
+            ranks: list[Any] = [None] * _world_size()
+            dist.all_gather_object(ranks, own)
+            return {_RANKS: ranks}
+        return own
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue the augmentations' random streams from a checkpoint's :meth:`state_dict`."""
+        if _RANKS in state_dict:
+            ranks = state_dict[_RANKS]
+            rank = dist.get_rank() if _world_size() > 1 else 0
+            if len(ranks) != _world_size():
+                warnings.warn(f"{type(self).__name__}: the checkpoint holds the augmentation streams of "
+                              f"{len(ranks)} ranks, this run has {_world_size()}; the streams start afresh",
+                              UserWarning, stacklevel=2)
+                return
+            state_dict = ranks[rank]
         for key, value in state_dict.items():
             name, _, path = key.partition("/")
             stream = _streams(getattr(self, name, None)).get(path)
@@ -288,6 +312,14 @@ class NonGeoDataModule(BaseDataModule):
         dataset = self._valid_attribute(f"{split}_dataset", "dataset")
         batch_size = self._valid_attribute(f"{split}_batch_size", "batch_size")
         train = split == "train"
+        trainer = getattr(self, "trainer", None)
+        if train and trainer is not None and trainer.world_size > 1:
+            # Each rank its share of a permutation drawn from seed and epoch, from where the epoch is:
+            # Lightning's own wrapper around the seeded shuffle would hide its position from the checkpoint.
+            sampler = DistributedSampler(dataset, num_replicas=trainer.world_size, rank=trainer.global_rank,
+                                         shuffle=True, seed=self.seed, drop_last=True)
+            sampler.set_epoch(trainer.current_epoch)
+            return self._loader(dataset, split, batch_size=batch_size, sampler=sampler, drop_last=True)
         return self._loader(dataset, split, batch_size=batch_size, shuffle=train, drop_last=train)
 
 
