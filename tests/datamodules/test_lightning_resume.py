@@ -31,7 +31,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from pipekit.datamodules import NonGeoDataModule
 from pipekit.transforms import BatchRandomHorizontalFlip
 
-N, BATCH, EPOCHS, EVERY = 16, 2, 2, 3  # 8 steps an epoch, 16 in all, a checkpoint every 3 steps
+N, BATCH, EPOCHS, EVERY = 12, 2, 2, 3  # 6 steps an epoch, 12 in all, a checkpoint every 3 steps
 
 
 class Numbered(torch.utils.data.Dataset):
@@ -118,17 +118,28 @@ def check_resumed(full: dict, before: dict, after: dict, checkpoint_step: int) -
         assert ids == list(range(N))
 
 
+_FULL: dict[int, dict] = {}
+
+
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("workers", [0, 2])
-def test_a_run_stopped_mid_epoch_resumes_exactly(workers, tmp_path):
-    full = uninterrupted(workers)
+@pytest.mark.parametrize(
+    ("workers", "checkpoint", "stop"),
+    [
+        pytest.param(0, 3, 5, id="mid-epoch-1"),  # the rest of epoch 1, then epoch 2's shuffle
+        pytest.param(0, 6, 7, id="last-batch-of-epoch-1"),  # Lightning goes straight to epoch 2
+        pytest.param(0, 9, 11, id="mid-epoch-2"),
+        pytest.param(2, 3, 5, id="mid-epoch-1-two-workers"),
+    ],
+)
+def test_a_run_stopped_mid_epoch_resumes_exactly(workers, checkpoint, stop, tmp_path):
+    full = _FULL[workers] = _FULL.get(workers) or uninterrupted(workers)
     stopped = Recorder()
-    with pytest.raises(RuntimeError, match="stopped after step 11"):
-        trainer(tmp_path, StopAt(11)).fit(stopped, datamodule=datamodule(workers))
-    assert max(stopped.seen) == 11  # mid-epoch 2 (steps 9..16), past the checkpoint at step 9
+    with pytest.raises(RuntimeError, match=f"stopped after step {stop}"):
+        trainer(tmp_path, StopAt(stop)).fit(stopped, datamodule=datamodule(workers))
+    assert max(stopped.seen) == stop  # past the checkpoint
     resumed = Recorder()
-    trainer(tmp_path).fit(resumed, datamodule=datamodule(workers), ckpt_path=tmp_path / "step=9.ckpt")
-    check_resumed(full, stopped.seen, resumed.seen, 9)
+    trainer(tmp_path).fit(resumed, datamodule=datamodule(workers), ckpt_path=tmp_path / f"step={checkpoint}.ckpt")
+    check_resumed(full, stopped.seen, resumed.seen, checkpoint)
 
 
 def test_the_checkpoint_holds_the_loader_position_and_the_augmentation(tmp_path):

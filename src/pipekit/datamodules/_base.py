@@ -34,6 +34,7 @@ from torch.utils.data import Dataset, DistributedSampler, Subset, default_collat
 
 from pipekit._loader import DataLoader
 from pipekit._validate import check_int
+from pipekit.datamodules._loaders import EpochEndAwareLoader, SeededShuffle
 from pipekit.device import to_device
 from pipekit.errors import ConfigurationError
 from pipekit.transforms.seeding import RandomStream
@@ -213,9 +214,7 @@ class BaseDataModule(LightningDataModule):
         return None
 
     def _loader(self, dataset: Any, split: str, **kwargs: Any) -> DataLoader:
-        if split == "train":
-            kwargs.setdefault("generator", torch.Generator().manual_seed(self.seed))
-        return DataLoader(
+        return EpochEndAwareLoader(
             dataset,
             num_workers=self.num_workers,
             collate_fn=self.collate_fn,
@@ -272,7 +271,7 @@ class NonGeoDataModule(BaseDataModule):
         >>> dm = NonGeoDataModule(Squares, batch_size=4, seed=0)
         >>> dm.setup("fit")
         >>> [batch["label"].tolist() for batch in dm.train_dataloader()]
-        [[4, 0, 7, 3], [2, 5, 1, 6]]
+        [[2, 3, 0, 4], [7, 5, 6, 1]]
         >>> len(dm.val_dataloader())
         1
     """
@@ -320,7 +319,11 @@ class NonGeoDataModule(BaseDataModule):
                                          shuffle=True, seed=self.seed, drop_last=True)
             sampler.set_epoch(trainer.current_epoch)
             return self._loader(dataset, split, batch_size=batch_size, sampler=sampler, drop_last=True)
-        return self._loader(dataset, split, batch_size=batch_size, shuffle=train, drop_last=train)
+        if train:
+            # Each epoch's order from (seed, epoch), resumable (see pipekit.datamodules._loaders)
+            sampler = SeededShuffle(len(dataset), self.seed)
+            return self._loader(dataset, split, batch_size=batch_size, sampler=sampler, drop_last=True)
+        return self._loader(dataset, split, batch_size=batch_size)
 
 
 class GeoDataModule(BaseDataModule):
