@@ -212,6 +212,23 @@ def test_landsat_cdl_datamodule_splits_by_region(small_landsat_cdl):
     stats = compute_stats(dm, num_samples=4)
     assert len(stats.mean) == 7 and all(s > 0 for s in stats.std)
 
+    # the training loader resumes mid-epoch (and into the next epoch) as an uninterrupted one goes on
+    def fitted() -> LandsatCDLDataModule:
+        module = small(small_landsat_cdl)
+        module.setup("fit")
+        return module
+
+    full = fitted().train_dataloader()
+    expected = [b["bounds"] for _ in range(2) for b in full]
+    for taken in (1, 2):  # mid-epoch, and at the epoch's last batch
+        loader = fitted().train_dataloader()
+        it = iter(loader)
+        seen = [next(it)["bounds"] for _ in range(taken)]
+        resumed = fitted().train_dataloader()
+        resumed.load_state_dict(loader.state_dict())
+        rest = [b["bounds"] for b in resumed] if taken < 2 else []
+        assert seen + rest + [b["bounds"] for b in resumed] == expected
+
 
 def test_geo_datamodule_arguments_are_checked():
     with pytest.raises(TypeError, match="patch_size must be"):
