@@ -129,6 +129,7 @@ _FULL: dict[int, dict] = {}
         pytest.param(0, 6, 7, id="last-batch-of-epoch-1"),  # Lightning goes straight to epoch 2
         pytest.param(0, 9, 11, id="mid-epoch-2"),
         pytest.param(2, 3, 5, id="mid-epoch-1-two-workers"),
+        pytest.param(2, 6, 7, id="last-batch-of-epoch-1-two-workers", marks=pytest.mark.slow),
     ],
 )
 def test_a_run_stopped_mid_epoch_resumes_exactly(workers, checkpoint, stop, tmp_path):
