@@ -408,6 +408,7 @@ PUBLIC_MODULES = [
     "pipekit.cli",
     "pipekit.collate",
     "pipekit.dataloader2",
+    "pipekit.datamodules",
     "pipekit.datasets",
     "pipekit.datasets.splits",
     "pipekit.datasets.utils",
@@ -607,6 +608,23 @@ TRANSFORMS_ALL = [
     "swi",
     "tri_band_normalized_difference",
 ]
+
+
+DATAMODULES_ALL = [
+    "BaseDataModule",
+    "EuroSATDataModule",
+    "GeoDataModule",
+    "LIGHTNING_EXTRA",
+    "LandsatCDLDataModule",
+    "NonGeoDataModule",
+    "compute_stats",
+]
+
+
+def test_the_datamodules_names_are_locked():
+    import pipekit.datamodules
+
+    assert sorted(pipekit.datamodules.__all__) == DATAMODULES_ALL
 
 
 def _public_modules() -> list[str]:
