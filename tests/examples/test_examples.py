@@ -42,6 +42,7 @@ def test_every_example_has_a_smoke_test():
         "train_classifier", "landsat_cdl_segmentation", "sentinel2_ndvi", "stream_from_s3",
         "resume_from_checkpoint", "distributed_torchrun",
         "stac_training",
+        "lightning_segmentation",  # its smoke test: tests/datamodules/test_lightning_example.py
     }
 
 
