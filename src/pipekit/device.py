@@ -338,6 +338,14 @@ class DeviceLoader:
             finished), so the copy to the device is asynchronous without
             pinning a fresh buffer per batch.  Use it with
             ``pipekit.DataLoader(..., pin_memory=False)``.
+        decode: ``"jpeg"``: batches hold encoded JPEGs and their crop parameters
+            (``TarShards(..., decode_device=...)``, ``pipekit._jpeg_device.JpegCropParams``); they are
+            decoded on ``device`` (nvJPEG on CUDA), cropped, resized to ``size`` and flipped there, then
+            converted as ``to_device`` converts images.  The image entry is ``keys`` (default ``"image"``,
+            else ``".jpg"``).  ``None`` (default): batches are moved as they are.
+        size: the output size of the crops (with ``decode="jpeg"``).
+        max_pixels: the pixel limit each JPEG's header is checked against before decoding (default
+            ``pipekit.decoders.MAX_IMAGE_PIXELS``).
         **to_device_kwargs: passed to :func:`to_device` (``normalize``,
             ``dtype``, ``channels_last``, ``keys``...).
 
@@ -355,9 +363,20 @@ class DeviceLoader:
         device: torch.device | str | int,
         *,
         stage_pinned: bool = True,
+        decode: str | None = None,
+        size: int | Sequence[int] | None = None,
+        max_pixels: int | None = None,
         **to_device_kwargs: Any,
     ) -> None:
         self.loader = loader
+        self._decode: Any = None
+        if decode is not None:
+            if decode != "jpeg":
+                raise ValueError(f"DeviceLoader: decode must be None or 'jpeg', got {decode!r}")
+            from pipekit._jpeg_device import JpegDecodeStep
+
+            keys = to_device_kwargs.get("keys", ...)
+            self._decode = JpegDecodeStep(size, None if keys is ... else keys, max_pixels)  # type: ignore[arg-type]
         self.device = torch.device(device)
         self.stage_pinned = stage_pinned
         self.to_device_kwargs = to_device_kwargs
@@ -393,7 +412,12 @@ class DeviceLoader:
         load(state)
         self._have_state = False
 
-    def _convert(self, batch: Any) -> Any:
+    def _convert(self, batch: Any, held: Any = None) -> Any:
+        if self._decode is not None:
+            if held is None:
+                batch, held = self._decode.split(batch)
+            batch = self._decode.apply(batch, held, self.device)
+            return to_device(batch, self.device, **{"keys": held[0], **self.to_device_kwargs})
         return to_device(batch, self.device, **self.to_device_kwargs)
 
     def __iter__(self) -> Iterator[Any]:
@@ -428,6 +452,9 @@ class DeviceLoader:
             except StopIteration:
                 return False, None, None
             state = self._loader_state()
+            held = None
+            if self._decode is not None:  # the JPEGs stay on the host, where nvJPEG reads them
+                host, held = self._decode.split(host)
             if staging is not None:
                 host = staging.stage(host)
             with torch.cuda.stream(copying):
@@ -441,7 +468,7 @@ class DeviceLoader:
                 if t.device.type == "cuda":
                     t.record_stream(converting)  # made on ``copying``, read on ``converting``
             with torch.cuda.stream(converting):
-                ready = self._convert(moved)
+                ready = self._convert(moved, held)
             return True, ready, state
 
         ok, current, state = fetch()
