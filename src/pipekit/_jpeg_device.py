@@ -176,6 +176,19 @@ def jpeg_crop_stage(
     ``pipe`` yields undecoded samples (``{"__key__", ".jpg": bytes, ".cls": b"3"}``); the result yields
     :class:`JpegCropParams` samples (every entry but the image decoded as ``decode`` decodes it), or with
     ``batch_size`` encoded batches for ``DeviceLoader(loader, device, decode="jpeg", size=size, keys=image_key)``.
+
+    Example:
+        >>> import io, torch
+        >>> from PIL import Image
+        >>> from pipekit.device import DeviceLoader, jpeg_crop_stage
+        >>> from pipekit.pipes import IterableWrapper
+        >>> buf = io.BytesIO(); Image.new("RGB", (40, 30)).save(buf, "JPEG")
+        >>> samples = [{"__key__": f"s{i}", ".jpg": buf.getvalue(), ".cls": b"1"} for i in range(4)]
+        >>> pipe = jpeg_crop_stage(IterableWrapper(samples), 16, batch_size=2)  # in the workers
+        >>> _ = torch.manual_seed(0)
+        >>> batches = list(DeviceLoader(pipe, "cpu", decode="jpeg", size=16, keys=".jpg", scale=255))
+        >>> [tuple(b[".jpg"].shape) for b in batches], batches[0][".cls"].tolist()
+        ([(2, 3, 16, 16), (2, 3, 16, 16)], [1, 1])
     """
     out: IterDataPipe = pipe.decode(handlers={image_key: None}, on_error=on_error)  # the JPEG stays bytes
     out = JpegCropParams(out, size, image_key=image_key, max_pixels=max_pixels)

@@ -16,6 +16,10 @@ that most often starves a GPU.  pipekit keeps batches compact on the host
   with the compute on batch n on side CUDA streams, with the stream
   synchronisation that keeps that safe; its ``state_dict()`` accounts for the
   batch in flight.
+* JPEGs decoded on the device: :func:`jpeg_crop_stage` (:class:`JpegCropParams`)
+  keeps the workers' JPEGs encoded and draws their crop and flip there;
+  ``DeviceLoader(..., decode="jpeg", size=)`` decodes them on the device
+  (nvJPEG on CUDA) and crops, resizes and flips there (:func:`decode_jpeg_crops`).
 
 On the CPU both give the same values and layouts, so CPU-only code and tests
 behave the same.
@@ -30,7 +34,17 @@ from typing import Any
 
 import torch
 
-__all__ = ["to_device", "DeviceLoader", "prefetch_to_device", "default_scale"]
+from pipekit._jpeg_device import JpegCropParams, decode_jpeg_crops, jpeg_crop_stage
+
+__all__ = [
+    "to_device",
+    "DeviceLoader",
+    "prefetch_to_device",
+    "default_scale",
+    "JpegCropParams",
+    "jpeg_crop_stage",
+    "decode_jpeg_crops",
+]
 
 _INT_SCALES = {
     torch.uint8: 255.0,
@@ -339,7 +353,7 @@ class DeviceLoader:
             pinning a fresh buffer per batch.  Use it with
             ``pipekit.DataLoader(..., pin_memory=False)``.
         decode: ``"jpeg"``: batches hold encoded JPEGs and their crop parameters
-            (``TarShards(..., decode_device=...)``, ``pipekit._jpeg_device.JpegCropParams``); they are
+            (:func:`jpeg_crop_stage`, :class:`JpegCropParams`); they are
             decoded on ``device`` (nvJPEG on CUDA), cropped, resized to ``size`` and flipped there, then
             converted as ``to_device`` converts images.  The image entry is ``keys`` (default ``"image"``,
             else ``".jpg"``).  ``None`` (default): batches are moved as they are.
