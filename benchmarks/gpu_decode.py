@@ -79,7 +79,9 @@ def write_shards(root: Path, samples: int, shards: int, width: int, height: int,
                 buf = io.BytesIO()
                 Image.fromarray(np.clip(img, 0, 255).astype(np.uint8)).save(buf, "JPEG", quality=90)
                 key = f"sample{s:03d}{i:05d}"
-                for ext, data in ((".jpg", buf.getvalue()), (".cls", str(int(rng.integers(0, 1000))).encode())):
+                # labels of a fixed width ("007"): DALI's iterator stacks the raw label bytes into one tensor
+                label = f"{int(rng.integers(0, 1000)):03d}".encode()
+                for ext, data in ((".jpg", buf.getvalue()), (".cls", label)):
                     info = tarfile.TarInfo(key + ext)
                     info.size = len(data)
                     tar.addfile(info, io.BytesIO(data))
@@ -176,8 +178,8 @@ def make_model(device: torch.device) -> tuple[Callable[[torch.Tensor], None], Ca
         loss.backward()
         opt.step()
 
-    def alone(batch: int, steps: int = 20) -> float:
-        x = torch.randn(batch, 3, 224, 224, device=device).contiguous(memory_format=torch.channels_last)
+    def alone(batch: int, size: int, steps: int = 20) -> float:
+        x = torch.randn(batch, 3, size, size, device=device).contiguous(memory_format=torch.channels_last)
         for _ in range(3):
             step(x)
         sync(device)
@@ -249,7 +251,7 @@ def main() -> None:
     step = alone_rate = None
     if device.type == "cuda" and args.model == "resnet50":
         step, alone = make_model(device)
-        alone_rate = alone(args.batch)
+        alone_rate = alone(args.batch, args.size)
 
     results = []
     for workers in [int(w) for w in args.workers.split(",")]:
