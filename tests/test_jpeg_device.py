@@ -159,6 +159,33 @@ def test_a_huge_declared_size_is_refused_before_decoding(tmp_path):
         decode_jpeg_crops(datas, params, SIZE, keys=["a", "b"])
 
 
+def test_on_error_skip_drops_and_counts_the_bad_samples(tmp_path):
+    bad = {"sample0001": _huge(_jpeg(2)), "sample0002": _corrupt(_jpeg(1))}
+    urls = _write_shards(tmp_path, shards=1, per_shard=5, bad=bad)
+    shards = datasets.TarShards(urls, batch_size=None, shuffle_buffer=8, decode=lambda p: jpeg_crop_stage(
+        p, SIZE, batch_size=5, on_error="skip"))
+    loader = DeviceLoader(shards, "cpu", decode="jpeg", size=SIZE, keys=".jpg", on_error="skip")
+    (batch,) = list(loader)
+    keys = [k.rsplit("/", 1)[1] for k in batch["__key__"]]
+    assert sorted(keys) == ["sample0000", "sample0003", "sample0004"]
+    assert batch[".jpg"].shape[0] == batch[".cls"].shape[0] == batch[PARAMS_KEY].shape[0] == 3
+    assert batch[".cls"].tolist() == [int(k[-3:]) % 3 for k in keys]  # the labels stay with their images
+    assert loader.skip_log.count == 1 and "sample0002" in loader.skip_log.skipped[0].url
+    (crop_params,) = [p for p in _pipes(shards) if isinstance(p, JpegCropParams)]
+    assert crop_params.skip_log.count == 1 and "sample0001" in crop_params.skip_log.skipped[0].url
+
+
+def _pipes(recipe):
+    from torch.utils.data.graph import traverse_dps
+
+    found, todo = [], [traverse_dps(recipe.source_datapipe)]
+    while todo:
+        for _, (pipe, sub) in todo.pop().items():
+            found.append(pipe)
+            todo.append(sub)
+    return found
+
+
 def test_arguments_are_checked():
     with pytest.raises(TypeError, match="size="):
         DeviceLoader([], "cpu", decode="jpeg")

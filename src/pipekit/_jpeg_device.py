@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from pipekit._decode_checks import jpeg_size, over_limit
-from pipekit.errors import DecodeError
+from pipekit.errors import DecodeError, SkipLog, check_on_error
 from pipekit.pipes._sample_transforms import Augmenter
 from pipekit.pipes.base import IterDataPipe
 
@@ -83,8 +83,8 @@ class JpegCropParams(Augmenter):
     ``v2.RandomResizedCrop(size, scale, ratio)`` and ``v2.RandomHorizontalFlip(flip_p)`` would draw for the
     decoded (EXIF-oriented) image, drawn from this pipe's stream with the same numbers the CPU path
     (``TarShards(size=...)``) draws.  The size comes from the header, checked against ``max_pixels``
-    (a :class:`~pipekit.errors.DecodeError` naming the sample's ``__key__``).  Seeded and checkpointed
-    as ``augment``.
+    (a :class:`~pipekit.errors.DecodeError` naming the sample's ``__key__``; with ``on_error="skip"`` the
+    sample is dropped and counted in ``skip_log``).  Seeded and checkpointed as ``augment``.
 
     Example:
         >>> import io, torch
@@ -107,6 +107,7 @@ class JpegCropParams(Augmenter):
         ratio: tuple[float, float] = (3 / 4, 4 / 3),
         flip_p: float = 0.5,
         max_pixels: int | None = None,
+        on_error: str = "raise",
     ) -> None:
         from torchvision.transforms import v2
 
@@ -119,15 +120,29 @@ class JpegCropParams(Augmenter):
         self.max_pixels = max_pixels
         self._limit = _limit(max_pixels, _CPU_STAGE)
         self._crop = direct_image_ops(ops)[0]  # type: ignore[index]
+        self.on_error = check_on_error(on_error)
+        self.skip_log = SkipLog(_CPU_STAGE)
+
+    def __len__(self) -> int:
+        if self.on_error == "skip":
+            raise TypeError(f"{_CPU_STAGE} with on_error='skip' has no valid length (samples may be skipped)")
+        return super().__len__()
 
     def __iter__(self) -> Iterator[Any]:
         key, stream, crop, flip_p, limit = self.image_key, self._stream, self._crop, self.flip_p, self._limit
+        skip = self.on_error == "skip"
         for item in self.source_datapipe:
             if not isinstance(item, Mapping) or key not in item:
                 raise KeyError(f"{_CPU_STAGE}: sample {_name(item)!r} has no {key!r} entry; pass image_key=")
             data = item[key]
             raw = bytes(data) if not isinstance(data, bytes) else data
-            height, width = _header(raw, _name(item), _CPU_STAGE, limit)
+            try:
+                height, width = _header(raw, _name(item), _CPU_STAGE, limit)
+            except DecodeError as exc:
+                if not skip:
+                    raise
+                self.skip_log.record(exc)
+                continue
             orientation = _orientation(raw)
             if orientation in _EXIF_SWAPS:
                 height, width = width, height
@@ -191,7 +206,7 @@ def jpeg_crop_stage(
         ([(2, 3, 16, 16), (2, 3, 16, 16)], [1, 1])
     """
     out: IterDataPipe = pipe.decode(handlers={image_key: None}, on_error=on_error)  # the JPEG stays bytes
-    out = JpegCropParams(out, size, image_key=image_key, max_pixels=max_pixels)
+    out = JpegCropParams(out, size, image_key=image_key, max_pixels=max_pixels, on_error=on_error)
     if batch_size is not None:
         out = out.batch(batch_size, drop_last=drop_last).collate(collate_fn=EncodedCollate(image_key))
     return out
@@ -209,22 +224,37 @@ def _split(encoded: torch.Tensor | Sequence[torch.Tensor], params: torch.Tensor)
     return [t.cpu() for t in encoded]
 
 
-def _decode_all(datas: list[torch.Tensor], device: torch.device, keys: Sequence[str]) -> list[torch.Tensor]:
-    """Decode a batch on ``device``; when the batched call fails, decode one by one to name the bad file."""
+def _decode_all(
+    datas: list[torch.Tensor], device: torch.device, keys: Sequence[str], indices: list[int], skip_log: SkipLog | None
+) -> tuple[list[torch.Tensor], list[int]]:
+    """Decode ``datas[i]`` for ``i`` in ``indices`` on ``device``: the images and the indices decoded.
+
+    When the batched call fails (torchvision raises for the whole batch), decode one by one to find the bad
+    files: each raises a :class:`DecodeError` naming its key, or with a ``skip_log`` is recorded there and left out.
+    """
     from torchvision.io import ImageReadMode, decode_jpeg
 
     from pipekit.decoders import _clean_reason
 
+    if not indices:
+        return [], []
     try:
-        return list(decode_jpeg(datas, mode=ImageReadMode.RGB, device=device))
-    except Exception as batch_exc:  # torchvision raises for the whole batch
-        for data, key in zip(datas, keys):
+        return list(decode_jpeg([datas[i] for i in indices], mode=ImageReadMode.RGB, device=device)), indices
+    except Exception as batch_exc:
+        images, decoded = [], []
+        for i in indices:
             try:
-                decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
+                images.append(decode_jpeg(datas[i], mode=ImageReadMode.RGB, device=device))
+                decoded.append(i)
             except Exception as exc:
-                raise DecodeError("decode image", key, _DEVICE_STAGE, _clean_reason(exc)) from exc
-        raise DecodeError("decode image", f"a batch of {len(datas)}", _DEVICE_STAGE,
-                          _clean_reason(batch_exc)) from batch_exc
+                error = DecodeError("decode image", keys[i], _DEVICE_STAGE, _clean_reason(exc))
+                if skip_log is None:
+                    raise error from exc
+                skip_log.record(error)
+        if skip_log is None:  # every file decodes alone: report the batch's failure
+            raise DecodeError("decode image", f"a batch of {len(indices)}", _DEVICE_STAGE,
+                              _clean_reason(batch_exc)) from batch_exc
+        return images, decoded
 
 
 def decode_jpeg_crops(
@@ -249,7 +279,7 @@ def decode_jpeg_crops(
 
     Raises:
         DecodeError: a file is not a JPEG, is corrupt, or declares more than ``max_pixels`` pixels;
-            it names the sample's key.
+            it names the sample's key.  (``DeviceLoader(..., on_error="skip")`` drops such samples instead.)
 
     Example:
         >>> import io, torch
@@ -263,6 +293,19 @@ def decode_jpeg_crops(
         >>> bool((out[0, :, 4, 4].int() - torch.tensor([200, 10, 10])).abs().max() <= 3)  # JPEG's rounding
         True
     """
+    return _decode_crops(encoded, params, size, device, keys, max_pixels, None)[0]
+
+
+def _decode_crops(
+    encoded: torch.Tensor | Sequence[torch.Tensor],
+    params: torch.Tensor,
+    size: int | Sequence[int],
+    device: torch.device | str,
+    keys: Sequence[str] | None,
+    max_pixels: int | None,
+    skip_log: SkipLog | None,
+) -> tuple[torch.Tensor, list[int]]:
+    """:func:`decode_jpeg_crops`, and the indices of the images kept (all of them unless ``skip_log`` is given)."""
     from torchvision.transforms.v2 import InterpolationMode
     from torchvision.transforms.v2 import functional as F
 
@@ -278,19 +321,27 @@ def decode_jpeg_crops(
         raise ValueError(f"{_DEVICE_STAGE}: an empty batch")
     names = [str(k) for k in keys] if keys is not None else [f"<image {i} of the batch>" for i in range(len(datas))]
     limit = _limit(max_pixels, _DEVICE_STAGE)
-    for data, name in zip(datas, names):
-        _header(memoryview(data.numpy()), name, _DEVICE_STAGE, limit)  # before nvJPEG allocates anything
-    images = _decode_all(datas, device, names)
+    checked = []
+    for i, (data, name) in enumerate(zip(datas, names)):
+        try:
+            _header(memoryview(data.numpy()), name, _DEVICE_STAGE, limit)  # before nvJPEG allocates anything
+            checked.append(i)
+        except DecodeError as exc:
+            if skip_log is None:
+                raise
+            skip_log.record(exc)
+    images, kept = _decode_all(datas, device, names, checked, skip_log)
     out_size = [size, size] if isinstance(size, int) else list(size)
     rows = params.tolist()
     out = torch.empty((len(images), 3, *out_size), dtype=torch.uint8, device=device)
-    for i, (image, (top, left, h, w, flip, orientation, _)) in enumerate(zip(images, rows)):
+    for i, (image, j) in enumerate(zip(images, kept)):
+        top, left, h, w, flip, orientation, _ = rows[j]
         image = _apply_orientation(image, orientation)
         crop = F.resized_crop_image(
             image, top, left, h, w, size=out_size, interpolation=InterpolationMode.BILINEAR, antialias=True
         )
         out[i] = F.horizontal_flip_image(crop) if flip else crop
-    return out
+    return out, kept
 
 
 class JpegDecodeStep:
@@ -300,13 +351,17 @@ class JpegDecodeStep:
     CPU: nvJPEG reads host memory); :meth:`apply` puts the decoded ``uint8`` images back at the entry.
     """
 
-    def __init__(self, size: int | Sequence[int], key: str | None = None, max_pixels: int | None = None) -> None:
+    def __init__(
+        self, size: int | Sequence[int], key: str | None = None, max_pixels: int | None = None, on_error: str = "raise"
+    ) -> None:
         if size is None:
             raise TypeError("DeviceLoader: decode='jpeg' needs size= (the crops' output size)")
         self.size = size
         self.key = key
         self.max_pixels = max_pixels
         _limit(max_pixels, "DeviceLoader")
+        self.on_error = check_on_error(on_error)
+        self.skip_log = SkipLog(_DEVICE_STAGE)
 
     def image_key(self, batch: Mapping[str, Any]) -> str:
         if self.key is not None:
@@ -328,5 +383,22 @@ class JpegDecodeStep:
     def apply(self, rest: dict[str, Any], held: tuple[str, Any, torch.Tensor], device: torch.device) -> dict[str, Any]:
         key, encoded, params = held
         names = rest.get("__key__")
-        images = decode_jpeg_crops(encoded, params.cpu(), self.size, device, keys=names, max_pixels=self.max_pixels)
+        log = self.skip_log if self.on_error == "skip" else None
+        images, kept = _decode_crops(encoded, params.cpu(), self.size, device, names, self.max_pixels, log)
+        n = params.shape[0]
+        if len(kept) < n:  # skipped: the batch's other entries keep the same samples
+            if not kept:
+                raise DecodeError("decode image", f"a batch of {n}", _DEVICE_STAGE,
+                                  f"every JPEG of the batch was skipped ({self.skip_log.count} skipped so far)")
+            rest = {k: _take(v, kept, n) for k, v in rest.items()}
+            params = params[kept]
         return {**rest, key: images, PARAMS_KEY: params}
+
+
+def _take(value: Any, kept: list[int], n: int) -> Any:
+    """The ``kept`` rows of a batch entry of ``n`` samples (a tensor or a list); anything else as it is."""
+    if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == n:
+        return value[torch.tensor(kept, device=value.device)]
+    if isinstance(value, (list, tuple)) and len(value) == n:
+        return type(value)(value[i] for i in kept)
+    return value

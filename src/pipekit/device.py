@@ -360,6 +360,8 @@ class DeviceLoader:
         size: the output size of the crops (with ``decode="jpeg"``).
         max_pixels: the pixel limit each JPEG's header is checked against before decoding (default
             ``pipekit.decoders.MAX_IMAGE_PIXELS``).
+        on_error: with ``decode="jpeg"``: ``"raise"`` a ``DecodeError`` naming a corrupt JPEG's key, or
+            ``"skip"`` it (the batch keeps its other samples; counted in ``skip_log``).
         **to_device_kwargs: passed to :func:`to_device` (``normalize``,
             ``dtype``, ``channels_last``, ``keys``...).
 
@@ -380,6 +382,7 @@ class DeviceLoader:
         decode: str | None = None,
         size: int | Sequence[int] | None = None,
         max_pixels: int | None = None,
+        on_error: str = "raise",
         **to_device_kwargs: Any,
     ) -> None:
         self.loader = loader
@@ -390,7 +393,8 @@ class DeviceLoader:
             from pipekit._jpeg_device import JpegDecodeStep
 
             keys = to_device_kwargs.get("keys", ...)
-            self._decode = JpegDecodeStep(size, None if keys is ... else keys, max_pixels)  # type: ignore[arg-type]
+            self._decode = JpegDecodeStep(size, None if keys is ... else keys, max_pixels, on_error)  # type: ignore
+            self.skip_log = self._decode.skip_log
         self.device = torch.device(device)
         self.stage_pinned = stage_pinned
         self.to_device_kwargs = to_device_kwargs
