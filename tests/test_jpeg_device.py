@@ -186,6 +186,13 @@ def _pipes(recipe):
     return found
 
 
+def test_the_image_entry_defaults_to_jpg_and_is_converted(tmp_path):
+    urls = _write_shards(tmp_path, shards=1, per_shard=4)
+    (batch,) = list(DeviceLoader(_device_recipe(urls), "cpu", decode="jpeg", size=SIZE, scale=255))
+    assert batch[".jpg"].dtype == torch.float32 and batch[".jpg"].shape == (4, 3, SIZE, SIZE)
+    assert float(batch[".jpg"].max()) <= 1.0
+
+
 def test_arguments_are_checked():
     with pytest.raises(TypeError, match="size="):
         DeviceLoader([], "cpu", decode="jpeg")

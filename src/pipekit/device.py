@@ -435,7 +435,7 @@ class DeviceLoader:
             if held is None:
                 batch, held = self._decode.split(batch)
             batch = self._decode.apply(batch, held, self.device)
-            return to_device(batch, self.device, **{"keys": held[0], **self.to_device_kwargs})
+            return to_device(batch, self.device, **{**self.to_device_kwargs, "keys": held[0]})
         return to_device(batch, self.device, **self.to_device_kwargs)
 
     def __iter__(self) -> Iterator[Any]:
