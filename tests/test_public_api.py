@@ -675,3 +675,17 @@ def test_every_exported_name_of_the_packages_resolves():
     for package in (pipekit, pipekit.pipes, pipekit.geo, pipekit.datasets, pipekit.samplers, pipekit.transforms):
         missing = [n for n in package.__all__ if not hasattr(package, n)]
         assert missing == [], f"{package.__name__}: {missing}"
+
+
+def test_device_names():
+    import pipekit.device
+
+    assert pipekit.device.__all__ == [
+        "to_device",
+        "DeviceLoader",
+        "prefetch_to_device",
+        "default_scale",
+        "JpegCropParams",
+        "jpeg_crop_stage",
+        "decode_jpeg_crops",
+    ]

@@ -16,6 +16,10 @@ that most often starves a GPU.  pipekit keeps batches compact on the host
   with the compute on batch n on side CUDA streams, with the stream
   synchronisation that keeps that safe; its ``state_dict()`` accounts for the
   batch in flight.
+* JPEGs decoded on the device: :func:`jpeg_crop_stage` (:class:`JpegCropParams`)
+  keeps the workers' JPEGs encoded and draws their crop and flip there;
+  ``DeviceLoader(..., decode="jpeg", size=)`` decodes them on the device
+  (nvJPEG on CUDA) and crops, resizes and flips there (:func:`decode_jpeg_crops`).
 
 On the CPU both give the same values and layouts, so CPU-only code and tests
 behave the same.
@@ -30,7 +34,17 @@ from typing import Any
 
 import torch
 
-__all__ = ["to_device", "DeviceLoader", "prefetch_to_device", "default_scale"]
+from pipekit._jpeg_device import JpegCropParams, decode_jpeg_crops, jpeg_crop_stage
+
+__all__ = [
+    "to_device",
+    "DeviceLoader",
+    "prefetch_to_device",
+    "default_scale",
+    "JpegCropParams",
+    "jpeg_crop_stage",
+    "decode_jpeg_crops",
+]
 
 _INT_SCALES = {
     torch.uint8: 255.0,
@@ -338,6 +352,16 @@ class DeviceLoader:
             finished), so the copy to the device is asynchronous without
             pinning a fresh buffer per batch.  Use it with
             ``pipekit.DataLoader(..., pin_memory=False)``.
+        decode: ``"jpeg"``: batches hold encoded JPEGs and their crop parameters
+            (:func:`jpeg_crop_stage`, :class:`JpegCropParams`); they are
+            decoded on ``device`` (nvJPEG on CUDA), cropped, resized to ``size`` and flipped there, then
+            converted as ``to_device`` converts images.  The image entry is ``keys`` (default ``"image"``,
+            else ``".jpg"``).  ``None`` (default): batches are moved as they are.
+        size: the output size of the crops (with ``decode="jpeg"``).
+        max_pixels: the pixel limit each JPEG's header is checked against before decoding (default
+            ``pipekit.decoders.MAX_IMAGE_PIXELS``).
+        on_error: with ``decode="jpeg"``: ``"raise"`` a ``DecodeError`` naming a corrupt JPEG's key, or
+            ``"skip"`` it (the batch keeps its other samples; counted in ``skip_log``).
         **to_device_kwargs: passed to :func:`to_device` (``normalize``,
             ``dtype``, ``channels_last``, ``keys``...).
 
@@ -355,9 +379,22 @@ class DeviceLoader:
         device: torch.device | str | int,
         *,
         stage_pinned: bool = True,
+        decode: str | None = None,
+        size: int | Sequence[int] | None = None,
+        max_pixels: int | None = None,
+        on_error: str = "raise",
         **to_device_kwargs: Any,
     ) -> None:
         self.loader = loader
+        self._decode: Any = None
+        if decode is not None:
+            if decode != "jpeg":
+                raise ValueError(f"DeviceLoader: decode must be None or 'jpeg', got {decode!r}")
+            from pipekit._jpeg_device import JpegDecodeStep
+
+            keys = to_device_kwargs.get("keys", ...)
+            self._decode = JpegDecodeStep(size, None if keys is ... else keys, max_pixels, on_error)  # type: ignore
+            self.skip_log = self._decode.skip_log
         self.device = torch.device(device)
         self.stage_pinned = stage_pinned
         self.to_device_kwargs = to_device_kwargs
@@ -393,7 +430,12 @@ class DeviceLoader:
         load(state)
         self._have_state = False
 
-    def _convert(self, batch: Any) -> Any:
+    def _convert(self, batch: Any, held: Any = None) -> Any:
+        if self._decode is not None:
+            if held is None:
+                batch, held = self._decode.split(batch)
+            batch = self._decode.apply(batch, held, self.device)
+            return to_device(batch, self.device, **{**self.to_device_kwargs, "keys": held[0]})
         return to_device(batch, self.device, **self.to_device_kwargs)
 
     def __iter__(self) -> Iterator[Any]:
@@ -428,6 +470,9 @@ class DeviceLoader:
             except StopIteration:
                 return False, None, None
             state = self._loader_state()
+            held = None
+            if self._decode is not None:  # the JPEGs stay on the host, where nvJPEG reads them
+                host, held = self._decode.split(host)
             if staging is not None:
                 host = staging.stage(host)
             with torch.cuda.stream(copying):
@@ -441,7 +486,7 @@ class DeviceLoader:
                 if t.device.type == "cuda":
                     t.record_stream(converting)  # made on ``copying``, read on ``converting``
             with torch.cuda.stream(converting):
-                ready = self._convert(moved)
+                ready = self._convert(moved, held)
             return True, ready, state
 
         ok, current, state = fetch()
