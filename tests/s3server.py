@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -71,13 +72,30 @@ def find_weed() -> str:
 
 
 def _free_ports(n: int) -> list[int]:
-    """``n`` distinct ports that are free on 127.0.0.1 right now."""
-    sockets = []
+    """``n`` distinct ports that are free on 127.0.0.1 right now.
+
+    They come from below Linux's ephemeral range (32768+), so no outgoing connection takes one while a restartable
+    server is down, and from a block of their own per pytest-xdist worker (``PYTEST_XDIST_WORKER``), so servers
+    started by parallel test processes never pick the same ports.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    low, size = 20000 + (index % 6) * 2000, 2000
+    sockets: list[socket.socket] = []
     try:
-        for _ in range(n):
+        start = random.randrange(size)
+        for k in range(size):
+            if len(sockets) == n:
+                break
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
+            try:
+                s.bind(("127.0.0.1", low + (start + k) % size))
+            except OSError:
+                s.close()
+                continue
             sockets.append(s)
+        if len(sockets) < n:
+            raise RuntimeError(f"no {n} free ports in {low}..{low + size - 1} on 127.0.0.1")
         return [s.getsockname()[1] for s in sockets]
     finally:
         for s in sockets:
