@@ -76,9 +76,17 @@ def _inria(root: Path) -> None:
         _tif(top / "test" / "images" / name, np.full((3, 6, 8), value, np.uint8))
 
 
-def _landcoverai(root: Path) -> None:
-    from ..datasets.test_landcoverai import _png
+def _png(array: np.ndarray, fmt: str) -> bytes:
+    import io
 
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(array).save(buf, fmt)
+    return buf.getvalue()
+
+
+def _landcoverai(root: Path) -> None:
     chips = {"M-33-20-D-c-4-2_0": "train", "M-33-20-D-c-4-2_1": "train", "M-33-20-D-c-4-2_2": "val",
              "N-34-97-D-c-2-4_7": "test"}
     (root / "output").mkdir(parents=True)
