@@ -612,11 +612,20 @@ TRANSFORMS_ALL = [
 
 DATAMODULES_ALL = [
     "BaseDataModule",
+    "EuroSAT100DataModule",
     "EuroSATDataModule",
+    "EuroSATSpatialDataModule",
     "GeoDataModule",
+    "InriaAerialImageLabelingDataModule",
     "LIGHTNING_EXTRA",
+    "LandCoverAI100DataModule",
+    "LandCoverAIDataModule",
     "LandsatCDLDataModule",
     "NonGeoDataModule",
+    "RESISC45DataModule",
+    "So2SatDataModule",
+    "UCMercedDataModule",
+    "VHR10DataModule",
     "compute_stats",
 ]
 

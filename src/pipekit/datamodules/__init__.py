@@ -19,6 +19,12 @@ The names:
   ``*_dataloader``, ``on_after_batch_transfer``, ``plot``);
 * :class:`EuroSATDataModule`: :class:`~pipekit.datasets.EuroSAT`'s
   train/val/test lists;
+* one per benchmark dataset of :mod:`pipekit.datasets`, under TorchGeo 0.8's
+  names and arguments: :class:`VHR10DataModule`, :class:`UCMercedDataModule`,
+  :class:`RESISC45DataModule`, :class:`EuroSAT100DataModule`,
+  :class:`EuroSATSpatialDataModule`, :class:`InriaAerialImageLabelingDataModule`,
+  :class:`LandCoverAIDataModule`, :class:`LandCoverAI100DataModule`,
+  :class:`So2SatDataModule` (the guide's table lists their splits and statistics);
 * :class:`LandsatCDLDataModule`: ``Landsat8 & CDL`` crop-type segmentation,
   split by region (seeded blocks, :func:`~pipekit.datasets.roi_split`);
 * :func:`compute_stats`: the per-band statistics a datamodule stores,
@@ -54,16 +60,35 @@ def _require_lightning() -> None:
 _require_lightning()
 
 from pipekit.datamodules._base import BaseDataModule, GeoDataModule, NonGeoDataModule  # noqa: E402
-from pipekit.datamodules._eurosat import EuroSATDataModule  # noqa: E402
+from pipekit.datamodules._eurosat import (  # noqa: E402
+    EuroSAT100DataModule,
+    EuroSATDataModule,
+    EuroSATSpatialDataModule,
+)
+from pipekit.datamodules._inria import InriaAerialImageLabelingDataModule  # noqa: E402
+from pipekit.datamodules._landcoverai import LandCoverAI100DataModule, LandCoverAIDataModule  # noqa: E402
 from pipekit.datamodules._landsat_cdl import LandsatCDLDataModule  # noqa: E402
+from pipekit.datamodules._resisc45 import RESISC45DataModule  # noqa: E402
+from pipekit.datamodules._so2sat import So2SatDataModule  # noqa: E402
 from pipekit.datamodules._stats import compute_stats  # noqa: E402
+from pipekit.datamodules._ucmerced import UCMercedDataModule  # noqa: E402
+from pipekit.datamodules._vhr10 import VHR10DataModule  # noqa: E402
 
 __all__ = [
     "BaseDataModule",
+    "EuroSAT100DataModule",
     "EuroSATDataModule",
+    "EuroSATSpatialDataModule",
     "GeoDataModule",
+    "InriaAerialImageLabelingDataModule",
     "LIGHTNING_EXTRA",
+    "LandCoverAI100DataModule",
+    "LandCoverAIDataModule",
     "LandsatCDLDataModule",
     "NonGeoDataModule",
+    "RESISC45DataModule",
+    "So2SatDataModule",
+    "UCMercedDataModule",
+    "VHR10DataModule",
     "compute_stats",
 ]

@@ -49,15 +49,22 @@ class SeededShuffle(Sampler[int]):
         return self.n
 
     def __iter__(self) -> _ShuffleIterator:
-        it = _ShuffleIterator(self, self.epoch)
-        self.epoch += 1
-        return it
+        return _ShuffleIterator(self)
 
 
 class _ShuffleIterator(Iterator[int]):
-    def __init__(self, sampler: SeededShuffle, epoch: int) -> None:
+    """One epoch's indices; the epoch is claimed (the sampler's count advanced) when the first index is read.
+
+    A multi-process DataLoader iterator asks for two sampler iterators per
+    first epoch (torch's ``__init__``, then ``_reset``) and reads only the
+    second: claiming at creation would give a run with workers epoch e + 1's
+    order as its epoch e.
+    """
+
+    def __init__(self, sampler: SeededShuffle) -> None:
         self.sampler, self.pos = sampler, 0
-        self._start(epoch)
+        self.epoch: int | None = None
+        self.order: list[int] = []
 
     def _start(self, epoch: int) -> None:
         self.epoch = epoch
@@ -68,13 +75,16 @@ class _ShuffleIterator(Iterator[int]):
         return self
 
     def __next__(self) -> int:
+        if self.epoch is None:
+            self._start(self.sampler.epoch)
+            self.sampler.epoch += 1
         if self.pos >= len(self.order):
             raise StopIteration
         self.pos += 1
         return self.order[self.pos - 1]
 
     def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "yielded": self.pos}
+        return {"epoch": self.sampler.epoch if self.epoch is None else self.epoch, "yielded": self.pos}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self._start(int(state["epoch"]))

@@ -52,9 +52,13 @@ def compute_stats(datamodule: Any, num_samples: int | None = 1000, *, seed: int 
     dataset = datamodule.train_dataset
     if dataset is None:
         raise ValueError(f"compute_stats: {type(datamodule).__name__}.setup('fit') set no train_dataset")
-    patch_size = getattr(datamodule, "patch_size", None)
-    if patch_size is not None:  # a geo datamodule: patches of its size, from a seeded sampler
-        return _compute_stats(dataset, num_samples, size=patch_size, seed=seed, progress=progress, **kwargs)
+    from pipekit.datamodules._base import GeoDataModule
+
+    # a geo datamodule: patches of its size, from a seeded sampler (a chip datamodule may have a patch_size too,
+    # as Inria's and VHR10's, for its crops or resizing: its chips are read whole)
+    if isinstance(datamodule, GeoDataModule):
+        return _compute_stats(dataset, num_samples, size=datamodule.patch_size, seed=seed, progress=progress,
+                              **kwargs)
     order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed)).tolist()
     if num_samples is not None:
         order = order[:num_samples]
