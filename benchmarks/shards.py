@@ -421,7 +421,7 @@ class LoaderProcess:
 
 
 PEER_ORDER = ("pipekit", "webdataset", "litdata", "mosaicml-streaming", "energon", "dali")
-PIPEKIT_SIDE = ("pipekit", "pipekit, random access")
+PIPEKIT_SIDE = ("pipekit", "pipekit, decode_threads=2", "pipekit, random access")
 
 
 def peers_cell(
@@ -538,7 +538,9 @@ def run_peers(args: argparse.Namespace, paths: list[Path], root: Path) -> None:
     names = [n for n in PEER_ORDER if n not in args.skip_peer]
     if not args.random_access_only:
         for workers in args.workers:
-            peers_cell(f"local, {workers} workers", names, {**spec, "workers": workers}, peers_python, args.epochs,
+            # at 0 workers also pipekit decoding on 2 threads (a second core: shown as its own row)
+            cell = [*names[:1], "pipekit, decode_threads=2", *names[1:]] if workers == 0 else names
+            peers_cell(f"local, {workers} workers", cell, {**spec, "workers": workers}, peers_python, args.epochs,
                        profile=args.profile and workers == 0)
     ra = ["pipekit, random access", "litdata, random access"]
     for workers in args.workers:
