@@ -609,10 +609,11 @@ def main() -> None:
         f"# shards: {args.samples} JPEGs 320x256 in {args.shards} shards ({mib:.0f} MiB); "
         f"shuffle buffer {args.buffer}; decode + RandomResizedCrop({args.size}) + flip; batch {args.batch}"
     )
+    against = "the fastest peer" if args.peers else "the faster of webdataset and LitData"
     print(
         f"# machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
         f"python {platform.python_version()}; samples/s, median of {args.epochs} epoch(s) after a warm-up, "
-        "ratios against the faster of webdataset and LitData"
+        f"ratios against {against}"
     )
     if args.peers:
         if args.profile:
