@@ -31,9 +31,18 @@ torchvision v2 ops), batches of 64, in a DataLoader with 0 and 2 workers:
     as (c) (torchvision decode + the same ops).  ``--random-access-only`` times
     it against (a) alone.
 
-MosaicML Streaming is not compared: ``pip install mosaicml-streaming`` (0.13)
-downgrades numpy to 2.1 and pulls ~45 cloud-SDK packages (Azure, GCS, OCI,
-transformers) into the environment, which we do not do to a user's stack.
+``--peers`` (issues 33 and 34; ``./run bench shards --peers``) is the side by side
+against every peer loader instead, each loader in a process of its own
+(``benchmarks/_peers.py``; the peers with the ``peers`` environment's python,
+``PIPEKIT_PEERS_PYTHON``, since they need a botocore that s3fs refuses):
+pipekit's ``TarShards`` against webdataset, LitData (its own chunks), MosaicML
+Streaming (MDS, converted once), megatron-energon and DALI's CPU pipeline, 0 and
+2 workers (DALI: 1 and 2 threads), steady-state epochs in alternating rounds after
+a first epoch, with each loader's first-epoch time (construction to the end of
+its first epoch) and peak memory (RSS and PSS of its process and workers);
+then random access (issue 33): ``IndexedShards`` against LitData's
+``StreamingDataset`` read by index (``ds[i]`` under ``RandomSampler``), local and
+from S3.  Each cell prints the machine's load average around its rounds.
 
 One difference in what the two sides do: pipekit applies a JPEG's EXIF
 orientation (``decode_jpeg(..., apply_exif_orientation=True)``) and the
@@ -61,6 +70,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import io
 import json
 import platform
@@ -371,6 +381,195 @@ def run_cell(
         print(f"{'':>5} | first pass (warm-up epoch): {firsts}", flush=True)
 
 
+class LoaderProcess:
+    """One loader in a process of its own (``benchmarks/_peers.py``), driven by JSON lines."""
+
+    def __init__(self, python: str, spec: dict[str, Any]) -> None:
+        import os
+        import subprocess
+
+        src = str(Path(__file__).resolve().parents[1] / "src")
+        env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        self.name = spec["loader"]
+        self.proc = subprocess.Popen(
+            [python, str(Path(__file__).with_name("_peers.py")), json.dumps(spec)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+        )
+        self.ready = self._read()
+
+    def _read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            return {"error": f"exited with {self.proc.wait()}"}
+        return json.loads(line)
+
+    def ask(self, command: str) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(BrokenPipeError, ValueError):
+                self.ask("quit")
+            try:
+                self.proc.wait(30)
+            except Exception:
+                self.proc.kill()
+
+
+PEER_ORDER = ("pipekit", "webdataset", "litdata", "mosaicml-streaming", "energon", "dali")
+PIPEKIT_SIDE = ("pipekit", "pipekit, decode_threads=2", "pipekit, random access")
+
+
+def peers_cell(
+    title: str, names: list[str], spec: dict[str, Any], peers_python: str, rounds: int, profile: bool = False
+) -> dict[str, dict[str, Any]]:
+    """Every loader of ``names`` in its own process: a first epoch each, then ``rounds`` alternating rounds."""
+    import os
+
+    procs: dict[str, LoaderProcess] = {}
+    for name in names:
+        python = sys.executable if name in PIPEKIT_SIDE else peers_python
+        proc = LoaderProcess(python, {**spec, "loader": name})
+        if "error" in proc.ready:
+            print(f"  {name}: not measured ({proc.ready['error']})", flush=True)
+            proc.close()
+            continue
+        procs[name] = proc
+    first = {name: p.ask("epoch") for name, p in procs.items()}
+    loads = [os.getloadavg()[0]]
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in procs}
+    for _ in range(rounds):
+        for name, p in procs.items():
+            runs[name].append(p.ask("epoch"))
+        loads.append(os.getloadavg()[0])
+    if profile and "pipekit" in procs:
+        print(procs["pipekit"].ask("profile")["profile"], flush=True)
+    out: dict[str, dict[str, Any]] = {}
+    for name, p in procs.items():
+        mem = p.ask("memory")
+        p.close()
+        out[name] = {
+            "rate": statistics.median(r["n"] / r["seconds"] for r in runs[name]),
+            "cpu_us": statistics.median(r["cpu_us"] for r in runs[name]),
+            "first_s": p.ready["build_s"] + first[name]["seconds"],
+            "rss": mem["rss"] / 2**20,
+            "pss": mem["pss"] / 2**20,
+        }
+    rows = [f"| {title} | load {min(loads):.1f}-{max(loads):.1f} |"]
+    best = max((n for n in out if n not in PIPEKIT_SIDE), key=lambda n: out[n]["rate"], default=None)
+    for name, m in out.items():
+        ratio = ""
+        if name in PIPEKIT_SIDE and best:
+            ratio = f" ({m['rate'] / out[best]['rate']:.2f}x {best})"
+        elif name not in PIPEKIT_SIDE and "pipekit" in out:
+            ratio = f" (pipekit {out['pipekit']['rate'] / m['rate']:.2f}x)"
+        rows.append(
+            f"| {name} | {m['rate']:7.1f}/s{ratio} | CPU {m['cpu_us']:.0f} µs/sample "
+            f"| first epoch {m['first_s']:.1f} s | peak RSS {m['rss']:.0f} MiB, PSS {m['pss']:.0f} MiB |"
+        )
+    print("\n".join(rows), flush=True)
+    return out
+
+
+def peer_versions(peers_python: str) -> str:
+    import subprocess
+
+    code = (
+        "import importlib.metadata as m\n"
+        "for d in ('torch', 'torchvision', 'webdataset', 'litdata', 'mosaicml-streaming', 'megatron-energon',"
+        " 'nvidia-dali-cuda130'):\n"
+        "    try: print(d, m.version(d))\n"
+        "    except m.PackageNotFoundError: print(d, 'not installed')\n"
+    )
+    found = subprocess.run([peers_python, "-c", code], capture_output=True, text=True, check=False).stdout
+    return ", ".join(found.split("\n")).strip(", ")
+
+
+def profile_stages(paths: list[Path], args: argparse.Namespace) -> None:
+    """Where a 0-worker sample's CPU time goes: each stage of pipekit's image path timed apart, in this process."""
+    from pipekit.collate import collate
+    from pipekit.decoders import decode_image_bytes
+
+    samples = []
+    t0 = time.process_time()
+    for path in paths:
+        with tarfile.open(path) as tar:
+            members = {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}  # type: ignore[union-attr]
+        samples += [(v, members[k[:-4] + ".cls"]) for k, v in members.items() if k.endswith(".jpg")]
+    n = len(samples)
+    times = {"tar read (tarfile, for scale)": time.process_time() - t0}
+    t0 = time.process_time()
+    images = [decode_image_bytes(jpg, mode="RGB") for jpg, _ in samples]
+    times["decode (decode_image_bytes RGB)"] = time.process_time() - t0
+    ops = standard_image_transforms(args.size, train=True)
+    crop, flip = ops[0], ops[1]
+    t0 = time.process_time()
+    cropped = [crop(im) for im in images]
+    times["RandomResizedCrop"] = time.process_time() - t0
+    t0 = time.process_time()
+    flipped = [flip(im) for im in cropped]
+    times["RandomHorizontalFlip"] = time.process_time() - t0
+    t0 = time.process_time()
+    for i in range(0, n, args.batch):
+        part = zip(flipped[i:i + args.batch], samples[i:i + args.batch])
+        collate([{".jpg": im, ".cls": int(c)} for im, (_, c) in part])
+    times["collate (batches of dicts)"] = time.process_time() - t0
+    print(f"# --profile: pipekit's image path by stage, CPU µs a sample over {n} samples (one pass each)")
+    for name, t in times.items():
+        print(f"#   {name}: {t / n * 1e6:.0f} µs")
+
+
+def run_peers(args: argparse.Namespace, paths: list[Path], root: Path) -> None:
+    """``--peers``: the image table against every peer loader, then random access against LitData."""
+    import os
+
+    peers_python = args.peers_python or os.environ.get("PIPEKIT_PEERS_PYTHON")
+    if not peers_python:
+        raise SystemExit("--peers needs the peers environment's python: ./run bench shards --peers, or --peers-python")
+    print(f"# peers ({peers_python}): {peer_versions(peers_python)}", flush=True)
+    spec: dict[str, Any] = {
+        "shards": [str(p) for p in paths], "samples": args.samples, "batch": args.batch, "buffer": args.buffer,
+        "size": args.size, "convert_root": str(root.with_name(root.name + "-peers")),
+    }
+    names = [n for n in PEER_ORDER if n not in args.skip_peer]
+    if not args.random_access_only:
+        for workers in args.workers:
+            # at 0 workers also pipekit decoding on 2 threads (a second core: shown as its own row)
+            cell = [*names[:1], "pipekit, decode_threads=2", *names[1:]] if workers == 0 else names
+            peers_cell(f"local, {workers} workers", cell, {**spec, "workers": workers}, peers_python, args.epochs,
+                       profile=args.profile and workers == 0)
+    ra = ["pipekit, random access", "litdata, random access"]
+    for workers in args.workers:
+        peers_cell(f"random access, local, {workers} workers", ra, {**spec, "workers": workers}, peers_python,
+                   args.epochs)
+    if args.skip_s3:
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from s3server import start_s3_server  # the tests' real S3 server (SeaweedFS on loopback)
+
+    server = start_s3_server()
+    try:
+        import s3fs
+
+        fs = s3fs.S3FileSystem(**server.storage_options, skip_instance_cache=True)
+        fs.mkdir("shards")
+        for p in paths:
+            fs.put_file(str(p), f"shards/{p.name}")
+        remote = [f"s3://shards/{p.name}" for p in paths]
+        datasets.index_shards(remote, server.storage_options)
+        fs.put(f"{spec['convert_root']}/litdata/", "shards/litdata/", recursive=True)
+        s3 = {**spec, "shards": remote, "storage_options": server.storage_options, "litdata_url": "s3://shards/litdata"}
+        for workers in args.workers:
+            peers_cell(f"random access, S3, {workers} workers", ra, {**s3, "workers": workers}, peers_python,
+                       args.epochs)
+    finally:
+        server.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", type=int, default=4000)
@@ -391,6 +590,12 @@ def main() -> None:
     parser.add_argument("--skip-litdata", action="store_true", help="leave LitData out even where it is installed")
     parser.add_argument("--random-access-only", action="store_true",
                         help="only pipekit streaming (a) against random access (f)")
+    parser.add_argument("--peers", action="store_true",
+                        help="side by side against every peer loader, each in its own process (see above)")
+    parser.add_argument("--peers-python", help="the peers environment's python (default: $PIPEKIT_PEERS_PYTHON)")
+    parser.add_argument("--skip-peer", nargs="*", default=[], choices=PEER_ORDER[1:], help="with --peers")
+    parser.add_argument("--profile", action="store_true",
+                        help="with --peers: a cProfile of pipekit's 0-worker epoch, and its stages timed apart")
     args = parser.parse_args()
     if args.quick:
         args.samples, args.epochs = 2000, 1
@@ -404,11 +609,17 @@ def main() -> None:
         f"# shards: {args.samples} JPEGs 320x256 in {args.shards} shards ({mib:.0f} MiB); "
         f"shuffle buffer {args.buffer}; decode + RandomResizedCrop({args.size}) + flip; batch {args.batch}"
     )
+    against = "the fastest peer" if args.peers else "the faster of webdataset and LitData"
     print(
         f"# machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
         f"python {platform.python_version()}; samples/s, median of {args.epochs} epoch(s) after a warm-up, "
-        "ratios against the faster of webdataset and LitData"
+        f"ratios against {against}"
     )
+    if args.peers:
+        if args.profile:
+            profile_stages(paths, args)
+        run_peers(args, paths, root)
+        return
     lit_dir = None
     if args.skip_litdata or args.resume_cost_only or args.random_access_only:
         pass

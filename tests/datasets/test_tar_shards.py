@@ -597,3 +597,57 @@ class TestWebDatasetHabits:
         missing = datasets.WebDataset(f"pipe:cat {tmp_path}/none.tar", train=False, batch_size=None)
         with pytest.raises((ArchiveError, ReadError), match=r"pipe:cat .*none\.tar.*status 1"):
             list(missing)
+
+
+class TestDecodeThreads:
+    """``decode_threads=``: images decoded on a thread pool (a 0-worker loader's idle cores), nothing else changed."""
+
+    def test_same_batches_as_decoding_in_the_loop(self, shards):
+        def batches(threads):
+            torch.manual_seed(7)
+            ds = datasets.TarShards(str(shards), batch_size=4, size=16, shuffle_buffer=8, decode_threads=threads)
+            return list(ds)
+
+        plain, threaded = batches(0), batches(2)
+        assert [b["__key__"] for b in threaded] == [b["__key__"] for b in plain]
+        assert all(torch.equal(a[".jpg"], b[".jpg"]) and torch.equal(a[".cls"], b[".cls"])
+                   for a, b in zip(threaded, plain))
+
+    def test_resumes_mid_epoch_with_images_in_flight(self, shards):
+        def loader():
+            ds = datasets.TarShards(str(shards), batch_size=2, size=16, shuffle_buffer=8, decode_threads=2)
+            return pipekit.DataLoader(ds, num_workers=0)
+
+        torch.manual_seed(4)
+        full = list(loader())
+        torch.manual_seed(4)
+        first = loader()
+        it = iter(first)
+        head = [next(it) for _ in range(5)]
+        state = pickle.loads(pickle.dumps(first.state_dict()))
+        resumed = loader()
+        resumed.load_state_dict(state)
+        got = head + list(resumed)
+        assert [b["__key__"] for b in got] == [b["__key__"] for b in full]
+        assert all(torch.equal(a[".jpg"], b[".jpg"]) for a, b in zip(got, full))
+
+    def test_a_corrupt_image_is_named_or_skipped_as_without_threads(self, tmp_path):
+        path = tmp_path / "bad-002.tar"
+        good = io.BytesIO()
+        Image.new("RGB", (8, 6), (1, 2, 3)).save(good, "JPEG")
+        with tarfile.open(path, "w") as tar:
+            members = (("a.jpg", good.getvalue()), ("a.cls", b"1"), ("b.jpg", b"\xff\xd8\xff no"), ("b.cls", b"2"))
+            for name, data in members:
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        with pytest.raises(DecodeError, match=r"bad-002\.tar/b\.jpg.*decode"):
+            list(datasets.TarShards(str(path), batch_size=None, size=4, decode_threads=2))
+        ds = datasets.TarShards(str(path), batch_size=None, size=4, on_error="skip", decode_threads=2)
+        assert [s["__key__"].rsplit("/", 1)[1] for s in ds] == ["a"]
+
+    def test_argument_checks(self, shards):
+        with pytest.raises(ValueError, match="decode_threads"):
+            datasets.TarShards(str(shards), decode_threads=-1)
+        with pytest.raises(ValueError, match="decode_threads"):
+            datasets.TarShards(str(shards), decode=False, decode_threads=2)

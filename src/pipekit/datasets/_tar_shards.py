@@ -12,6 +12,7 @@ The recipe::
                               the members, in one pipe), so the shuffle buffer (and a checkpoint
                               of it) holds no open streams; never extracted to disk
     -> shuffle                sample-level buffer (train)
+    [-> threadpool_map        with decode_threads=: the images decoded on a thread pool, in order]
     -> decode                 by extension: .jpg/.png -> uint8 [C, H, W], .cls -> int, .json -> dict, ...
     [-> resize/crop images    with size=: RandomResizedCrop + flip (train) | Resize + CenterCrop]
     [-> transform]
@@ -33,6 +34,7 @@ import torch
 import pipekit.pipes  # noqa: F401  (registers the functional names used below)
 from pipekit import _fast
 from pipekit._fs import url_to_fs
+from pipekit._validate import check_int
 from pipekit.collate import collate
 from pipekit.datasets._recipe import (
     ListSource,
@@ -42,6 +44,7 @@ from pipekit.datasets._recipe import (
     standard_image_transforms,
 )
 from pipekit.datasets._shard_cache import CachedShardOpener
+from pipekit.pipes._decode import Decoder
 from pipekit.pipes._sample_transforms import Augmenter
 from pipekit.pipes._shard_sources import PipeOpener, ResampledShardList, check_pipe_url, is_pipe_url
 from pipekit.pipes._webdataset import shard_expand
@@ -131,6 +134,33 @@ class _ImageOps:
         for op in self.ops:
             value = op(value)
         return {**sample, self.key: value}
+
+
+class _ThreadDecode:
+    """``threadpool_map``'s function for ``decode_threads``: a sample with its image entry decoded.
+
+    The handler is the one the decode stage after the pool would use for that
+    key (the same ``image_mode``), so the image is the same tensor.  A sample
+    whose image fails to decode comes back with its bytes untouched: the
+    decode stage then decodes them again in the loop and raises (the same
+    :class:`~pipekit.errors.DecodeError`, naming the member and the stage) or
+    skips and counts it, exactly as without threads.
+    """
+
+    def __init__(self, handler: Callable[[bytes], Any], key: str) -> None:
+        self.handler, self.key = handler, key
+
+    def __call__(self, sample: Any) -> Any:
+        if type(sample) is not dict:
+            return sample
+        raw = sample.get(self.key)
+        if type(raw) is not bytes:
+            return sample
+        try:
+            image = self.handler(raw)
+        except Exception:  # decoded again by the decode stage, which reports or skips it
+            return sample
+        return {**sample, self.key: image}
 
 
 def _note(exc: BaseException, message: str) -> None:
@@ -284,6 +314,16 @@ class TarShards(Recipe):
             and epoch) and copies it again when it changed.  Local shards are
             read in place.  ``None`` (default): remote shards are streamed
             every epoch.  Not with ``pipe:`` URLs.
+        decode_threads: decode ``image_key``'s images on a pool of this many
+            threads, ahead of the loop and in order (``0``, the default: in the
+            loop).  For a loader with ``num_workers=0``, whose process otherwise
+            uses one core: JPEG decoding releases the GIL, so the decode of the
+            next samples runs beside the crop, collate and training step of
+            this one.  The images, their order, the augmentations and a
+            checkpoint are the same as without threads (the samples in flight
+            are in the checkpoint and decoded again on resume); a corrupt image
+            is named or skipped by the decode stage as without threads.  It
+            uses more cores than the process's one, so say so when comparing.
 
     Attributes:
         shards: the shard URLs, in their unshuffled order.
@@ -326,6 +366,7 @@ class TarShards(Recipe):
         drop_last: bool = False,
         on_error: str = "raise",
         cache_dir: str | os.PathLike[str] | None = None,
+        decode_threads: int = 0,
     ) -> None:
         super().__init__()
         where = "TarShards"
@@ -349,6 +390,9 @@ class TarShards(Recipe):
             raise ValueError(f"{where}: size= resizes decoded images, but decode=False leaves them as bytes")
         if not isinstance(image_key, str):
             raise TypeError(f"{where}: image_key must be a str such as '.jpg', got {image_key!r}")
+        decode_threads = check_int(decode_threads, "decode_threads", where, minimum=0)
+        if decode_threads and not (decode is True or isinstance(decode, Mapping)):
+            raise ValueError(f"{where}: decode_threads decodes with the recipe's decode stage, got decode={decode!r}")
 
         self.train = bool(train)
         self.batch_size = batch_size
@@ -382,9 +426,15 @@ class TarShards(Recipe):
         if self.train and shuffle_buffer:
             pipe = pipe.shuffle(buffer_size=shuffle_buffer)
         if decode is True or isinstance(decode, Mapping):
-            pipe = pipe.decode(
-                handlers=None if decode is True else dict(decode), on_error=on_error, image_mode=image_mode
-            )
+            handlers = None if decode is True else dict(decode)
+            if decode_threads:
+                handler = Decoder(pipe, handlers=handlers, image_mode=image_mode).find_handler(image_key)[1]
+                if handler is not None:
+                    pipe = pipe.threadpool_map(
+                        _ThreadDecode(handler, image_key), scheduled_tasks=4 * decode_threads,
+                        max_workers=decode_threads, thread_name_prefix="pipekit-decode",
+                    )
+            pipe = pipe.decode(handlers=handlers, on_error=on_error, image_mode=image_mode)
         elif decode is not False:
             pipe = decode(pipe)  # type: ignore[operator]
             if not isinstance(pipe, IterDataPipe):
