@@ -215,3 +215,33 @@ def test_cuda_path_is_within_a_few_levels_of_the_cpu_path(tmp_path):
         diff = (a[".jpg"].cpu() - b[".jpg"]).abs()
         # nvJPEG's IDCT/upsampling and the GPU resize round differently: a few levels of 255
         assert float(diff.mean()) <= 2.0 and float(diff.max()) <= 48
+
+
+def test_tar_shards_decode_device_is_the_device_stage(tmp_path):
+    """``TarShards(decode_device=...)`` builds what ``_device_recipe`` builds by hand: the same batches."""
+    urls = _write_shards(tmp_path)
+    torch.manual_seed(0)
+    by_hand = list(DeviceLoader(_device_recipe(urls), "cpu", decode="jpeg", size=SIZE, keys=".jpg", scale=255))
+    torch.manual_seed(0)
+    recipe = datasets.TarShards(urls, batch_size=4, shuffle_buffer=8, size=SIZE, decode_device="cpu")
+    assert recipe.decode_device == torch.device("cpu")
+    built = list(DeviceLoader(recipe, "cpu", decode="jpeg", size=SIZE, keys=".jpg", scale=255))
+    assert [b["__key__"] for b in built] == [b["__key__"] for b in by_hand]
+    for a, b in zip(built, by_hand):
+        assert torch.equal(a[".jpg"], b[".jpg"]) and torch.equal(a[".cls"], b[".cls"])
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"train": False, "size": SIZE}, {"size": None}, {"size": SIZE, "trivial_augment": True},
+    {"size": SIZE, "decode_threads": 2}, {"size": SIZE, "transform": lambda s: s},
+])
+def test_tar_shards_decode_device_refuses_what_it_cannot_do(tmp_path, kwargs):
+    urls = _write_shards(tmp_path)
+    with pytest.raises(ValueError, match="TarShards: decode_device="):
+        datasets.TarShards(urls, decode_device="cpu", **kwargs)
+
+
+def test_tar_shards_names_the_replacement_of_a_webdataset_keyword(tmp_path):
+    urls = _write_shards(tmp_path)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'handler'.*on_error="):
+        datasets.WebDataset(urls, handler=print)

@@ -70,7 +70,7 @@ def _orientation(data: bytes) -> int:
     """The EXIF orientation (1-8) of a JPEG; 1 without an ``Exif`` block (Pillow is asked only when there is one)."""
     if data.find(b"Exif\x00\x00", 0, 4096) < 0:
         return 1
-    from pipekit.decoders import _exif_orientation
+    from pipekit._image_backends import _exif_orientation
 
     return _exif_orientation(data)
 
@@ -234,7 +234,7 @@ def _decode_all(
     """
     from torchvision.io import ImageReadMode, decode_jpeg
 
-    from pipekit.decoders import _clean_reason
+    from pipekit._image_backends import _clean_reason
 
     if not indices:
         return [], []
@@ -309,7 +309,7 @@ def _decode_crops(
     from torchvision.transforms.v2 import InterpolationMode
     from torchvision.transforms.v2 import functional as F
 
-    from pipekit.decoders import _apply_orientation
+    from pipekit._image_backends import _apply_orientation
 
     device = torch.device(device)
     if params.dim() != 2 or params.shape[1] != 7:

@@ -45,6 +45,7 @@ from pipekit.datasets._recipe import (
 )
 from pipekit.datasets._shard_cache import CachedShardOpener
 from pipekit.pipes._decode import Decoder
+from pipekit.pipes._missing import explain_unexpected_keywords
 from pipekit.pipes._sample_transforms import Augmenter
 from pipekit.pipes._shard_sources import PipeOpener, ResampledShardList, check_pipe_url, is_pipe_url
 from pipekit.pipes._webdataset import shard_expand
@@ -324,6 +325,13 @@ class TarShards(Recipe):
             are in the checkpoint and decoded again on resume); a corrupt image
             is named or skipped by the decode stage as without threads.  It
             uses more cores than the process's one, so say so when comparing.
+        decode_device: decode the JPEGs on this device instead of in the
+            workers (``"cuda"``: nvJPEG); training with ``size`` only.  Batches
+            then hold the encoded JPEGs and their crop and flip, drawn in the
+            workers from the pipe's seeded stream, and
+            ``pipekit.device.DeviceLoader(loader, decode_device, decode="jpeg",
+            size=size, keys=image_key)`` decodes, crops, flips and normalises
+            them there.
 
     Attributes:
         shards: the shard URLs, in their unshuffled order.
@@ -345,6 +353,7 @@ class TarShards(Recipe):
         ['sample00000000', 'sample00000001', 'sample00000002']
     """
 
+    @explain_unexpected_keywords("webdataset")
     def __init__(
         self,
         urls: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
@@ -367,6 +376,7 @@ class TarShards(Recipe):
         on_error: str = "raise",
         cache_dir: str | os.PathLike[str] | None = None,
         decode_threads: int = 0,
+        decode_device: str | torch.device | None = None,
     ) -> None:
         super().__init__()
         where = "TarShards"
@@ -394,6 +404,16 @@ class TarShards(Recipe):
         if decode_threads and not (decode is True or isinstance(decode, Mapping)):
             raise ValueError(f"{where}: decode_threads decodes with the recipe's decode stage, got decode={decode!r}")
 
+        if decode_device is not None and not (
+            train and size is not None and decode is True and not trivial_augment and transform is None
+            and collate_fn is None and not decode_threads and image_mode in (None, "RGB", "rgb")
+        ):
+            raise ValueError(
+                f"{where}: decode_device= decodes and crops training JPEGs on the device: it needs train=True and "
+                "size=, and takes no decode=, trivial_augment=, transform=, collate_fn=, decode_threads= or "
+                "image_mode= other than RGB"
+            )
+        self.decode_device = None if decode_device is None else torch.device(decode_device)
         self.train = bool(train)
         self.batch_size = batch_size
         self.resampled = bool(resampled)
@@ -425,6 +445,13 @@ class TarShards(Recipe):
         pipe = pipe.load_tar_samples(on_error=on_error)
         if self.train and shuffle_buffer:
             pipe = pipe.shuffle(buffer_size=shuffle_buffer)
+        if decode_device is not None:
+            from pipekit.device import jpeg_crop_stage
+
+            self.source_datapipe = jpeg_crop_stage(
+                pipe, size, image_key=image_key, batch_size=batch_size, drop_last=drop_last, on_error=on_error
+            )
+            return
         if decode is True or isinstance(decode, Mapping):
             handlers = None if decode is True else dict(decode)
             if decode_threads:
