@@ -117,17 +117,6 @@ KNOWN_DEFECTS: dict[str, tuple[Callable[[Case], bool], Case]] = {
         lambda c: c.fault == "replace" and (c.source in ("tar_shuffled_streams", "tarshards") or _has(c, "shuffle")),
         Case("tar_shuffled_streams", shard_at=None, point="mid", fraction=0.4, fault="replace", victim=1),
     ),
-    # in_memory_cache after a random pipe (a shuffle, ImageFolder's augmentation), checkpointed at the end of an
-    # epoch: the uninterrupted run serves the next epoch from its cache (the first epoch's items, in its order);
-    # an end-of-epoch checkpoint holds no positions, so the resumed loader's cache is empty and it reads the
-    # random upstream again (mid-epoch checkpoints hold the cached items: tests/pipes/test_memory_cache.py); the
-    # same after the loader's partial last batch (batch_size=2): torch's fetcher had ended, so the resumed epoch
-    # never pulls from the pipe and the restored cache is dropped with the epoch's state
-    "in_memory_cache across an end-of-epoch checkpoint": (
-        lambda c: (c.point == "end" or (c.point == "last" and c.batch_size is not None)) and _has(c, "cache")
-        and (c.num_workers == 0 or c.persistent),
-        Case("ints", ops=(("shuffle", 8), ("cache",)), point="end"),
-    ),
 }
 
 

@@ -72,7 +72,14 @@ import torch
 import torch.distributed as dist
 
 from pipekit import _shm as shm
-from pipekit._loader._pipe import REPORT_ITEMS, WORKER_RNG, _CheckpointedPipe, install_fast_serialize, skip_logs
+from pipekit._loader._pipe import (
+    EPOCH_CARRY,
+    REPORT_ITEMS,
+    WORKER_RNG,
+    _CheckpointedPipe,
+    install_fast_serialize,
+    skip_logs,
+)
 from pipekit._loader._pipe import fast_try_to_serialize as _fast_try_to_serialize  # noqa: F401 -- see below
 from pipekit._loader._workers import _WorkersIter, skip_summaries
 from pipekit._loader_seam import (
@@ -317,6 +324,9 @@ class DataLoader(LoaderBase):
         # Each persistent worker's global generators at the end of the epoch an end-of-epoch checkpoint loaded
         # here was taken at: the next epoch's workers start from them.
         self._worker_rngs: list[Any] | None = None
+        # What the pipes of each process (each worker, or the main process) carried into the next epoch at the
+        # end-of-epoch checkpoint loaded here (in_memory_cache's frozen cache): the next epoch starts with it.
+        self._carries: list[Any] | None = None
 
     def __iter__(self) -> Any:
         with self._next_epoch_seeded():
@@ -366,6 +376,8 @@ class DataLoader(LoaderBase):
             # A new epoch, not a resumed one: a state loaded into the pipe belongs to the epoch it resumed, even
             # one that never pulled from it (torch's fetcher had ended: a checkpoint after a partial last batch).
             dataset._pending = None
+        if isinstance(dataset, _CheckpointedPipe) and self.next_iter_state is None:
+            dataset._start_carries, self._carries = self._carries, None
         if self.num_workers == 0 or not isinstance(dataset, _CheckpointedPipe):
             return self._wrap_iterator(self._start_iterator())
         install_fast_serialize()
@@ -382,6 +394,7 @@ class DataLoader(LoaderBase):
         finally:
             dataset._channel = None
             dataset._start_rngs = None
+            dataset._start_carries = None
         self._state_channel = channel
         return self._wrap_iterator(it)
 
@@ -427,7 +440,9 @@ class DataLoader(LoaderBase):
         the resumed worker continues.  At the end of an epoch it holds no
         positions: it records the random state the next epoch starts from,
         which this loader's next epoch then starts from too (and, with
-        persistent workers, the generators each worker carries into it).
+        persistent workers, the generators each worker carries into it), and
+        what pipes keep across epochs (``in_memory_cache``'s frozen cache, per
+        worker with persistent workers).
         """
         with self._next_epoch_seeded():
             state = super().state_dict()
@@ -443,6 +458,9 @@ class DataLoader(LoaderBase):
             rngs = self._persistent_worker_rngs()
             if rngs is not None:
                 record["worker_rngs"] = rngs
+            carries = self._epoch_carries()
+            if carries is not None:
+                record["carry"] = carries
             return {ITERATOR_FINISHED: True, CHECKPOINT_KEY: record}
         state = resolve_deferred(state, getattr(self, "_state_channel", None), self._worker_alive, self.state_timeout)
         return {**state, CHECKPOINT_KEY: record}
@@ -456,6 +474,23 @@ class DataLoader(LoaderBase):
                 for i in range(self.num_workers)]
         return rngs if all(rng is not None for rng in rngs) else None
 
+    def _epoch_carries(self) -> list[Any] | None:
+        """What the pipes of each process carry into the next epoch (``in_memory_cache``'s frozen cache), or None.
+
+        One entry per worker (persistent ones: others start the next epoch
+        afresh), or one for the main process without workers.
+        """
+        dataset = self.dataset
+        if self.num_workers == 0:
+            carry = dataset.epoch_carry() if isinstance(dataset, _CheckpointedPipe) else None
+            return None if carry is None else [carry]
+        if not self.persistent_workers:
+            return None
+        states = worker_dataset_states(self.current_iterator())
+        carries = [states[i].get(EPOCH_CARRY) if isinstance(states.get(i), dict) else None
+                   for i in range(self.num_workers)]
+        return carries if any(carry is not None for carry in carries) else None
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Resume from a :meth:`state_dict` at the next ``iter()``.
 
@@ -466,7 +501,7 @@ class DataLoader(LoaderBase):
         """
         record = self._check_checkpoint(state_dict)
         state = {k: v for k, v in state_dict.items() if k != CHECKPOINT_KEY}
-        self._next_epoch_rng = self._rng_anchor = self._worker_rngs = None
+        self._next_epoch_rng = self._rng_anchor = self._worker_rngs = self._carries = None
         if isinstance(self.dataset, _CheckpointedPipe) and state_finished(state):
             # Taken at the end of an epoch: the next iter() starts the next epoch (from the checkpoint's
             # random state, when it has one), instead of restoring positions at the end of the old one.
@@ -480,6 +515,11 @@ class DataLoader(LoaderBase):
             rngs = record.get("worker_rngs") if record is not None else None
             if rngs is not None and len(rngs) == self.num_workers and self.persistent_workers:
                 self._worker_rngs = list(rngs)  # the same persistent workers would have gone on with them
+            carries = record.get("carry") if record is not None else None
+            if carries is not None and len(carries) == max(self.num_workers, 1) and (
+                self.num_workers == 0 or self.persistent_workers
+            ):
+                self._carries = list(carries)  # the same processes would have kept it for the next epoch
             return
         super().load_state_dict(state)
 

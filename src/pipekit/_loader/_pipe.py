@@ -48,6 +48,7 @@ from pipekit.pipes._resume import (
     SnapshotPlan,
     apply_seeds,
     drop_pending,
+    epoch_carry,
     epoch_marks,
     materialize_snapshot,
     not_snapshot_capable,
@@ -67,7 +68,15 @@ from pipekit.pipes._torch import LoaderPipeWrapper, hooked_iterator_target, load
 from pipekit.pipes.base import IterDataPipe
 from pipekit.profiling import stage_name
 
-__all__ = ["REFUSED", "REPORT", "REPORT_ITEMS", "fast_try_to_serialize", "install_fast_serialize", "skip_logs"]
+__all__ = [
+    "EPOCH_CARRY",
+    "REFUSED",
+    "REPORT",
+    "REPORT_ITEMS",
+    "fast_try_to_serialize",
+    "install_fast_serialize",
+    "skip_logs",
+]
 
 logger = logging.getLogger("pipekit")
 
@@ -76,6 +85,9 @@ REPORT_ITEMS = 10  # skipped items each pipe of each worker reports in full
 REFUSED = "refused"  # the key of a worker's state saying why its position cannot be checkpointed
 WORKER_RNG = "worker_rng"  # the key of a worker's state holding its global generators' states (torch's, Python's)
 EPOCH_RNG = "epoch_rng"  # the key of a replayed (count) state: the global generators' states the epoch started with
+# the key of a worker's state at the end of its epoch: what its pipes carry into the next (in_memory_cache's frozen
+# cache), as plain data (:func:`pipekit.pipes._resume.epoch_carry`); absent when nothing is carried
+EPOCH_CARRY = "epoch_carry"
 
 
 def worker_rng_state() -> dict[str, Any]:
@@ -190,18 +202,22 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         # Each worker's global generators to start from (by worker id), from an end-of-epoch checkpoint of
         # persistent workers: set by the loader while it starts workers, used by the first epoch only.
         self._start_rngs: list[Any] | None = None
+        # What each worker's pipes carry into the epoch (by worker id; [main process] without workers), from an
+        # end-of-epoch checkpoint (pipekit.pipes._resume.epoch_carry): set by the loader, used by the next start.
+        self._start_carries: list[Any] | None = None
         self._epoch_rng: dict[str, Any] | None = None  # this process's generators when the epoch started
 
     def __getstate__(self) -> Any:
         # The channel travels to the workers with the pipe (it is only set while the loader starts them).
-        return (super().__getstate__(), self._channel, self._start_rngs)
+        return (super().__getstate__(), self._channel, self._start_rngs, self._start_carries)
 
     def __setstate__(self, state: Any) -> None:
-        base, channel, start_rngs = state
+        base, channel, start_rngs, start_carries = state
         super().__setstate__(base)
         self._init_resume_fields()
         self._channel = channel
         self._start_rngs = start_rngs
+        self._start_carries = start_carries
 
     def __iter__(self) -> _CheckpointedPipe:
         self._start()
@@ -229,7 +245,16 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         self._since_start = 0
         self._yielded = 0
         self._exhausted = False
-        # A state the last epoch loaded into a pipe it never pulled from belongs to that epoch, not this one.
+        carries, self._start_carries = self._start_carries, None
+        if pending is None and carries is not None:
+            # A new epoch after an end-of-epoch checkpoint: what the pipes of this process (worker) carried into
+            # it, loaded as their positions at the end of the last epoch and handed over by drop_pending.
+            info = torch.utils.data.get_worker_info()
+            index = info.id if info is not None else 0
+            if index < len(carries) and carries[index] is not None:
+                restore_pipeline(self.pipe, streams_from_bytes(carries[index]))
+        # A state the last epoch loaded into a pipe it never pulled from belongs to that epoch, not this one
+        # (pipes that keep something across epochs keep it from that state: an epoch that ended hands it on).
         drop_pending(self._pipes)
         if pending is not None and self._in_worker and pending.get(WORKER_RNG) is not None:
             set_worker_rng_state(pending[WORKER_RNG])
@@ -356,7 +381,32 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         state = self._position(lazy)
         if self._in_worker and WORKER_RNG not in state:
             state = {**state, WORKER_RNG: worker_rng_state()}
+        if self._in_worker and self._exhausted:
+            carry = self.epoch_carry(refuse=False)
+            if carry is not None:
+                state = {**state, EPOCH_CARRY: carry}
         return state
+
+    def epoch_carry(self, refuse: bool = True) -> dict[str, Any] | None:
+        """What this process's pipes carry into the next epoch (:func:`~pipekit.pipes._resume.epoch_carry`), plain.
+
+        ``None`` when nothing is carried.  What a checkpoint cannot hold (an open
+        stream in a cache) raises :class:`~pipekit.errors.UnsupportedItemError`
+        naming the pipe, or with ``refuse=False`` (a worker's last state, sent
+        whether or not a checkpoint is taken) is logged and left out: the next
+        epoch of a resumed run then reads what the pipe would have kept again.
+        """
+        carry = epoch_carry(self._pipes) if self._pipes is not None else None
+        if carry is None:
+            return None
+        try:
+            return plain_position(carry, self._stages)
+        except UnsupportedItemError as exc:
+            if refuse:
+                raise
+            logger.warning("pipekit.DataLoader: an end-of-epoch checkpoint will not hold what the pipes keep for "
+                           "the next epoch: %s", exc)
+            return None
 
     def _position(self, lazy: bool = False) -> dict[str, Any]:
         if self._since_start == 0:
