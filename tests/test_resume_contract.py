@@ -108,15 +108,6 @@ def _buffered_after_fault(case: Case) -> bool:
 
 
 KNOWN_DEFECTS: dict[str, tuple[Callable[[Case], bool], Case]] = {
-    # a shuffle buffer checkpoints positions and re-reads the pipes above from an older snapshot on resume; the
-    # archive being read at the checkpoint has its stamp checked after the re-read, but an archive read through
-    # earlier in the re-read window, whose members are still buffered, is re-read from the replaced file
-    # without a check: those buffered samples come from the new file (the inline buffer, replay_window=0, is
-    # exact). Fix: archive loaders keep the stamps of the archives they opened within the window
-    "archive replaced under a shuffle buffer's re-read window": (
-        lambda c: c.fault == "replace" and (c.source in ("tar_shuffled_streams", "tarshards") or _has(c, "shuffle")),
-        Case("tar_shuffled_streams", shard_at=None, point="mid", fraction=0.4, fault="replace", victim=1),
-    ),
 }
 
 
