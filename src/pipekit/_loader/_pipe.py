@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from pipekit._loader._carry import apply_carry, find_streams, process_carry
 from pipekit._loader_seam import (
     InfiniteConstantSampler,
     on_send_failure,
@@ -48,7 +49,6 @@ from pipekit.pipes._resume import (
     SnapshotPlan,
     apply_seeds,
     drop_pending,
-    epoch_carry,
     epoch_marks,
     materialize_snapshot,
     not_snapshot_capable,
@@ -85,8 +85,8 @@ REPORT_ITEMS = 10  # skipped items each pipe of each worker reports in full
 REFUSED = "refused"  # the key of a worker's state saying why its position cannot be checkpointed
 WORKER_RNG = "worker_rng"  # the key of a worker's state holding its global generators' states (torch's, Python's)
 EPOCH_RNG = "epoch_rng"  # the key of a replayed (count) state: the global generators' states the epoch started with
-# the key of a worker's state at the end of its epoch: what its pipes carry into the next (in_memory_cache's frozen
-# cache), as plain data (:func:`pipekit.pipes._resume.epoch_carry`); absent when nothing is carried
+# the key of a worker's state at the end of its epoch: what it carries into the next (in_memory_cache's frozen
+# cache, its transforms' random streams), as plain data (:mod:`pipekit._loader._carry`); absent when nothing is
 EPOCH_CARRY = "epoch_carry"
 
 
@@ -202,9 +202,10 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         # Each worker's global generators to start from (by worker id), from an end-of-epoch checkpoint of
         # persistent workers: set by the loader while it starts workers, used by the first epoch only.
         self._start_rngs: list[Any] | None = None
-        # What each worker's pipes carry into the epoch (by worker id; [main process] without workers), from an
-        # end-of-epoch checkpoint (pipekit.pipes._resume.epoch_carry): set by the loader, used by the next start.
+        # What each worker carries into the epoch (by worker id; [main process] without workers), from an
+        # end-of-epoch checkpoint (pipekit._loader._carry): set by the loader, used by the next start.
         self._start_carries: list[Any] | None = None
+        self._streams: list[Any] | None = None  # the random streams the pipes hold (found once)
         self._epoch_rng: dict[str, Any] | None = None  # this process's generators when the epoch started
 
     def __getstate__(self) -> Any:
@@ -252,7 +253,7 @@ class _CheckpointedPipe(LoaderPipeWrapper):
             info = torch.utils.data.get_worker_info()
             index = info.id if info is not None else 0
             if index < len(carries) and carries[index] is not None:
-                restore_pipeline(self.pipe, streams_from_bytes(carries[index]))
+                apply_carry(self.pipe, self._random_streams(), carries[index])
         # A state the last epoch loaded into a pipe it never pulled from belongs to that epoch, not this one
         # (pipes that keep something across epochs keep it from that state: an epoch that ended hands it on).
         drop_pending(self._pipes)
@@ -387,8 +388,13 @@ class _CheckpointedPipe(LoaderPipeWrapper):
                 state = {**state, EPOCH_CARRY: carry}
         return state
 
+    def _random_streams(self) -> list[Any]:
+        if self._streams is None:
+            self._streams = find_streams(self._pipes) if self._pipes is not None else []
+        return self._streams
+
     def epoch_carry(self, refuse: bool = True) -> dict[str, Any] | None:
-        """What this process's pipes carry into the next epoch (:func:`~pipekit.pipes._resume.epoch_carry`), plain.
+        """What this process carries into the next epoch (:func:`~pipekit._loader._carry.process_carry`), plain.
 
         ``None`` when nothing is carried.  What a checkpoint cannot hold (an open
         stream in a cache) raises :class:`~pipekit.errors.UnsupportedItemError`
@@ -396,11 +402,10 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         whether or not a checkpoint is taken) is logged and left out: the next
         epoch of a resumed run then reads what the pipe would have kept again.
         """
-        carry = epoch_carry(self._pipes) if self._pipes is not None else None
-        if carry is None:
+        if self._pipes is None:
             return None
         try:
-            return plain_position(carry, self._stages)
+            return process_carry(self._pipes, self._random_streams(), self._stages, plain_position)
         except UnsupportedItemError as exc:
             if refuse:
                 raise
