@@ -295,6 +295,28 @@ def test_end_of_epoch_checkpoint_continues_the_random_streams_of_transforms(num_
     resumed.shutdown()
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_mid_epoch_checkpoint_continues_the_random_streams_of_transforms(num_workers):
+    """The items after a mid-epoch checkpoint get the augmentations the uninterrupted run gave them."""
+
+    def loader_for(seed_after: int) -> pipekit.DataLoader:
+        torch.manual_seed(0)
+        pipe = IterableWrapper(range(12)).sharding_filter().map(_StreamDrawing())
+        torch.manual_seed(seed_after)
+        return pipekit.DataLoader(pipe, num_workers=num_workers)
+
+    loader = loader_for(0)
+    full = list(loader)
+    loader.shutdown()
+    loader = loader_for(0)
+    state = checkpoint_after(loader, 5)
+    resumed = loader_for(7)
+    resumed.load_state_dict(via_torch_save(state))
+    assert list(resumed) == full[5:]
+    resumed.shutdown()
+
+
 def checkpoint_after(loader: pipekit.DataLoader, batches: int) -> dict:
     it = iter(loader)
     for _ in range(batches):

@@ -4,7 +4,8 @@ A checkpoint taken at the end of an epoch holds no positions (the next
 ``iter()`` starts a new epoch), but a process that goes on into the next epoch
 (the main process without workers, or a persistent worker) keeps two kinds of
 things from the last one, which a resumed run's new processes must start from
-to give the same next epoch:
+to give the same next epoch (the streams' positions are in mid-epoch positions too:
+:func:`stream_states`):
 
 * pipes that keep something across epochs (``keeps_across_epochs``:
   ``in_memory_cache``'s frozen cache; :func:`pipekit.pipes._resume.epoch_carry`);
@@ -32,7 +33,7 @@ from pipekit.pipes._resume import epoch_carry, restore_pipeline
 from pipekit.pipes._stream_items import streams_from_bytes
 from pipekit.pipes.base import IterDataPipe, MapDataPipe
 
-__all__ = ["apply_carry", "find_streams", "process_carry"]
+__all__ = ["apply_carry", "find_streams", "load_streams", "process_carry", "stream_states"]
 
 _DEPTH = 6  # how deep into a pipe's attributes (a transform inside a Compose inside a function) streams are looked for
 _WIDE = 64  # containers with more entries are not looked into (a dataset's file table, a buffer)
@@ -109,10 +110,30 @@ def process_carry(pipes: list[Any], streams: list[Any], stages: list[str],
     kept = epoch_carry(pipes)
     if kept is not None:
         carry["pipes"] = plain(kept, stages)
-    states = [stream.state_dict() if _started_here(stream) else None for stream in streams]
-    if any(state is not None for state in states):
+    states = stream_states(streams)
+    if states is not None:
         carry["streams"] = states
     return carry or None
+
+
+def stream_states(streams: list[Any]) -> list[Any] | None:
+    """Each stream's position (``None`` for one not started in this process), or ``None`` when none has started.
+
+    A checkpoint's position holds them too (mid-epoch, the items after it get the draws they got), beside the
+    process's global generators.
+    """
+    if not streams:
+        return None
+    states = [stream.state_dict() if _started_here(stream) else None for stream in streams]
+    return states if any(state is not None for state in states) else None
+
+
+def load_streams(streams: list[Any], states: Any) -> None:
+    """Put back :func:`stream_states` into the same streams of a fresh copy (another count of streams: nothing)."""
+    if isinstance(states, list) and len(states) == len(streams):
+        for stream, state in zip(streams, states, strict=True):
+            if state is not None:
+                stream.load_state_dict(state)
 
 
 def apply_carry(pipe: IterDataPipe, streams: list[Any], carry: dict[str, Any]) -> None:
@@ -121,8 +142,4 @@ def apply_carry(pipe: IterDataPipe, streams: list[Any], carry: dict[str, Any]) -
         # loaded as the pipes' positions at the end of the last epoch; the epoch's start drops them, and pipes that
         # keep something across epochs keep it (pipekit.pipes._resume.drop_pending)
         restore_pipeline(pipe, streams_from_bytes(carry["pipes"]))
-    states = carry.get("streams") or []
-    if len(states) == len(streams):
-        for stream, state in zip(streams, states, strict=True):
-            if state is not None:
-                stream.load_state_dict(state)
+    load_streams(streams, carry.get("streams"))

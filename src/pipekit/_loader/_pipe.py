@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pipekit._loader._carry import apply_carry, find_streams, process_carry
+from pipekit._loader._carry import apply_carry, find_streams, load_streams, process_carry, stream_states
 from pipekit._loader_seam import (
     InfiniteConstantSampler,
     on_send_failure,
@@ -88,6 +88,7 @@ EPOCH_RNG = "epoch_rng"  # the key of a replayed (count) state: the global gener
 # the key of a worker's state at the end of its epoch: what it carries into the next (in_memory_cache's frozen
 # cache, its transforms' random streams), as plain data (:mod:`pipekit._loader._carry`); absent when nothing is
 EPOCH_CARRY = "epoch_carry"
+STREAMS = "streams"  # the key of a position holding the random streams of the pipeline's transforms (_carry.py)
 
 
 def worker_rng_state() -> dict[str, Any]:
@@ -291,6 +292,8 @@ class _CheckpointedPipe(LoaderPipeWrapper):
             self._skip(int(pending["yielded"]))
             if after is not None:
                 set_worker_rng_state(after)
+        if pending is not None and pending.get(STREAMS) is not None:
+            load_streams(self._random_streams(), pending[STREAMS])  # after a replay, which drew from them
 
     def _skip(self, count: int) -> None:
         if count:
@@ -382,6 +385,8 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         state = self._position(lazy)
         if self._in_worker and WORKER_RNG not in state:
             state = {**state, WORKER_RNG: worker_rng_state()}
+        if STREAMS not in state and (streams := stream_states(self._random_streams())) is not None:
+            state = {**state, STREAMS: streams}
         if self._in_worker and self._exhausted:
             carry = self.epoch_carry(refuse=False)
             if carry is not None:
