@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from pipekit._fs import redact_secrets
 from pipekit._loader._carry import apply_carry, find_streams, load_streams, process_carry, stream_states
 from pipekit._loader_seam import (
     InfiniteConstantSampler,
@@ -322,8 +323,8 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         """An open stream cannot be pickled to the main process: torch would hang; say what to do instead."""
         raise TypeError(
             f"pipekit.DataLoader: {_stage_name(self.pipe)} yielded an item holding an open stream "
-            f"{stream_name(stream)}, which a DataLoader worker cannot send to the main process; read the "
-            "stream inside the worker, at the end of the pipeline: e.g. .read_from_stream() for (url, stream) "
+            f"{redact_secrets(stream_name(stream))}, which a DataLoader worker cannot send to the main process; "
+            "read the stream inside the worker, at the end of the pipeline: e.g. .read_from_stream() for (url, stream) "
             "pairs, .map(read_fn) with a function returning the stream's bytes (stream.read()), or a decoder "
             "(.decode(), .decode_image())"
         )
