@@ -59,19 +59,23 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
-import inspect
 import logging
 import multiprocessing
-import numbers
 import os
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from pipekit import _shm as shm
+from pipekit._loader._arguments import (
+    check_seconds,
+    check_worker_options,
+    sharding_points,
+    warn_if_unsharded,
+    world_size,
+)
 from pipekit._loader._pipe import (
     EPOCH_CARRY,
     REPORT_ITEMS,
@@ -121,64 +125,6 @@ _WHERE = "pipekit.DataLoader"
 
 # Moved to pipekit._loader._pipe; kept importable here for the tests that reach them through pipekit._loader.
 _install_fast_serialize = install_fast_serialize
-
-
-def sharding_points(pipe: IterDataPipe) -> list[Any]:
-    """The pipes of ``pipe``'s graph that split it across workers and ranks.
-
-    A sharding point is a pipe with an ``apply_sharding`` method (torch's
-    criterion): ``sharding_filter``, or a source that shards itself.
-    """
-    return [dp for dp in pipeline_pipes(pipe) if inspect.ismethod(getattr(dp, "apply_sharding", None))]
-
-
-def _describe(pipe: IterDataPipe) -> str:
-    """``IterableWrapper -> Mapper -> Batcher``: the pipe's graph, from its sources, for messages."""
-    names = [type(dp).__name__.removesuffix("IterDataPipe") for dp in reversed(pipeline_pipes(pipe))]
-    if len(names) > 8:
-        names = [*names[:3], "...", *names[-4:]]
-    return " -> ".join(names)
-
-
-def warn_if_unsharded(
-    pipe: IterDataPipe,
-    num_workers: int,
-    world_size: int,
-    stacklevel: int = 2,
-    loader: str = "pipekit.DataLoader",
-    opt_out: str = "pass warn_unsharded=False",
-) -> bool:
-    """Warn (``UserWarning``) when ``pipe`` runs in workers or ranks but has no sharding point.
-
-    Without one, each of the ``num_workers`` worker processes (at least one
-    process) of each of the ``world_size`` ranks yields every item of the pipe.
-    Returns whether it warned.  ``stacklevel`` is counted from the caller;
-    ``loader`` and ``opt_out`` (how to silence it) go into the message.
-    """
-    if num_workers == 0 and world_size <= 1:
-        return False
-    if sharding_points(pipe):
-        return False
-    copies = max(num_workers, 1) * world_size
-    if copies > 1:
-        where = (
-            f"runs in {max(num_workers, 1)} process(es) on each of {world_size} rank(s), and each yields every item: "
-            f"every item comes {copies} times per epoch"
-        )
-    else:
-        where = "runs in a worker process, and cannot be split: with more workers or ranks each would yield every item"
-    warnings.warn(
-        f"{loader}: the DataPipe {_describe(pipe)} has no sharding point (no sharding_filter, nor a pipe that applies "
-        f"sharding) but {where}. Add .sharding_filter() after the source (after its shuffle), or {opt_out} if every "
-        "worker and rank is meant to read it all.",
-        UserWarning,
-        stacklevel=stacklevel + 1,
-    )
-    return True
-
-
-def _world_size() -> int:
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 def _worker_init(user_fn: Callable[[int], None] | None, threads: int | None, worker_id: int) -> None:
@@ -284,11 +230,11 @@ class DataLoader(LoaderBase):
         batch_size = check_int(batch_size, "batch_size", _WHERE, minimum=1, allow_none=True)
         num_workers = check_int(num_workers, "num_workers", _WHERE, minimum=0)
         worker_threads = check_int(worker_threads, "worker_threads", _WHERE, minimum=1, allow_none=True)
-        _check_worker_options(num_workers, persistent_workers, kwargs)
+        check_worker_options(num_workers, persistent_workers, kwargs)
         for name, fn in (("worker_init_fn", worker_init_fn), ("collate_fn", kwargs.get("collate_fn"))):
             if fn is not None and not callable(fn):
                 raise TypeError(f"{_WHERE}: {name} must be a callable or None, got {type(fn).__name__} {fn!r:.50}")
-        state_timeout = _check_seconds(state_timeout, "state_timeout", minimum_excluded=True)
+        state_timeout = check_seconds(state_timeout, "state_timeout", minimum_excluded=True)
         if pin_memory is None:
             pin_memory = torch.cuda.is_available()
         if persistent_workers is None:
@@ -308,7 +254,7 @@ class DataLoader(LoaderBase):
                 **kwargs,
             )
         if is_pipe and warn_unsharded:
-            warn_if_unsharded(dataset, num_workers, _world_size(), stacklevel=2)
+            warn_if_unsharded(dataset, num_workers, world_size(), stacklevel=2)
         if is_pipe:
             # StatefulDataLoader wrapped the pipe in torch's serialization wrapper;
             # use the resumable subclass instead (DataLoader forbids plain assignment).
@@ -679,38 +625,3 @@ def _draws_between(start: torch.Tensor, generator: torch.Generator, most: int = 
             return draws
         draw_seed(probe)
     return most
-
-
-def _check_seconds(value: Any, name: str, minimum_excluded: bool = False) -> float:
-    """A number of seconds, ``>= 0`` (``> 0`` with ``minimum_excluded``), as a float; messages as _validate's."""
-    what = "a number of seconds > 0" if minimum_excluded else "a number of seconds >= 0"
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{_WHERE}: {name} must be {what}, got {type(value).__name__} {value!r:.50}")
-    if value < 0 or (minimum_excluded and value == 0):
-        raise ValueError(f"{_WHERE}: {name} must be {what}, got {value}")
-    return float(value)
-
-
-def _check_worker_options(num_workers: int, persistent_workers: bool | None, kwargs: dict[str, Any]) -> None:
-    """torch's and torchdata's worker options, checked before they become asserts or worker tracebacks."""
-    prefetch = kwargs.get("prefetch_factor")
-    if prefetch is not None:
-        if num_workers == 0:
-            raise ValueError(
-                f"{_WHERE}: prefetch_factor applies to worker processes only (batches each worker loads "
-                f"ahead); pass num_workers > 0, or leave prefetch_factor None, got {prefetch!r} with num_workers=0"
-            )
-        check_int(prefetch, "prefetch_factor", _WHERE, minimum=1)
-    timeout = kwargs.get("timeout", 0)
-    _check_seconds(timeout, "timeout")
-    if timeout > 0 and num_workers == 0:
-        raise ValueError(
-            f"{_WHERE}: timeout applies to worker processes only (how long to wait for a worker's batch); pass "
-            f"num_workers > 0, or timeout=0, got timeout={timeout} with num_workers=0"
-        )
-    if persistent_workers and num_workers == 0:
-        raise ValueError(
-            f"{_WHERE}: persistent_workers=True needs worker processes (num_workers > 0), got num_workers=0"
-        )
-    if "snapshot_every_n_steps" in kwargs:
-        check_int(kwargs["snapshot_every_n_steps"], "snapshot_every_n_steps", _WHERE, minimum=1)
