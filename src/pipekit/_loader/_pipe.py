@@ -36,6 +36,7 @@ import torch
 
 from pipekit._fs import redact_secrets
 from pipekit._loader._carry import apply_carry, find_streams, load_streams, process_carry, stream_states
+from pipekit._loader._replay_check import check_replay, replay_check
 from pipekit._loader_seam import (
     InfiniteConstantSampler,
     on_send_failure,
@@ -89,6 +90,7 @@ EPOCH_RNG = "epoch_rng"  # the key of a replayed (count) state: the global gener
 # the key of a worker's state at the end of its epoch: what it carries into the next (in_memory_cache's frozen
 # cache, its transforms' random streams), as plain data (:mod:`pipekit._loader._carry`); absent when nothing is
 EPOCH_CARRY = "epoch_carry"
+CHECK = "check"  # the key of a counted position holding what its replay must reach (_replay_check.py)
 STREAMS = "streams"  # the key of a position holding the random streams of the pipeline's transforms (_carry.py)
 
 
@@ -293,6 +295,7 @@ class _CheckpointedPipe(LoaderPipeWrapper):
             self._skip(int(pending["yielded"]))
             if after is not None:
                 set_worker_rng_state(after)
+            check_replay(pending.get(CHECK), self._pipes, self._stages, int(pending["yielded"]))
         if pending is not None and pending.get(STREAMS) is not None:
             load_streams(self._random_streams(), pending[STREAMS])  # after a replay, which drew from them
 
@@ -437,7 +440,10 @@ class _CheckpointedPipe(LoaderPipeWrapper):
                     "replay the items already consumed",
                     sorted(set(not_snapshot_capable(self.pipe))),
                 )
-            return {"mode": "count", "yielded": self._yielded, "seeds": self._seeds, EPOCH_RNG: self._epoch_rng}
+            # what the replay must reach: the positions of the pipes that report one (pipekit._loader._replay_check)
+            check = replay_check(self._pipes or [], self._stages)
+            return {"mode": "count", "yielded": self._yielded, "seeds": self._seeds, EPOCH_RNG: self._epoch_rng,
+                    CHECK: check}
         if not lazy:
             snap = plain_position(snap, self._stages)
         return {"mode": "snapshot", "pipes": snap, "yielded": self._yielded}
