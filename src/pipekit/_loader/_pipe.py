@@ -88,7 +88,7 @@ REFUSED = "refused"  # the key of a worker's state saying why its position canno
 WORKER_RNG = "worker_rng"  # the key of a worker's state holding its global generators' states (torch's, Python's)
 EPOCH_RNG = "epoch_rng"  # the key of a replayed (count) state: the global generators' states the epoch started with
 # the key of a worker's state at the end of its epoch: what it carries into the next (in_memory_cache's frozen
-# cache, its transforms' random streams), as plain data (:mod:`pipekit._loader._carry`); absent when nothing is
+# cache, its transforms' random streams), as plain data (:mod:`pipekit._loader._carry`); absent when nothing is carried
 EPOCH_CARRY = "epoch_carry"
 CHECK = "check"  # the key of a counted position holding what its replay must reach (_replay_check.py)
 STREAMS = "streams"  # the key of a position holding the random streams of the pipeline's transforms (_carry.py)

@@ -8,7 +8,7 @@ somewhere else: items would be repeated or lost without a word.
 
 So a counted position also holds a *check*: the position fields of the pipes
 that can report theirs (:data:`FIELDS`: a source's count, the listing's
-digest, the archive being read and its stamp), taken with the count.  After
+digest, the archive being read and its stamp; scalars only), taken with the count.  After
 the replay the same fields are taken again; any difference raises
 :class:`~pipekit.errors.CheckpointError` naming it (the archive that changed,
 the files of a listing added or gone), instead of resuming elsewhere.  A file
@@ -18,10 +18,8 @@ replaced by other contents that no pipe stamps (plain files opened by
 
 from __future__ import annotations
 
-import zlib
 from typing import Any
 
-from pipekit._fs import listing_change
 from pipekit.errors import CheckpointError
 
 __all__ = ["FIELDS", "check_replay", "replay_check"]
@@ -53,9 +51,8 @@ def _fields(dp: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(state, dict):
         return None
+    # scalars only (a listing's names, up to a MB, would travel with every batch of a worker)
     fields = {k: state[k] for k in FIELDS if k in state and isinstance(state[k], _PLAIN)}
-    if isinstance(state.get("names"), bytes):
-        fields["names"] = state["names"]  # the listing, compressed: to name the files a changed one lost or gained
     return fields or None
 
 
@@ -67,7 +64,7 @@ def check_replay(check: Any, pipes: list[Any], stages: list[str], replayed: int)
     differences = []
     for i, stage, then in sorted(check, key=lambda entry: -entry[0]):  # from the source: the first change first
         here = now.get(i, {})
-        changed = [k for k in then if k != "names" and here.get(k) != then[k]]
+        changed = [k for k in then if here.get(k) != then[k]]
         if changed:
             differences.append(_describe(stage, then, here, changed))
     if differences:
@@ -85,12 +82,7 @@ def _describe(stage: str, then: dict[str, Any], now: dict[str, Any], changed: li
     if "url" in changed:
         return f"{stage}: the checkpoint was in {then.get('url')!r}, the replay reached {now.get('url')!r}"
     if "digest" in changed:
-        change = None
-        names = now.get("names")
-        if isinstance(names, bytes) and isinstance(then.get("digest"), str):
-            urls = zlib.decompress(names).decode("utf-8", "surrogateescape").split("\n")
-            change = listing_change(then, urls)
-        root = then.get("root")
-        return f"{stage}: the files under {root!r} changed since the checkpoint" + (f" ({change})" if change else "")
+        return (f"{stage}: the files under {then.get('root')!r} changed since the checkpoint ({then.get('count')} "
+                f"files then, {now.get('count')} now)")
     shown = ", ".join(f"{k} {then.get(k)!r} then, {now.get(k)!r} after the replay" for k in changed)
     return f"{stage}: {shown}"
