@@ -50,7 +50,7 @@ and each is also the standard exception code written without pipekit would catch
         WorkerStateError (RuntimeError)
 
 No message shows a secret: a URL's password or token, or a signed query's signature, in any pipekit error
-(its message and ``args``) or skip report, is printed as ``***`` (:func:`pipekit._fs.redact_secrets`); the
+(its message and ``args``) or skip report, is printed as ``***`` (:func:`pipekit._redact.redact_secrets`); the
 ``url`` attribute of an error keeps the URL as given, for the code that handles it.
 
 A new exception goes here, under the closest class (:class:`StageError` when it is about an item in a pipeline
@@ -72,7 +72,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipekit._fs import redact_secrets
+from pipekit._redact import redact_secrets
 
 __all__ = [
     "PipekitError",
