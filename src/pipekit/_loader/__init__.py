@@ -275,8 +275,17 @@ class DataLoader(LoaderBase):
         self._carries: list[Any] | None = None
 
     def __iter__(self) -> Any:
+        # Resuming an epoch: the seeds torch draws for a new iterator were drawn when that epoch started, before
+        # the checkpoint, and the checkpoint's seeds replace them; the random state a training loop restored with
+        # the checkpoint goes on untouched (a shuffle's next pass under a cycle draws its seed from it).
+        resuming = self.next_iter_state is not None and isinstance(self.dataset, _CheckpointedPipe)
+        target = self.generator if self.generator is not None else torch.default_generator
+        before = target.get_state() if resuming else None
         with self._next_epoch_seeded():
-            return super().__iter__()
+            iterator = super().__iter__()
+        if before is not None:
+            target.set_state(before)
+        return iterator
 
     @contextlib.contextmanager
     def _next_epoch_seeded(self) -> Iterator[None]:
