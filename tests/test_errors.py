@@ -53,6 +53,53 @@ class TestStageErrors:
         assert str(err) == "cannot open '/x' in open_files_by_fsspec: missing"
 
 
+SECRET_URLS = [
+    ("s3://AKIAEXAMPLE:wJalrXUtnFEMIsecret@bucket/x.jpg", "wJalrXUtnFEMIsecret"),
+    ("https://alice:hunter2pass@data.example.com/shards/0.tar", "hunter2pass"),
+    ("https://b.s3.amazonaws.com/x.tar?X-Amz-Algorithm=AWS4&X-Amz-Signature=deadbeef0123&X-Amz-Expires=60",
+     "deadbeef0123"),
+    ("https://acct.blob.core.windows.net/c/x.tar?sv=2021&sig=c2VjcmV0c2ln%3D&se=2030", "c2VjcmV0c2ln"),
+    ("https://example.com/x.jpg?token=tok_abcdef123&size=2", "tok_abcdef123"),
+    ("https://ghp_tokenasusername123@github.com/o/r/archive.tar", "ghp_tokenasusername123"),
+]
+
+
+class TestSecretsInURLs:
+    """An error naming a URL with credentials or a signed query prints it without the secret (issue 35)."""
+
+    @pytest.mark.parametrize(("url", "secret"), SECRET_URLS)
+    def test_stage_error_message_repr_and_pickle(self, url, secret):
+        err = ReadError("open", url, "open_files_by_fsspec", f"failed reading {url}")
+        again = pickle.loads(pickle.dumps(err))
+        for shown in (str(err), repr(err), str(again), repr(again)):
+            assert secret not in shown
+        assert "open_files_by_fsspec" in str(err) and "***" in str(err)
+
+    def test_the_url_stays_recognisable(self):
+        err = ReadError("open", SECRET_URLS[0][0], "open_files_by_fsspec", "missing")
+        assert "s3://AKIAEXAMPLE:***@bucket/x.jpg" in str(err)
+        err = ReadError("open", SECRET_URLS[2][0], "open_files_by_fsspec", "missing")
+        assert "X-Amz-Signature=***&X-Amz-Expires=60" in str(err)
+
+    @pytest.mark.parametrize(("url", "secret"), SECRET_URLS[:3])
+    def test_other_pipekit_errors_and_skip_reports(self, url, secret, caplog):
+        for err in (WorkerDiedError(f"worker 0 died reading {url}", 0, url=url),
+                    ConfigurationError(f"nothing to read under {url}")):
+            assert secret not in str(err) and secret not in repr(err)
+        log = SkipLog("open_files_by_fsspec")
+        with caplog.at_level(logging.WARNING, logger="pipekit"):
+            log.record(ReadError("open", url, "open_files_by_fsspec", f"no such file {url}"))
+        report = SkipReport.from_summaries([log.summary()])
+        assert secret not in caplog.text and secret not in str(report) and secret not in repr(report.skipped)
+
+    def test_a_failed_open_names_the_file_without_its_token(self, tmp_path):
+        url = (tmp_path / "missing.bin").as_uri() + "?token=tok_abcdef123"
+        pipe = IterableWrapper([url]).open_files_by_fsspec(mode="rb")
+        with pytest.raises(ReadError) as info:
+            list(pipe)
+        assert "missing.bin" in str(info.value) and "tok_abcdef123" not in str(info.value)
+
+
 def _fail_on_three(x: int) -> int:
     if x == 3:
         raise DecodeError("decode image", f"s3://bucket/it's {x}.jpg", "decode_image", "not a JPEG\nsecond line")

@@ -25,6 +25,7 @@ import pipekit
 from pipekit._loader import STATE_TIMEOUT_S
 from pipekit.errors import CheckpointError, WorkerStateError
 from pipekit.pipes import IterableWrapper
+from pipekit.transforms.seeding import RandomStream
 
 N = 48
 
@@ -257,6 +258,62 @@ def test_end_of_epoch_checkpoint_continues_persistent_workers_global_random_stat
     resumed = pipekit.DataLoader(make(), num_workers=2)
     resumed.load_state_dict(via_torch_save(state))
     assert list(resumed) == second
+    resumed.shutdown()
+
+
+class _StreamDrawing:
+    """A random transform with its own stream (seeded by stream_seed from the worker's seed), as pipekit's are."""
+
+    def __init__(self) -> None:
+        self.stream = RandomStream()
+
+    def __call__(self, x: int) -> tuple[int, int]:
+        return x, int(self.stream.numpy().integers(1 << 30))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_end_of_epoch_checkpoint_continues_the_random_streams_of_transforms(num_workers):
+    """A transform's stream goes on through the epochs (persistent workers, or the main process); resumed too."""
+
+    def make():
+        return IterableWrapper(range(8)).sharding_filter().map(_StreamDrawing())
+
+    torch.manual_seed(0)
+    loader = pipekit.DataLoader(make(), num_workers=num_workers)
+    first = list(loader)
+    state = loader.state_dict()
+    second = list(loader)
+    loader.shutdown()
+    assert first != second
+    torch.manual_seed(0)  # the script builds its transforms as it did (their salts are drawn then)
+    pipe = make()
+    torch.manual_seed(5)  # and its random state differs after
+    resumed = pipekit.DataLoader(pipe, num_workers=num_workers)
+    resumed.load_state_dict(via_torch_save(state))
+    assert list(resumed) == second
+    resumed.shutdown()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_mid_epoch_checkpoint_continues_the_random_streams_of_transforms(num_workers):
+    """The items after a mid-epoch checkpoint get the augmentations the uninterrupted run gave them."""
+
+    def loader_for(seed_after: int) -> pipekit.DataLoader:
+        torch.manual_seed(0)
+        pipe = IterableWrapper(range(12)).sharding_filter().map(_StreamDrawing())
+        torch.manual_seed(seed_after)
+        return pipekit.DataLoader(pipe, num_workers=num_workers)
+
+    loader = loader_for(0)
+    full = list(loader)
+    loader.shutdown()
+    loader = loader_for(0)
+    state = checkpoint_after(loader, 5)
+    resumed = loader_for(7)
+    resumed.load_state_dict(via_torch_save(state))
+    assert list(resumed) == full[5:]
     resumed.shutdown()
 
 

@@ -358,3 +358,39 @@ def test_a_replayed_epoch_draws_what_the_uninterrupted_one_drew():
     resumed = pipekit.DataLoader(_forked_cycle_of_a_shuffle())
     resumed.load_state_dict(state)
     assert head + list(resumed) == full
+
+
+def _pair(sample: tuple) -> tuple:
+    (url, stream), _ = sample
+    return url, stream.read()
+
+
+@pytest.mark.timeout(60)
+def test_a_replayed_resume_refuses_an_archive_replaced_since_the_checkpoint(tmp_path):
+    """``fork`` cannot report its position, so the resume replays the items; a shard replaced since the checkpoint
+    must not be replayed into the old count (items repeated or lost): refused, naming it."""
+    import pipekit
+    from pipekit.errors import CheckpointError
+    from pipekit.synthetic import write_image_shards
+
+    root, other = tmp_path / "shards", tmp_path / "other"
+    write_image_shards(root, shards=3, per_shard=4, size=8, progress=False)
+    write_image_shards(other, shards=2, per_shard=6, size=8, seed=1, progress=False)
+
+    def make():
+        members = IterableWrapper(sorted(str(p) for p in root.glob("*.tar"))).open_files_by_fsspec(
+            mode="rb").load_from_tar()
+        a, b = members.fork(2)
+        return a.zip(b).map(_pair)
+
+    loader = pipekit.DataLoader(make())
+    it = iter(loader)
+    head = [next(it) for _ in range(10)]  # in shard 1 (8 members a shard: .jpg and .cls)
+    state = loader.state_dict()
+    assert "shard-000001" in head[-1][0]
+    victim = sorted(root.glob("*.tar"))[1]
+    victim.write_bytes(sorted(other.glob("*.tar"))[1].read_bytes())
+    resumed = pipekit.DataLoader(make())
+    resumed.load_state_dict(state)
+    with pytest.raises(CheckpointError, match=r"shard-000001\.tar.*changed since the checkpoint"):
+        list(resumed)

@@ -11,6 +11,10 @@ Every module that needs one of these asks here, so a URL is local (or not) the s
 * :func:`listing_record` / :func:`listing_change`: what a checkpoint keeps of a listing its positions count
   (a digest, the count and, up to :data:`LISTING_NAMES_LIMIT` compressed bytes, the names), and on resume
   which files were added or removed since.
+* :func:`redact_url` / :func:`redact_secrets`: a URL (or any text naming URLs) without the secrets it may
+  carry (a password or token in its user part, a signed query's signature or token), for messages: every
+  :class:`~pipekit.errors.PipekitError` and skip report goes through them (defined in :mod:`pipekit._redact`,
+  which :mod:`pipekit.errors` imports without importing this module).
 
 Example:
     >>> split_protocol("s3://bucket/key.tif"), is_local("s3://bucket/key.tif"), is_local("/data/a.tif")
@@ -28,6 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipekit._redact import redact_secrets, redact_url
+
 __all__ = [
     "ClassFolders",
     "fs_is_local",
@@ -36,6 +42,8 @@ __all__ = [
     "listing_change",
     "listing_record",
     "local_path",
+    "redact_secrets",
+    "redact_url",
     "split_protocol",
     "url_to_fs",
 ]
@@ -252,3 +260,4 @@ def listing_change(record: Mapping[str, Any], urls: Sequence[str]) -> str | None
     if not parts:
         parts = ["the same files in another order"]
     return f"{head}: " + "; ".join(parts)
+

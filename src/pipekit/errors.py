@@ -49,6 +49,10 @@ and each is also the standard exception code written without pipekit would catch
         WorkerDiedError (RuntimeError)
         WorkerStateError (RuntimeError)
 
+No message shows a secret: a URL's password or token, or a signed query's signature, in any pipekit error
+(its message and ``args``) or skip report, is printed as ``***`` (:func:`pipekit._redact.redact_secrets`); the
+``url`` attribute of an error keeps the URL as given, for the code that handles it.
+
 A new exception goes here, under the closest class (:class:`StageError` when it is about an item in a pipeline
 stage: it then names the file or URL and the stage), with the standard base a caller would catch;
 ``tests/test_errors.py`` checks that this tree matches the classes and that no module defines one elsewhere.
@@ -67,6 +71,8 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from pipekit._redact import redact_secrets
 
 __all__ = [
     "PipekitError",
@@ -112,7 +118,13 @@ logger = logging.getLogger("pipekit")
 
 
 class PipekitError(Exception):
-    """Base class of all pipekit errors."""
+    """Base class of all pipekit errors.
+
+    Its message (the text arguments) is kept without the secrets of the URLs it names (see the module docstring).
+    """
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*(redact_secrets(a) if isinstance(a, str) else a for a in args))
 
 
 class FunctionalNameError(PipekitError):
@@ -156,7 +168,7 @@ class StageError(PipekitError):
             self.stage = found["stage"]
             rest = message[found.end() :].rstrip("\n").split("\n")
             self.reason = "\n".join(line for line in rest if not line.startswith(_TORCH_NOTE))
-        Exception.__init__(self, message)
+        Exception.__init__(self, redact_secrets(message))
 
     def __reduce__(self):  # keep all fields when crossing DataLoader worker pipes
         return (type(self), (self.action, self.url, self.stage, self.reason))
@@ -510,6 +522,7 @@ class SkipLog:
     def record(self, error: StageError | BaseException, url: str | None = None) -> None:
         reason = error.reason if isinstance(error, StageError) else f"{type(error).__name__}: {error}"
         where = url if url is not None else getattr(error, "url", "<unknown>")
+        where, reason = redact_secrets(str(where)), redact_secrets(str(reason))  # both are shown and sent
         with self._lock:
             self.count += 1
             if len(self.skipped) < self.max_kept:

@@ -136,8 +136,15 @@ def corrupt_jpeg(path: Path) -> None:
 
 
 def key_of(x: Any) -> str:
-    """A cheap, deterministic identity of an item (for filters, classifiers and lengths)."""
-    if isinstance(x, (int, str)):
+    """A cheap, deterministic identity of an item (for filters, classifiers and lengths).
+
+    A path counts by its last two parts (``files/f004.bin``, ``shard-000001.tar/sample00100001``): each example
+    copies the corpus to a folder of its own, whose name must not decide what a filter keeps or a demux routes,
+    else a case's outcome would depend on the folder (a failing case would not fail again when pinned).
+    """
+    if isinstance(x, str):
+        return "/".join(x.rsplit("/", 2)[-2:])
+    if isinstance(x, int):
         return str(x)
     if isinstance(x, bytes):
         return f"b{zlib.crc32(x)}"

@@ -324,6 +324,40 @@ class TestEndOnDiskCacheHolder:
         assert list(build_exploding(root, ["a", "b"])) == expected
         assert calls(os.path.join(root, "calls.log")) == ["a", "b", "b"]
 
+    @pytest.mark.parametrize("change", ["shortened", "same-size-other-bytes"])
+    def test_a_cached_file_changed_on_disk_is_fetched_again(self, names, root, change, caplog):
+        """A cached file cut short (a run killed while writing it in place, a disk full) or rewritten since it was
+        written is not served: it is fetched again, with a warning naming it; never short or other bytes."""
+        list(build(root, names[:2]))
+        victim = local_path(root, names[1])
+        with open(victim, "r+b") as f:
+            if change == "shortened":
+                f.truncate(len(payload(names[1])) // 2)
+            else:
+                f.write(b"X" * 16)
+        if change != "shortened":  # a later rewrite has a later time (two writes within a clock tick may not)
+            written = os.stat(victim).st_mtime_ns
+            os.utime(victim, ns=(written, written + 10**9))
+        with caplog.at_level(logging.WARNING, logger="pipekit"):
+            out = list(build(root, names[:2]))
+        assert out == [local_path(root, n) for n in names[:2]]
+        with open(victim, "rb") as f:
+            assert f.read() == payload(names[1])
+        assert calls(os.path.join(root, "calls.log")) == [*names[:2], names[1]]
+        assert os.path.basename(victim) in caplog.text
+        assert list(build(root, names[:2])) == out  # cached again, whole
+        assert calls(os.path.join(root, "calls.log")) == [*names[:2], names[1]]
+
+    def test_a_member_of_a_one_to_many_item_shortened_is_produced_again(self, root):
+        os.makedirs(root)
+        expected = list(build_exploding(root, ["a"], {"a": 3}))
+        with open(expected[1], "r+b") as f:
+            f.truncate(1)
+        assert list(build_exploding(root, ["a"], {"a": 3})) == expected
+        assert calls(os.path.join(root, "calls.log")) == ["a", "a"]
+        with open(expected[1]) as f:
+            assert f.read() == "a-1"
+
     def test_item_without_files_is_not_cached(self, root, caplog):
         os.makedirs(root)
         dp = build_exploding(root, ["a", "empty"], {"empty": 0})

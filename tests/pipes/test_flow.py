@@ -7,6 +7,7 @@ import pickle
 import warnings
 
 import pytest
+import torch
 
 import pipekit
 from pipekit.errors import UnsupportedItemError
@@ -308,3 +309,26 @@ class TestWithDataLoader:
             assert list(resumed) == rest
         assert len(head) + len(rest) == 25
         assert "replay" not in caplog.text
+
+
+def cycles_around_a_shuffle():
+    return IterableWrapper(range(6)).cycle(2).shuffle(buffer_size=3).cycle(2)
+
+
+@pytest.mark.timeout(60)
+def test_a_checkpoint_between_two_passes_of_a_cycle_restarts_the_pipes_above_whole():
+    """Checkpointed right after the outer cycle's first pass: the pipes above were restored at their end, and the
+    second pass must start them afresh (the inner cycle's two passes), not continue their restored positions."""
+    torch.manual_seed(0)
+    full = [int(x) for x in pipekit.DataLoader(cycles_around_a_shuffle())]
+    assert len(full) == 24
+    torch.manual_seed(0)
+    loader = pipekit.DataLoader(cycles_around_a_shuffle())
+    it = iter(loader)
+    head = [int(next(it)) for _ in range(12)]
+    state, rng = loader.state_dict(), torch.get_rng_state()  # the next pass's shuffle draws its seed from torch
+    torch.manual_seed(1)
+    resumed = pipekit.DataLoader(cycles_around_a_shuffle())
+    resumed.load_state_dict(state)
+    torch.set_rng_state(rng)
+    assert head + [int(x) for x in resumed] == full

@@ -198,3 +198,40 @@ def test_resumed_after_its_upstream_ended_serves_the_next_epoch_whole():
     resumed.load_state_dict(state)
     assert sorted(head + [int(x) for x in resumed]) == list(range(12))
     assert sorted(int(x) for x in resumed) == list(range(12))
+
+
+def sharded_shuffled_then_cached():
+    return IterableWrapper(list(range(12))).shuffle(buffer_size=12).sharding_filter().in_memory_cache()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 2], ids=["0-workers", "2-persistent-workers"])
+@pytest.mark.parametrize("where", ["end", "after-the-partial-last-batch"])
+def test_a_checkpoint_at_the_end_of_an_epoch_keeps_the_cache_for_the_next(num_workers, where):
+    """The next epoch is served from the cache the first one filled (its order), in the resumed run too."""
+    def loader_for():
+        return pipekit.DataLoader(sharded_shuffled_then_cached(), batch_size=5, num_workers=num_workers)
+
+    def ints(batches):
+        return [int(x) for batch in batches for x in batch]
+
+    torch.manual_seed(0)
+    loader = loader_for()
+    if where == "end":
+        first = ints(loader)
+    else:  # every batch taken, the loader not yet run out
+        it = iter(loader)
+        first = ints([next(it) for _ in range(3 if num_workers == 0 else 4)])
+    state = pickle.loads(pickle.dumps(loader.state_dict()))
+    if where != "end":
+        assert list(it) == []
+    second = ints(loader)
+    loader.shutdown()
+    assert sorted(first) == sorted(second) == list(range(12)) and first == second  # served from the cache
+    torch.manual_seed(1)  # the resumed process's random state differs: the upstream shuffle would too
+    resumed = loader_for()
+    resumed.load_state_dict(state)
+    if where != "end":
+        assert list(resumed) == []
+    assert ints(resumed) == second
+    resumed.shutdown()

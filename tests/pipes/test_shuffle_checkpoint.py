@@ -175,3 +175,35 @@ def test_an_archive_replaced_under_the_re_read_is_refused_naming_it(tmp_path):
     resumed.load_state_dict(state)
     with pytest.raises(pipekit.errors.ArchiveError, match=first.name):
         list(resumed)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_an_archive_read_through_in_the_re_read_window_replaced_is_refused_naming_it(tmp_path, num_workers):
+    """An archive opened after the re-read's snapshot and read through before the checkpoint (its members still
+    buffered) is re-read on resume: replaced, it is refused, not read into the old positions with other bytes."""
+    root, other = tmp_path / "shards", tmp_path / "other"
+    write_image_shards(root, shards=3, per_shard=3, size=8, progress=False)
+    write_image_shards(other, shards=2, per_shard=3, size=8, seed=1, progress=False)
+
+    def build() -> Any:  # each worker reads every shard (no sharding): the same positions as without workers
+        return (IterableWrapper(sorted(str(p) for p in root.glob("*.tar"))).open_files_by_fsspec(mode="rb")
+                .load_from_tar().webdataset().shuffle(buffer_size=4).map(key_and_jpeg))
+
+    torch.manual_seed(0)
+    loader = pipekit.DataLoader(build(), num_workers=num_workers, warn_unsharded=False)
+    it = iter(loader)
+    head = [next(it) for _ in range(4 * max(1, num_workers))]  # 8 pulls: shard 1 read through, shard 2 open
+    state, _ = saved_and_loaded(loader.state_dict())
+    loader.shutdown()
+    assert any("shard-000001" in key for key, _ in head)
+    victim = sorted(root.glob("*.tar"))[1]
+    victim.write_bytes(sorted(other.glob("*.tar"))[1].read_bytes())
+    resumed = pipekit.DataLoader(build(), num_workers=num_workers, warn_unsharded=False)
+    resumed.load_state_dict(state)
+    with pytest.raises(pipekit.errors.ArchiveError, match=victim.name):
+        list(resumed)
+    resumed.shutdown()
+
+
+def key_and_jpeg(sample: dict[str, Any]) -> tuple[str, bytes]:
+    return sample["__key__"], sample[".jpg"].read()

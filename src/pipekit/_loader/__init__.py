@@ -59,20 +59,31 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
-import inspect
 import logging
 import multiprocessing
-import numbers
 import os
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from pipekit import _shm as shm
-from pipekit._loader._pipe import REPORT_ITEMS, WORKER_RNG, _CheckpointedPipe, install_fast_serialize, skip_logs
+from pipekit._loader._arguments import (
+    check_seconds,
+    check_worker_options,
+    sharding_points,
+    warn_if_unsharded,
+    world_size,
+)
+from pipekit._loader._pipe import (
+    EPOCH_CARRY,
+    REPORT_ITEMS,
+    WORKER_RNG,
+    _CheckpointedPipe,
+    install_fast_serialize,
+    skip_logs,
+)
 from pipekit._loader._pipe import fast_try_to_serialize as _fast_try_to_serialize  # noqa: F401 -- see below
 from pipekit._loader._workers import _WorkersIter, skip_summaries
 from pipekit._loader_seam import (
@@ -114,64 +125,6 @@ _WHERE = "pipekit.DataLoader"
 
 # Moved to pipekit._loader._pipe; kept importable here for the tests that reach them through pipekit._loader.
 _install_fast_serialize = install_fast_serialize
-
-
-def sharding_points(pipe: IterDataPipe) -> list[Any]:
-    """The pipes of ``pipe``'s graph that split it across workers and ranks.
-
-    A sharding point is a pipe with an ``apply_sharding`` method (torch's
-    criterion): ``sharding_filter``, or a source that shards itself.
-    """
-    return [dp for dp in pipeline_pipes(pipe) if inspect.ismethod(getattr(dp, "apply_sharding", None))]
-
-
-def _describe(pipe: IterDataPipe) -> str:
-    """``IterableWrapper -> Mapper -> Batcher``: the pipe's graph, from its sources, for messages."""
-    names = [type(dp).__name__.removesuffix("IterDataPipe") for dp in reversed(pipeline_pipes(pipe))]
-    if len(names) > 8:
-        names = [*names[:3], "...", *names[-4:]]
-    return " -> ".join(names)
-
-
-def warn_if_unsharded(
-    pipe: IterDataPipe,
-    num_workers: int,
-    world_size: int,
-    stacklevel: int = 2,
-    loader: str = "pipekit.DataLoader",
-    opt_out: str = "pass warn_unsharded=False",
-) -> bool:
-    """Warn (``UserWarning``) when ``pipe`` runs in workers or ranks but has no sharding point.
-
-    Without one, each of the ``num_workers`` worker processes (at least one
-    process) of each of the ``world_size`` ranks yields every item of the pipe.
-    Returns whether it warned.  ``stacklevel`` is counted from the caller;
-    ``loader`` and ``opt_out`` (how to silence it) go into the message.
-    """
-    if num_workers == 0 and world_size <= 1:
-        return False
-    if sharding_points(pipe):
-        return False
-    copies = max(num_workers, 1) * world_size
-    if copies > 1:
-        where = (
-            f"runs in {max(num_workers, 1)} process(es) on each of {world_size} rank(s), and each yields every item: "
-            f"every item comes {copies} times per epoch"
-        )
-    else:
-        where = "runs in a worker process, and cannot be split: with more workers or ranks each would yield every item"
-    warnings.warn(
-        f"{loader}: the DataPipe {_describe(pipe)} has no sharding point (no sharding_filter, nor a pipe that applies "
-        f"sharding) but {where}. Add .sharding_filter() after the source (after its shuffle), or {opt_out} if every "
-        "worker and rank is meant to read it all.",
-        UserWarning,
-        stacklevel=stacklevel + 1,
-    )
-    return True
-
-
-def _world_size() -> int:
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 def _worker_init(user_fn: Callable[[int], None] | None, threads: int | None, worker_id: int) -> None:
@@ -277,11 +230,11 @@ class DataLoader(LoaderBase):
         batch_size = check_int(batch_size, "batch_size", _WHERE, minimum=1, allow_none=True)
         num_workers = check_int(num_workers, "num_workers", _WHERE, minimum=0)
         worker_threads = check_int(worker_threads, "worker_threads", _WHERE, minimum=1, allow_none=True)
-        _check_worker_options(num_workers, persistent_workers, kwargs)
+        check_worker_options(num_workers, persistent_workers, kwargs)
         for name, fn in (("worker_init_fn", worker_init_fn), ("collate_fn", kwargs.get("collate_fn"))):
             if fn is not None and not callable(fn):
                 raise TypeError(f"{_WHERE}: {name} must be a callable or None, got {type(fn).__name__} {fn!r:.50}")
-        state_timeout = _check_seconds(state_timeout, "state_timeout", minimum_excluded=True)
+        state_timeout = check_seconds(state_timeout, "state_timeout", minimum_excluded=True)
         if pin_memory is None:
             pin_memory = torch.cuda.is_available()
         if persistent_workers is None:
@@ -301,7 +254,7 @@ class DataLoader(LoaderBase):
                 **kwargs,
             )
         if is_pipe and warn_unsharded:
-            warn_if_unsharded(dataset, num_workers, _world_size(), stacklevel=2)
+            warn_if_unsharded(dataset, num_workers, world_size(), stacklevel=2)
         if is_pipe:
             # StatefulDataLoader wrapped the pipe in torch's serialization wrapper;
             # use the resumable subclass instead (DataLoader forbids plain assignment).
@@ -317,10 +270,22 @@ class DataLoader(LoaderBase):
         # Each persistent worker's global generators at the end of the epoch an end-of-epoch checkpoint loaded
         # here was taken at: the next epoch's workers start from them.
         self._worker_rngs: list[Any] | None = None
+        # What the pipes of each process (each worker, or the main process) carried into the next epoch at the
+        # end-of-epoch checkpoint loaded here (in_memory_cache's frozen cache): the next epoch starts with it.
+        self._carries: list[Any] | None = None
 
     def __iter__(self) -> Any:
+        # Resuming an epoch: the seeds torch draws for a new iterator were drawn when that epoch started, before
+        # the checkpoint, and the checkpoint's seeds replace them; the random state a training loop restored with
+        # the checkpoint goes on untouched (a shuffle's next pass under a cycle draws its seed from it).
+        resuming = self.next_iter_state is not None and isinstance(self.dataset, _CheckpointedPipe)
+        target = self.generator if self.generator is not None else torch.default_generator
+        before = target.get_state() if resuming else None
         with self._next_epoch_seeded():
-            return super().__iter__()
+            iterator = super().__iter__()
+        if before is not None:
+            target.set_state(before)
+        return iterator
 
     @contextlib.contextmanager
     def _next_epoch_seeded(self) -> Iterator[None]:
@@ -366,6 +331,8 @@ class DataLoader(LoaderBase):
             # A new epoch, not a resumed one: a state loaded into the pipe belongs to the epoch it resumed, even
             # one that never pulled from it (torch's fetcher had ended: a checkpoint after a partial last batch).
             dataset._pending = None
+        if isinstance(dataset, _CheckpointedPipe) and self.next_iter_state is None:
+            dataset._start_carries, self._carries = self._carries, None
         if self.num_workers == 0 or not isinstance(dataset, _CheckpointedPipe):
             return self._wrap_iterator(self._start_iterator())
         install_fast_serialize()
@@ -382,6 +349,7 @@ class DataLoader(LoaderBase):
         finally:
             dataset._channel = None
             dataset._start_rngs = None
+            dataset._start_carries = None
         self._state_channel = channel
         return self._wrap_iterator(it)
 
@@ -427,7 +395,9 @@ class DataLoader(LoaderBase):
         the resumed worker continues.  At the end of an epoch it holds no
         positions: it records the random state the next epoch starts from,
         which this loader's next epoch then starts from too (and, with
-        persistent workers, the generators each worker carries into it).
+        persistent workers, the generators each worker carries into it), and
+        what pipes keep across epochs (``in_memory_cache``'s frozen cache, per
+        worker with persistent workers).
         """
         with self._next_epoch_seeded():
             state = super().state_dict()
@@ -443,6 +413,9 @@ class DataLoader(LoaderBase):
             rngs = self._persistent_worker_rngs()
             if rngs is not None:
                 record["worker_rngs"] = rngs
+            carries = self._epoch_carries()
+            if carries is not None:
+                record["carry"] = carries
             return {ITERATOR_FINISHED: True, CHECKPOINT_KEY: record}
         state = resolve_deferred(state, getattr(self, "_state_channel", None), self._worker_alive, self.state_timeout)
         return {**state, CHECKPOINT_KEY: record}
@@ -456,6 +429,23 @@ class DataLoader(LoaderBase):
                 for i in range(self.num_workers)]
         return rngs if all(rng is not None for rng in rngs) else None
 
+    def _epoch_carries(self) -> list[Any] | None:
+        """What the pipes of each process carry into the next epoch (``in_memory_cache``'s frozen cache), or None.
+
+        One entry per worker (persistent ones: others start the next epoch
+        afresh), or one for the main process without workers.
+        """
+        dataset = self.dataset
+        if self.num_workers == 0:
+            carry = dataset.epoch_carry() if isinstance(dataset, _CheckpointedPipe) else None
+            return None if carry is None else [carry]
+        if not self.persistent_workers:
+            return None
+        states = worker_dataset_states(self.current_iterator())
+        carries = [states[i].get(EPOCH_CARRY) if isinstance(states.get(i), dict) else None
+                   for i in range(self.num_workers)]
+        return carries if any(carry is not None for carry in carries) else None
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Resume from a :meth:`state_dict` at the next ``iter()``.
 
@@ -466,7 +456,7 @@ class DataLoader(LoaderBase):
         """
         record = self._check_checkpoint(state_dict)
         state = {k: v for k, v in state_dict.items() if k != CHECKPOINT_KEY}
-        self._next_epoch_rng = self._rng_anchor = self._worker_rngs = None
+        self._next_epoch_rng = self._rng_anchor = self._worker_rngs = self._carries = None
         if isinstance(self.dataset, _CheckpointedPipe) and state_finished(state):
             # Taken at the end of an epoch: the next iter() starts the next epoch (from the checkpoint's
             # random state, when it has one), instead of restoring positions at the end of the old one.
@@ -480,6 +470,11 @@ class DataLoader(LoaderBase):
             rngs = record.get("worker_rngs") if record is not None else None
             if rngs is not None and len(rngs) == self.num_workers and self.persistent_workers:
                 self._worker_rngs = list(rngs)  # the same persistent workers would have gone on with them
+            carries = record.get("carry") if record is not None else None
+            if carries is not None and len(carries) == max(self.num_workers, 1) and (
+                self.num_workers == 0 or self.persistent_workers
+            ):
+                self._carries = list(carries)  # the same processes would have kept it for the next epoch
             return
         super().load_state_dict(state)
 
@@ -639,38 +634,3 @@ def _draws_between(start: torch.Tensor, generator: torch.Generator, most: int = 
             return draws
         draw_seed(probe)
     return most
-
-
-def _check_seconds(value: Any, name: str, minimum_excluded: bool = False) -> float:
-    """A number of seconds, ``>= 0`` (``> 0`` with ``minimum_excluded``), as a float; messages as _validate's."""
-    what = "a number of seconds > 0" if minimum_excluded else "a number of seconds >= 0"
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{_WHERE}: {name} must be {what}, got {type(value).__name__} {value!r:.50}")
-    if value < 0 or (minimum_excluded and value == 0):
-        raise ValueError(f"{_WHERE}: {name} must be {what}, got {value}")
-    return float(value)
-
-
-def _check_worker_options(num_workers: int, persistent_workers: bool | None, kwargs: dict[str, Any]) -> None:
-    """torch's and torchdata's worker options, checked before they become asserts or worker tracebacks."""
-    prefetch = kwargs.get("prefetch_factor")
-    if prefetch is not None:
-        if num_workers == 0:
-            raise ValueError(
-                f"{_WHERE}: prefetch_factor applies to worker processes only (batches each worker loads "
-                f"ahead); pass num_workers > 0, or leave prefetch_factor None, got {prefetch!r} with num_workers=0"
-            )
-        check_int(prefetch, "prefetch_factor", _WHERE, minimum=1)
-    timeout = kwargs.get("timeout", 0)
-    _check_seconds(timeout, "timeout")
-    if timeout > 0 and num_workers == 0:
-        raise ValueError(
-            f"{_WHERE}: timeout applies to worker processes only (how long to wait for a worker's batch); pass "
-            f"num_workers > 0, or timeout=0, got timeout={timeout} with num_workers=0"
-        )
-    if persistent_workers and num_workers == 0:
-        raise ValueError(
-            f"{_WHERE}: persistent_workers=True needs worker processes (num_workers > 0), got num_workers=0"
-        )
-    if "snapshot_every_n_steps" in kwargs:
-        check_int(kwargs["snapshot_every_n_steps"], "snapshot_every_n_steps", _WHERE, minimum=1)

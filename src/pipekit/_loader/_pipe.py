@@ -34,6 +34,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from pipekit._fs import redact_secrets
+from pipekit._loader._carry import apply_carry, find_streams, load_streams, process_carry, stream_states
+from pipekit._loader._replay_check import check_replay, replay_check
 from pipekit._loader_seam import (
     InfiniteConstantSampler,
     on_send_failure,
@@ -67,7 +70,15 @@ from pipekit.pipes._torch import LoaderPipeWrapper, hooked_iterator_target, load
 from pipekit.pipes.base import IterDataPipe
 from pipekit.profiling import stage_name
 
-__all__ = ["REFUSED", "REPORT", "REPORT_ITEMS", "fast_try_to_serialize", "install_fast_serialize", "skip_logs"]
+__all__ = [
+    "EPOCH_CARRY",
+    "REFUSED",
+    "REPORT",
+    "REPORT_ITEMS",
+    "fast_try_to_serialize",
+    "install_fast_serialize",
+    "skip_logs",
+]
 
 logger = logging.getLogger("pipekit")
 
@@ -76,6 +87,11 @@ REPORT_ITEMS = 10  # skipped items each pipe of each worker reports in full
 REFUSED = "refused"  # the key of a worker's state saying why its position cannot be checkpointed
 WORKER_RNG = "worker_rng"  # the key of a worker's state holding its global generators' states (torch's, Python's)
 EPOCH_RNG = "epoch_rng"  # the key of a replayed (count) state: the global generators' states the epoch started with
+# the key of a worker's state at the end of its epoch: what it carries into the next (in_memory_cache's frozen
+# cache, its transforms' random streams), as plain data (:mod:`pipekit._loader._carry`); absent when nothing is carried
+EPOCH_CARRY = "epoch_carry"
+CHECK = "check"  # the key of a counted position holding what its replay must reach (_replay_check.py)
+STREAMS = "streams"  # the key of a position holding the random streams of the pipeline's transforms (_carry.py)
 
 
 def worker_rng_state() -> dict[str, Any]:
@@ -190,18 +206,23 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         # Each worker's global generators to start from (by worker id), from an end-of-epoch checkpoint of
         # persistent workers: set by the loader while it starts workers, used by the first epoch only.
         self._start_rngs: list[Any] | None = None
+        # What each worker carries into the epoch (by worker id; [main process] without workers), from an
+        # end-of-epoch checkpoint (pipekit._loader._carry): set by the loader, used by the next start.
+        self._start_carries: list[Any] | None = None
+        self._streams: list[Any] | None = None  # the random streams the pipes hold (found once)
         self._epoch_rng: dict[str, Any] | None = None  # this process's generators when the epoch started
 
     def __getstate__(self) -> Any:
         # The channel travels to the workers with the pipe (it is only set while the loader starts them).
-        return (super().__getstate__(), self._channel, self._start_rngs)
+        return (super().__getstate__(), self._channel, self._start_rngs, self._start_carries)
 
     def __setstate__(self, state: Any) -> None:
-        base, channel, start_rngs = state
+        base, channel, start_rngs, start_carries = state
         super().__setstate__(base)
         self._init_resume_fields()
         self._channel = channel
         self._start_rngs = start_rngs
+        self._start_carries = start_carries
 
     def __iter__(self) -> _CheckpointedPipe:
         self._start()
@@ -229,7 +250,16 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         self._since_start = 0
         self._yielded = 0
         self._exhausted = False
-        # A state the last epoch loaded into a pipe it never pulled from belongs to that epoch, not this one.
+        carries, self._start_carries = self._start_carries, None
+        if pending is None and carries is not None:
+            # A new epoch after an end-of-epoch checkpoint: what the pipes of this process (worker) carried into
+            # it, loaded as their positions at the end of the last epoch and handed over by drop_pending.
+            info = torch.utils.data.get_worker_info()
+            index = info.id if info is not None else 0
+            if index < len(carries) and carries[index] is not None:
+                apply_carry(self.pipe, self._random_streams(), carries[index])
+        # A state the last epoch loaded into a pipe it never pulled from belongs to that epoch, not this one
+        # (pipes that keep something across epochs keep it from that state: an epoch that ended hands it on).
         drop_pending(self._pipes)
         if pending is not None and self._in_worker and pending.get(WORKER_RNG) is not None:
             set_worker_rng_state(pending[WORKER_RNG])
@@ -265,6 +295,9 @@ class _CheckpointedPipe(LoaderPipeWrapper):
             self._skip(int(pending["yielded"]))
             if after is not None:
                 set_worker_rng_state(after)
+            check_replay(pending.get(CHECK), self._pipes, self._stages, int(pending["yielded"]))
+        if pending is not None and pending.get(STREAMS) is not None:
+            load_streams(self._random_streams(), pending[STREAMS])  # after a replay, which drew from them
 
     def _skip(self, count: int) -> None:
         if count:
@@ -293,8 +326,8 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         """An open stream cannot be pickled to the main process: torch would hang; say what to do instead."""
         raise TypeError(
             f"pipekit.DataLoader: {_stage_name(self.pipe)} yielded an item holding an open stream "
-            f"{stream_name(stream)}, which a DataLoader worker cannot send to the main process; read the "
-            "stream inside the worker, at the end of the pipeline: e.g. .read_from_stream() for (url, stream) "
+            f"{redact_secrets(stream_name(stream))}, which a DataLoader worker cannot send to the main process; "
+            "read the stream inside the worker, at the end of the pipeline: e.g. .read_from_stream() for (url, stream) "
             "pairs, .map(read_fn) with a function returning the stream's bytes (stream.read()), or a decoder "
             "(.decode(), .decode_image())"
         )
@@ -356,7 +389,38 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         state = self._position(lazy)
         if self._in_worker and WORKER_RNG not in state:
             state = {**state, WORKER_RNG: worker_rng_state()}
+        if STREAMS not in state and (streams := stream_states(self._random_streams())) is not None:
+            state = {**state, STREAMS: streams}
+        if self._in_worker and self._exhausted:
+            carry = self.epoch_carry(refuse=False)
+            if carry is not None:
+                state = {**state, EPOCH_CARRY: carry}
         return state
+
+    def _random_streams(self) -> list[Any]:
+        if self._streams is None:
+            self._streams = find_streams(self._pipes) if self._pipes is not None else []
+        return self._streams
+
+    def epoch_carry(self, refuse: bool = True) -> dict[str, Any] | None:
+        """What this process carries into the next epoch (:func:`~pipekit._loader._carry.process_carry`), plain.
+
+        ``None`` when nothing is carried.  What a checkpoint cannot hold (an open
+        stream in a cache) raises :class:`~pipekit.errors.UnsupportedItemError`
+        naming the pipe, or with ``refuse=False`` (a worker's last state, sent
+        whether or not a checkpoint is taken) is logged and left out: the next
+        epoch of a resumed run then reads what the pipe would have kept again.
+        """
+        if self._pipes is None:
+            return None
+        try:
+            return process_carry(self._pipes, self._random_streams(), self._stages, plain_position)
+        except UnsupportedItemError as exc:
+            if refuse:
+                raise
+            logger.warning("pipekit.DataLoader: an end-of-epoch checkpoint will not hold what the pipes keep for "
+                           "the next epoch: %s", exc)
+            return None
 
     def _position(self, lazy: bool = False) -> dict[str, Any]:
         if self._since_start == 0:
@@ -376,7 +440,10 @@ class _CheckpointedPipe(LoaderPipeWrapper):
                     "replay the items already consumed",
                     sorted(set(not_snapshot_capable(self.pipe))),
                 )
-            return {"mode": "count", "yielded": self._yielded, "seeds": self._seeds, EPOCH_RNG: self._epoch_rng}
+            # what the replay must reach: the positions of the pipes that report one (pipekit._loader._replay_check)
+            check = replay_check(self._pipes or [], self._stages)
+            return {"mode": "count", "yielded": self._yielded, "seeds": self._seeds, EPOCH_RNG: self._epoch_rng,
+                    CHECK: check}
         if not lazy:
             snap = plain_position(snap, self._stages)
         return {"mode": "snapshot", "pipes": snap, "yielded": self._yielded}

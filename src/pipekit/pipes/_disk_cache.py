@@ -17,19 +17,25 @@ process creates a given entry while the others wait for it.
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import functools
 import inspect
 import logging
 import numbers
 import os
 import reprlib
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from pipekit.errors import CacheError, ReadError
+from pipekit.pipes._cache_files import (
+    _file_digest,
+    _write_atomic,
+    changed_since_written,
+    read_record,
+    write_record,
+)
 from pipekit.pipes._torch import pipe_graph
 from pipekit.pipes.base import IterDataPipe, functional_datapipe
 from pipekit.pipes.state import ResumablePipe
@@ -75,14 +81,6 @@ def _expected_hash(hash_dict: Mapping[str, str], path: str) -> str | None:
         if candidate in hash_dict:
             return str(hash_dict[candidate]).lower()
     return None
-
-
-def _file_digest(path: str, hash_type: str) -> str:
-    digest = hashlib.new(hash_type)
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 class _FileLock:
@@ -159,100 +157,6 @@ class _FileLock:
             os.close(fd)
 
 
-def _chunks(data: Any, binary: bool, skip_read: bool, path: str) -> Iterator[Any]:
-    """The pieces of ``data`` to write: bytes/str as is, streams read in chunks, iterables of chunks."""
-    kind = bytes if binary else str
-
-    def check(chunk: Any) -> Any:
-        if binary and isinstance(chunk, (bytes, bytearray, memoryview)):
-            return chunk
-        if not binary and isinstance(chunk, str):
-            return chunk
-        hint = f"; use mode={'w' if binary else 'wb'!r}" if isinstance(chunk, (str, bytes)) else ""
-        raise TypeError(
-            f"end_caching: cannot write a {type(chunk).__name__} to {path!r} in "
-            f"{'binary' if binary else 'text'} mode (expected {kind.__name__}){hint}"
-        )
-
-    if isinstance(data, (bytes, bytearray, memoryview, str)):
-        yield check(data)
-        return
-    if skip_read:
-        raise TypeError(
-            f"end_caching: with skip_read=True the data for {path!r} must be bytes or str, "
-            f"got {type(data).__name__}"
-        )
-    read = getattr(data, "read", None)
-    if callable(read):
-        try:
-            while chunk := read(_CHUNK):
-                yield check(chunk)
-        finally:
-            close = getattr(data, "close", None)
-            if callable(close):
-                close()
-        return
-    try:
-        pieces = iter(data)
-    except TypeError:
-        raise TypeError(
-            f"end_caching: cannot write a {type(data).__name__} to {path!r}: expected bytes, str, a "
-            "readable stream or an iterable of chunks"
-        ) from None
-    for chunk in pieces:
-        yield check(chunk)
-
-
-def _write_atomic(
-    path: str,
-    data: Any,
-    *,
-    binary: bool,
-    skip_read: bool = False,
-    expected: str | None = None,
-    hash_type: str = "sha256",
-    stage: str = "end_caching",
-) -> None:
-    """Write ``data`` to a temporary file next to ``path``, check its hash, rename it to ``path``.
-
-    Errors name ``path`` and ``stage`` (the pipe or recipe writing).
-    """
-    directory = os.path.dirname(path) or "."
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    digest = hashlib.new(hash_type) if expected is not None else None
-    try:
-        try:
-            os.makedirs(directory, exist_ok=True)
-            f = open(tmp, "wb") if binary else open(tmp, "w", encoding="utf-8", newline="")  # noqa: SIM115
-        except OSError as exc:
-            raise ReadError("write", path, stage, exc) from exc
-        with f:
-            for chunk in _chunks(data, binary, skip_read, path):
-                try:
-                    f.write(chunk)
-                except OSError as exc:
-                    raise ReadError("write", path, stage, exc) from exc
-                if digest is not None:
-                    digest.update(chunk if binary else chunk.encode("utf-8"))
-            try:
-                f.flush()
-                os.fsync(f.fileno())
-            except OSError as exc:
-                raise ReadError("write", path, stage, exc) from exc
-        if digest is not None and digest.hexdigest() != expected:
-            raise CacheError(
-                "cache", path, stage, f"{hash_type} mismatch: expected {expected}, got {digest.hexdigest()}"
-            )
-        try:
-            os.replace(tmp, path)
-        except OSError as exc:
-            raise ReadError("write", path, stage, exc) from exc
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 @functional_datapipe("on_disk_cache")
 class OnDiskCacheHolder(IterDataPipe):
     """Start a section of the pipeline whose results are cached as files (functional name: ``on_disk_cache``).
@@ -272,7 +176,11 @@ class OnDiskCacheHolder(IterDataPipe):
     * otherwise the item goes through those pipes and ``end_caching`` writes
       their output.
 
-    Checks: with ``hash_dict``, a file must be listed there with its
+    Checks: a file ``end_caching`` wrote must still be what it wrote (its
+    size, and its sha256 once its modification time moved: the record beside
+    the key path, :mod:`pipekit.pipes._cache_files`), so a file cut short or
+    rewritten since is created again, with a warning naming it, never served;
+    with ``hash_dict``, a file must be listed there with its
     ``hash_type`` digest (a file missing from ``hash_dict`` or with another
     digest is created again, and writing a file whose data does not match
     raises :class:`CacheError`); ``extra_check_fn(path)`` must return True.
@@ -352,9 +260,14 @@ class OnDiskCacheHolder(IterDataPipe):
         value = item if self.filepath_fn is None else self.filepath_fn(item)
         return _as_path(value, "the cache key path of an item (filepath_fn's result)", "on_disk_cache")
 
-    def _file_ok(self, path: str) -> bool:
+    def _file_ok(self, path: str, record: dict[str, Any] | None = None) -> bool:
         if not os.path.isfile(path):
             return False
+        if record:
+            changed = changed_since_written(path, record.get(path))
+            if changed is not None:
+                logger.warning("on_disk_cache: cached file %r %s; it is created again", path, changed)
+                return False
         if self.hash_dict is not None:
             expected = _expected_hash(self.hash_dict, path)
             if expected is None:
@@ -378,11 +291,12 @@ class OnDiskCacheHolder(IterDataPipe):
     def _lookup(self, key: str) -> list[str] | None:
         """The cached file paths of the item with key path ``key``, or None if it is not cached."""
         list_file = key + _LIST_SUFFIX
+        record = read_record(key)
         if os.path.isfile(list_file):
             with open(list_file, encoding="utf-8") as f:
                 entries = f.read().splitlines()
-            return entries if all(self._file_ok(p) for p in entries) else None
-        return [key] if self._file_ok(key) else None
+            return entries if all(self._file_ok(p, record) for p in entries) else None
+        return [key] if self._file_ok(key, record) else None
 
 
 def _find_holder(datapipe: IterDataPipe) -> OnDiskCacheHolder | None:
@@ -570,6 +484,7 @@ class EndOnDiskCacheHolder(ResumablePipe):
         holder._todo.clear()
         holder._todo.append(item)
         written: list[str] = []
+        entries: dict[str, dict[str, Any]] = {}
         binary = "b" in self.mode
         try:
             for out in self.source_datapipe:
@@ -585,10 +500,12 @@ class EndOnDiskCacheHolder(ResumablePipe):
                     expected = _expected_hash(holder.hash_dict, path)
                     if expected is None:
                         raise CacheError("cache", path, "end_caching", "hash_dict has no expected hash for it")
-                _write_atomic(
-                    path, data, binary=binary, skip_read=self.skip_read, expected=expected, hash_type=holder.hash_type
-                )
+                # the record is written before the item's last file is in place (the key path, or the list file)
+                publish = functools.partial(_record_one, key) if path == key else None
+                entry = _write_atomic(path, data, binary=binary, skip_read=self.skip_read, expected=expected,
+                                      hash_type=holder.hash_type, before_publish=publish)
                 written.append(path)
+                entries[path] = entry
         finally:
             holder._todo.clear()
         if not written:
@@ -606,5 +523,10 @@ class EndOnDiskCacheHolder(ResumablePipe):
             bad = [p for p in written if "\n" in p or "\r" in p]
             if bad:
                 raise CacheError("cache", bad[0], "end_caching", "file paths with line breaks cannot be listed")
+            write_record(key, entries)
             _write_atomic(key + _LIST_SUFFIX, "".join(p + "\n" for p in written), binary=False)
         return written
+
+
+def _record_one(key: str, entry: dict[str, Any]) -> None:
+    write_record(key, {key: entry})

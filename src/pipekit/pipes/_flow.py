@@ -191,6 +191,11 @@ class Cycler(ResumablePipe):
                 yield value
             if n == 0 and not partial and self.count is None:
                 return
+            if partial:
+                # The pass a restore continued has ended: the next one starts the pipes above afresh, also those
+                # it never pulled from (a shuffle that had emptied its buffer leaves a restored cycle above it
+                # pending, which would otherwise continue its old position in the new pass).
+                _drop_pending_above(self.source_datapipe)
             partial = False
             self._passes += 1
 
@@ -198,6 +203,12 @@ class Cycler(ResumablePipe):
         if self.count is None:
             raise TypeError(f"{type(self).__name__} cycles forever and has no length")
         return self.count * len(self.source_datapipe)
+
+
+def _drop_pending_above(pipe: IterDataPipe) -> None:
+    from pipekit.pipes._resume import drop_pending, pipeline_pipes  # the resume module imports the pipes
+
+    drop_pending(pipeline_pipes(pipe))
 
 
 @functional_datapipe("repeat")

@@ -103,7 +103,9 @@ class InMemoryCacheHolder(ResumablePipe):
     ``size`` megabytes: what this process holds anyway), so a restored copy
     finishes the epoch and then serves the same items as the uninterrupted
     run, also when upstream is random (a shuffle, augmentation) and would give
-    other items if read again.  A worker keeps its positions by reference to
+    other items if read again.  A checkpoint taken at the end of an epoch
+    (with no workers, or persistent ones) holds the frozen cache of each
+    process, so the resumed run's next epoch is served from it too.  A worker keeps its positions by reference to
     the cache (nothing is copied per batch) and pickles the items only when a
     checkpoint is sent.
 
@@ -119,6 +121,7 @@ class InMemoryCacheHolder(ResumablePipe):
     """
 
     state_keys = ("mode", "pos", "pulled")
+    keeps_across_epochs = True  # the frozen cache: an end-of-epoch checkpoint carries it (carry_over)
     # a pickled copy (a DataLoader worker) starts empty
     _runtime = ("_cache", "_evicted", "_nbytes", "_store", "_head", "_sizes", "_fill_nbytes", "_fill_evicted",
                 "_restored")
@@ -215,6 +218,18 @@ class InMemoryCacheHolder(ResumablePipe):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self._drop_cache()  # a restored copy serves nothing from a cache filled before the checkpoint
+
+    def carry_over(self, state: dict[str, Any]) -> None:
+        """Serve the next epoch from the cache ``state`` holds once it is frozen (``"serve"``), as this pipe would.
+
+        An epoch that ended (or a checkpoint taken at its end) leaves the cache
+        frozen; a position still filling it is of an epoch stopped early, which
+        caches nothing.
+        """
+        if state.get("mode") == "serve" and state.get("items") is not None:
+            items = list(state["items"])
+            self._cache, self._evicted = items, int(state.get("evicted", 0))
+            self._nbytes = sum(_sizeof(item) for item in items)
 
     def __iter__(self) -> Iterator[Any]:
         if self._resuming:

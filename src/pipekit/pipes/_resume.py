@@ -68,6 +68,7 @@ __all__ = [
     "pending_seeds",
     "apply_seeds",
     "drop_pending",
+    "epoch_carry",
 ]
 
 logger = logging.getLogger("pipekit")
@@ -348,10 +349,33 @@ def drop_pending(pipes: list[Any]) -> None:
     second input of a ``zip`` whose first ended) would otherwise apply it to
     the *next* epoch, which would start mid-way.  :class:`pipekit.DataLoader`
     calls this when an epoch starts, before restoring a checkpoint, if any.
+    A pipe that keeps something across epochs (``keeps_across_epochs``:
+    ``in_memory_cache``) keeps it from the dropped state (``carry_over``), as
+    the uninterrupted run's pipe did when that epoch ended.
     """
     for dp in pipes:
         if isinstance(dp, PendingState):
-            dp._pending = None
+            state, dp._pending = dp._pending, None
+            if state is not None and dp.keeps_across_epochs:
+                dp.carry_over(state)
+
+
+def epoch_carry(pipes: list[Any]) -> dict[str, Any] | None:
+    """What ``pipes`` carry from an epoch that ran to its end into the next, or ``None`` when nothing.
+
+    A pipeline state (for :func:`restore_pipeline`) holding the positions of
+    the pipes that keep something across epochs (``keeps_across_epochs``:
+    ``in_memory_cache``'s frozen cache) and nothing for the others; restored
+    into a fresh copy and dropped by :func:`drop_pending`, it hands each of
+    those pipes what it keeps (its ``carry_over``).
+    """
+    states: list[Any] = [None] * len(pipes)
+    for i, dp in enumerate(pipes):
+        if isinstance(dp, PendingState) and dp.keeps_across_epochs:
+            states[i] = dp.state_dict()
+    if all(state is None for state in states):
+        return None
+    return {"version": _VERSION, "classes": [type(dp).__qualname__ for dp in pipes], "states": states}
 
 
 def restore_pipeline(pipe: IterDataPipe, state: dict[str, Any]) -> None:

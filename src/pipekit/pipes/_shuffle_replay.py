@@ -26,11 +26,18 @@ shares them with another branch, a pipe runs threads or says it cannot be
 replayed with a class attribute ``replayable = False``, or a snapshot fails) the
 checkpoint holds the whole buffer inline, as it always did.  Files changed
 between checkpoint and resume are still refused: the restored snapshot holds
-the listing digest and archive stamps the pipes above check.
+the listing digest and archive stamps the pipes above check, and the record
+holds the stamp of every archive the snapshots kept saw being read
+(``"stamps"``: ``{url: "size:version"}``), which the re-read compares at each
+of its own snapshots, so an archive read through inside the window (its
+members still buffered) and replaced since is refused naming it
+(:class:`~pipekit.errors.ArchiveError`), never re-read into the old
+positions.  An archive read from start to end between two snapshots (fewer
+samples than ``every`` pulls: ``window // 32``) is not seen by them.
 
 The state is ``{"buffer": [inline items], "rng": state, "replay": {"upstream":
 snapshot, "from": int, "to": int, "pulls": [pull number, or -1 for the next
-inline item, per slot]}}``; without ``"replay"`` it is the inline form,
+inline item, per slot], "stamps": {archive url: stamp}}}``; without ``"replay"`` it is the inline form,
 ``{"buffer": [every item], "rng": state}``.
 """
 
@@ -137,7 +144,44 @@ def replay_state(
         else:
             slots.append(-1)
             inline.append(item)
-    return {"buffer": inline, "rng": rng, REPLAY: {"upstream": upstream, "from": start, "to": pulled, "pulls": slots}}
+    stamps: dict[str, str] = {}
+    for _, snapshot in snapshots:
+        stamps.update(archive_stamps(snapshot))
+    replay = {"upstream": upstream, "from": start, "to": pulled, "pulls": slots, "stamps": stamps}
+    return {"buffer": inline, "rng": rng, REPLAY: replay}
+
+
+def archive_stamps(snapshot: dict[str, Any]) -> dict[str, str]:
+    """``{url: stamp}`` of the archives a snapshot of the pipes above finds being read (archive loaders' states)."""
+    found = {}
+    for state in snapshot.get("states") or ():
+        if isinstance(state, dict) and isinstance(state.get("url"), str) and isinstance(state.get("stamp"), str):
+            found[state["url"]] = state["stamp"]
+    return found
+
+
+def _check_window(snapshot: dict[str, Any], stamps: dict[str, str], log: ReplayLog) -> None:
+    """Refuse a re-read that is reading an archive the checkpoint's window saw with another stamp."""
+    for url, now in archive_stamps(snapshot).items():
+        then = stamps.get(url)
+        if then is not None and then != now:
+            raise ArchiveError(
+                "resume archive", url, _stages(snapshot, log).get(url, "shuffle"),
+                f"the file changed since the checkpoint (size:version {then} then, {now} now) and samples read "
+                "from it sit in the shuffle buffer: re-read, they would be other samples; resume from a "
+                "checkpoint taken on this file, or start the epoch over",
+            )
+
+
+def _stages(snapshot: dict[str, Any], log: ReplayLog) -> dict[str, str]:
+    """The stage name of the pipe reading each archive of ``snapshot`` (``load_from_tar``...), by URL."""
+    pipes = {entry[0]: entry[1] for entry in getattr(log.plan, "_entries", ())}
+    out = {}
+    for i, state in enumerate(snapshot.get("states") or ()):
+        if isinstance(state, dict) and isinstance(state.get("url"), str):
+            dp = pipes.get(i)
+            out[state["url"]] = getattr(dp, "stage", None) or type(dp).__name__
+    return out
 
 
 def check_replay(state: dict[str, Any]) -> None:
@@ -221,6 +265,7 @@ def refill(
     """
     replay = state[REPLAY]
     start, end, slots = int(replay["from"]), int(replay["to"]), list(replay["pulls"])
+    stamps = replay.get("stamps") if isinstance(replay.get("stamps"), dict) else {}
     inline = iter(state["buffer"])
     buffer: list[Any] = [next(inline) if p < 0 else None for p in slots]
     wanted = {p: i for i, p in enumerate(slots) if p >= 0}
@@ -240,4 +285,7 @@ def refill(
             buffer[i] = item
         if pulled >= next_at and log is not None:
             next_at = log.take(pulled)
+            if stamps and log.snapshots and log.snapshots[-1][0] == pulled:
+                # the same pulls as the checkpointed run's snapshots: an archive they saw must be the same file
+                _check_window(log.snapshots[-1][1], stamps, log)
     return buffer, slots, end

@@ -38,6 +38,14 @@ decoders, ``batch``).  Declare it with the class attribute ``stateless = True``
   belongs to the epoch it resumes: :class:`pipekit.DataLoader` drops one a
   pipe still holds when the next epoch starts (a pipe the resumed epoch never
   pulled from, upstream of a ``header`` at its limit, say).
+* A pipe that keeps something from an epoch that ran to its end for the next
+  one (``in_memory_cache``: its frozen cache) sets ``keeps_across_epochs =
+  True`` and writes ``carry_over(state)``: given its position at the end of
+  an epoch (a state dropped as above, or the one an end-of-epoch checkpoint
+  carries), it keeps what the next epoch starts from.  Its ``state_dict()``
+  must hold that much at the end of an epoch: an end-of-epoch checkpoint of
+  :class:`pipekit.DataLoader` holds no positions, only these pipes' states
+  (per worker, with persistent workers).
 
 :class:`ResumablePipe` implements all of that: a subclass writes
 ``state_dict()`` (its own fields) and ``restore(state)`` (set its fields from
@@ -227,6 +235,8 @@ class PendingState:
 
     __slots__ = ()
     state_keys: ClassVar[tuple[str, ...]] = ()
+    #: The pipe keeps something from an epoch that ran to its end for the next (see :meth:`carry_over`).
+    keeps_across_epochs: ClassVar[bool] = False
     _pending: dict[str, Any] | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -246,6 +256,16 @@ class PendingState:
 
     def check_state(self, state: dict[str, Any]) -> None:
         """Raise ``ValueError`` if ``state`` is not a state of this pipe (keys are checked already)."""
+
+    def carry_over(self, state: dict[str, Any]) -> None:
+        """Keep what the next epoch starts from, from ``state`` (a position no iterator continued).
+
+        Called, on a pipe with ``keeps_across_epochs``, with a loaded state that
+        is dropped because its epoch ended without pulling from this pipe, and
+        with the state an end-of-epoch checkpoint carries.  Keep nothing when
+        ``state`` is not at (or past) the point where an epoch hands something
+        on (``in_memory_cache``: its cache is frozen).
+        """
 
     # -- provided ----------------------------------------------------------------------------------
     def _pipe_name(self) -> str:

@@ -1,0 +1,76 @@
+"""Secrets in URLs: a URL, or any text naming URLs, without the passwords, tokens and signatures it carries.
+
+The one place messages are cleaned: every :class:`~pipekit.errors.PipekitError`
+message and skip report goes through :func:`redact_secrets`; other modules
+reach these functions through :mod:`pipekit._fs` (the URL helpers).  Imports
+nothing of pipekit's, so :mod:`pipekit.errors` can use it.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["REDACTED", "SECRET_PARAMS", "redact_secrets", "redact_url"]
+
+
+REDACTED = "***"
+
+#: Query parameters whose values are secrets (compared without case): AWS, GCS and Azure signed URLs
+#: (``X-Amz-Signature``, ``X-Goog-Signature``, ``sig``), their credentials and session tokens, and the usual
+#: names of tokens, keys and passwords.
+SECRET_PARAMS = frozenset({
+    "x-amz-signature", "x-amz-credential", "x-amz-security-token",
+    "x-goog-signature", "x-goog-credential", "googleaccessid",
+    "signature", "sig", "token", "access_token", "id_token", "refresh_token", "auth", "authorization",
+    "key", "api_key", "apikey", "api-key", "secret", "client_secret", "password", "passwd", "pwd",
+    "sas", "sessiontoken", "session_token", "credential", "credentials",
+})
+
+# "scheme://user:password@" or "scheme://token@" (in a URL anywhere in a text)
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^\s/?#@'\"]+)@")
+# "?name=value" or "&name=value" (or ";", as some signers write)
+_PARAM = re.compile(r"(?P<sep>[?&;])(?P<name>[^=&;#\s'\"?]+)=(?P<value>[^&;#\s'\"]*)")
+
+
+def _hide_userinfo(match: re.Match[str]) -> str:
+    user, colon, _ = match["userinfo"].partition(":")
+    # a password after the user name; without one, the user part itself is often a token (https://ghp_...@github)
+    return f"{match['scheme']}{user}:{REDACTED}@" if colon else f"{match['scheme']}{REDACTED}@"
+
+
+def _hide_param(match: re.Match[str]) -> str:
+    if match["name"].lower() in SECRET_PARAMS and match["value"]:
+        return f"{match['sep']}{match['name']}={REDACTED}"
+    return match[0]
+
+
+def redact_secrets(text: str) -> str:
+    """``text`` with the secrets of the URLs it names replaced by ``***`` (see :func:`redact_url`).
+
+    Example:
+        >>> redact_secrets("cannot open 's3://AKIA1:s3cr3t@b/k.tar' (status 403)")
+        "cannot open 's3://AKIA1:***@b/k.tar' (status 403)"
+    """
+    if "@" not in text and "=" not in text:  # the common case: nothing that could be a secret, no regex
+        return text
+    if "@" in text:
+        text = _USERINFO.sub(_hide_userinfo, text)
+    if "=" in text:
+        text = _PARAM.sub(_hide_param, text)
+    return text
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its secrets: a password (or a token as the user part) and signed query values.
+
+    Everything else stays, so the file is still recognisable: the scheme,
+    host, path, the user name and the query parameters that are not secrets
+    (:data:`SECRET_PARAMS` lists the names whose values are hidden).
+
+    Example:
+        >>> redact_url("https://alice:hunter2@host/a.tar")
+        'https://alice:***@host/a.tar'
+        >>> redact_url("https://b.s3.amazonaws.com/k?X-Amz-Expires=60&X-Amz-Signature=ab12")
+        'https://b.s3.amazonaws.com/k?X-Amz-Expires=60&X-Amz-Signature=***'
+    """
+    return redact_secrets(url)
