@@ -684,3 +684,42 @@ class TestNothingLostAcrossWorkers:
             list(it)
         assert all(w.is_alive() for w in it._workers)
         it._shutdown_workers()
+
+
+class _StallsAfter:
+    """Items below ``after`` pass; the others stall ``seconds`` (a slow read the worker is inside), each leaving a
+    file named after it in ``marks`` as it starts to."""
+
+    def __init__(self, after: int, seconds: float, marks: Path) -> None:
+        self.after, self.seconds, self.marks = after, seconds, marks
+
+    def __call__(self, x: int) -> int:
+        if x >= self.after:
+            (self.marks / str(x)).touch()
+            time.sleep(self.seconds)
+        return x
+
+
+@pytest.mark.timeout(60)
+def test_an_abandoned_iterator_stops_its_busy_workers_within_a_second(tmp_path):
+    """An iterator dropped mid-epoch (its last reference gone) does not wait on busy workers.
+
+    torch joins each worker for 5 s before it terminates it, inside whatever code dropped the last reference
+    (often a garbage collection in an unrelated place); pipekit gives an abandoned iterator's workers one second
+    together, then terminates them.
+    """
+    pipe = IterableWrapper(range(40)).sharding_filter().map(_StallsAfter(4, 30.0, tmp_path))
+    loader = pipekit.DataLoader(pipe, num_workers=2, batch_size=None, prefetch_factor=1)
+    it = iter(loader)
+    assert [next(it) for _ in range(4)] == [0, 1, 2, 3]
+    deadline = time.monotonic() + 30
+    while len(list(tmp_path.iterdir())) < 2 and time.monotonic() < deadline:  # both workers inside their stall
+        time.sleep(0.01)
+    workers = list(it._workers)
+    start = time.monotonic()
+    del it, loader  # the loader keeps its iterator (for state_dict): the two go together
+    took = time.monotonic() - start
+    for w in workers:
+        w.join(timeout=5)
+    assert all(not w.is_alive() for w in workers)
+    assert took < 3.0, f"the abandoned iterator's shutdown took {took:.1f} s"

@@ -134,6 +134,7 @@ ALLOWED = {
     "_persistent_workers",
     "_workers",
     "_workers_status",
+    "_workers_done_event",  # an abandoned iterator's workers are told to stop at once
     "_index_queues",
     "_worker_snapshots",
     # the worker's result queue: found in torch's worker loop; multiprocessing's feeder hook and sending

@@ -236,6 +236,12 @@ class WorkersIterBase(_StatefulMultiProcessingDataLoaderIter):
         """Put the exit signal on the worker's index queue (raises if the queue is closed)."""
         self._index_queues[worker_id].put(None)
 
+    def workers_done(self) -> None:
+        """Tell every worker to stop working (torch's ``_workers_done_event``): a busy worker skips what is queued."""
+        event = getattr(self, "_workers_done_event", None)
+        if event is not None:
+            event.set()
+
 
 #: The key of a StatefulDataLoader state saying its iterator had finished (the epoch had ended).
 ITERATOR_FINISHED = "_iterator_finished"

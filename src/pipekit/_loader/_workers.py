@@ -64,6 +64,32 @@ class _WorkersIter(WorkersIterBase):
         self.stop_sending_work(worker_id)
         self.__dict__.setdefault("_pipekit_paused", set()).add(worker_id)
 
+    #: How long the workers of an abandoned iterator get, together, to exit before they are terminated.
+    ABANDONED_GRACE = 1.0
+
+    def __del__(self) -> None:
+        # The last reference is gone mid-epoch (a garbage collection, wherever it runs): torch would join each
+        # busy worker for 5 s inside that unrelated code. Nothing will read these workers' batches.
+        self.__dict__["_pipekit_abandoned"] = True
+        super().__del__()
+
+    def _stop_abandoned_workers(self) -> None:
+        if self._is_finalizing():  # interpreter exit: torch's shutdown does nothing then, nor do we
+            return
+        workers = [w for w in self.processes() if w.is_alive()]
+        if not workers:  # none started, or shut down already
+            return
+        self.workers_done()
+        for worker_id in range(len(self.processes())):
+            with contextlib.suppress(Exception):  # a queue already closed: the worker is gone
+                self.tell_worker_to_exit(worker_id)
+        deadline = time.monotonic() + self.ABANDONED_GRACE
+        for w in workers:
+            w.join(timeout=max(0.0, deadline - time.monotonic()))
+        for w in workers:
+            if w.is_alive():
+                w.terminate()
+
     def shutdown_workers(self) -> None:
         # An iterator left to the garbage collector (e.g. held by a caught WorkerDiedError's
         # traceback) can be collected inside the next loader's forked workers: there its
@@ -74,6 +100,8 @@ class _WorkersIter(WorkersIterBase):
         for worker_id in self.__dict__.pop("_pipekit_paused", ()):  # done: they exit with the rest
             with contextlib.suppress(Exception):  # a queue already closed: the worker is gone
                 self.tell_worker_to_exit(worker_id)
+        if self.__dict__.get("_pipekit_abandoned"):
+            self._stop_abandoned_workers()
         workers = self.processes()
         super().shutdown_workers()
         # Their pool buffers stay mapped here until forgotten (batches still held keep theirs);
