@@ -181,3 +181,21 @@ def test_gdal_errors_and_options() -> None:
     assert options["GDAL_HTTP_MAX_RETRY"] == "3" and options["GDAL_HTTP_RETRY_DELAY"] == "0.5"
     assert "404" not in options["GDAL_HTTP_RETRY_CODES"] and "503" in options["GDAL_HTTP_RETRY_CODES"]
     assert _gdal_retry_options(RetryPolicy(attempts=1))["GDAL_HTTP_MAX_RETRY"] == "0"
+
+
+def test_retry_warnings_do_not_print_url_secrets(caplog: pytest.LogCaptureFixture) -> None:
+    calls: list[int] = []
+
+    def fn() -> str:
+        calls.append(1)
+        if len(calls) < 2:
+            raise ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
+        return "ok"
+
+    url = "https://user:hunter2@example.com/data.tar?X-Amz-Signature=deadbeef&part=1"
+    policy = RetryPolicy(attempts=3, max_seconds=30, base_delay=0.001)
+    with caplog.at_level(logging.WARNING, logger="pipekit.retry"):
+        assert policy.call(fn, action="read", url=url, stage="st") == "ok"
+    (message,) = [r.getMessage() for r in caplog.records if r.name == "pipekit.retry"]
+    assert "example.com/data.tar" in message
+    assert "hunter2" not in message and "deadbeef" not in message

@@ -58,6 +58,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from pipekit._redact import redact_secrets, redact_url
 from pipekit.errors import ReadError, StageError
 
 __all__ = [
@@ -263,7 +264,8 @@ class RetryPolicy:
                 failed = getattr(exc, "url", None)  # the file that failed, when a call reads several
                 logger.warning(
                     "%s: cannot %s %r (%s); retry %d of %d in %.2f s",
-                    stage, action, failed if isinstance(failed, str) and failed else url, _reason(exc), tries,
+                    stage, action, redact_url(failed if isinstance(failed, str) and failed else url),
+                    redact_secrets(_reason(exc)), tries,
                     self.attempts - 1, wait,
                 )
                 time.sleep(wait)

@@ -41,6 +41,7 @@ from typing import Any, ClassVar
 import fsspec
 
 from pipekit import _fast
+from pipekit._redact import redact_url
 from pipekit._validate import check_int
 from pipekit.errors import ArchiveError, SkipLog, check_on_error
 from pipekit.pipes._decompress import CompressionType, Decompressor, tar_stream_source
@@ -191,7 +192,7 @@ class ArchiveLoader(ResumablePipe):
         if url in warned:
             return
         warned.add(url)
-        warnings.warn(f"{self.stage}: {url!r} holds no files (members that are files); it yields nothing",
+        warnings.warn(f"{self.stage}: {redact_url(url)!r} holds no files (members that are files); it yields nothing",
                       UserWarning, stacklevel=3)
 
     def member_limit(self) -> int:
