@@ -247,6 +247,9 @@ def pipelines(tmp: Path) -> dict[str, Callable[[], Any]]:
         "datasets.TarShards(size)": lambda: datasets.TarShards(str(images / "shards"), batch_size=2, shuffle_buffer=3,
                                                                size=8),
         "datasets.ImageFolder": lambda: datasets.ImageFolder(str(images / "folder"), batch_size=2),
+        # encoded JPEGs with their crop and flip, decoded on the device later (JpegCropParams)
+        "datasets.TarShards(decode_device)": lambda: datasets.TarShards(
+            str(images / "shards"), batch_size=2, shuffle_buffer=3, size=8, decode_device="cpu"),
     }
 
 
@@ -260,6 +263,7 @@ PIPELINES = [
     "list_files", "load_from_tar+webdataset", "wds.WebDataset", "wds.WebDataset(resampled)",
     "load_from_zip", "zip_longest+zip_with_iter", "ListSource",
     "SequenceWrapper+to_iter_datapipe", "datasets.TarShards", "datasets.TarShards(size)", "datasets.ImageFolder",
+    "datasets.TarShards(decode_device)",
 ]
 
 
