@@ -329,3 +329,11 @@ def test_every_exception_of_pipekit_is_a_pipekit_error_in_errors():
                 if any(b.endswith(("Error", "Exception")) for b in bases) or node.name.endswith("Error"):
                     elsewhere.append(f"{path.relative_to(src)}:{node.lineno}: {node.name}")
     assert elsewhere == [], "define exceptions in pipekit/errors.py, under PipekitError:\n" + "\n".join(elsewhere)
+
+
+def test_an_error_that_is_an_import_error_takes_its_keywords():
+    """``DependencyNotFoundError`` is a ``ModuleNotFoundError``: ``name=`` reaches it, and the message is redacted."""
+    from pipekit.errors import DependencyNotFoundError
+
+    err = DependencyNotFoundError("needs lightning (see https://u:secret@example.com/x)", name="lightning")
+    assert err.name == "lightning" and "secret" not in str(err)

@@ -123,8 +123,9 @@ class PipekitError(Exception):
     Its message (the text arguments) is kept without the secrets of the URLs it names (see the module docstring).
     """
 
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*(redact_secrets(a) if isinstance(a, str) else a for a in args))
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # keywords are the built-in base's (ImportError's name= and path=, for DependencyNotFoundError)
+        super().__init__(*(redact_secrets(a) if isinstance(a, str) else a for a in args), **kwargs)
 
 
 class FunctionalNameError(PipekitError):
