@@ -125,3 +125,21 @@ class TestFromSlices:
             from_slices((1, 2), self.DEFAULT)
         with pytest.raises(TypeError, match="BoundingBox or by slices"):
             from_slices((slice(1, 2),) * 4, self.DEFAULT)
+
+
+def test_timestamp_seconds_repeated_and_varied_timestamps():
+    """Sampler boxes repeat a few times (TorchGeo's slices): every call gives the exact seconds, first or repeated."""
+    cases = [
+        (pd.Timestamp("2023-07-25 10:11:12.123456"), 1690279872.123456),
+        (pd.Timestamp("2023-07-25 10:11:12.123456789"), 1690279872.123456),  # to the microsecond
+        (pd.Timestamp("2023-07-25 12:11:12.123456", tz="Europe/Paris"), 1690279872.123456),
+        (pd.Timestamp("2023-07-25 10:11:12.123456", tz="UTC"), 1690279872.123456),
+        (pd.Timestamp("1969-12-31 23:59:59"), -1.0),
+        (pd.Timestamp.min, -math.inf),
+        (pd.Timestamp.max, math.inf),
+    ]
+    for _ in range(3):
+        for t, want in cases:
+            assert to_timestamp(t) == want, t
+    for k in range(3000):  # more distinct times than any memo holds
+        assert to_timestamp(pd.Timestamp(k, unit="s")) == float(k)

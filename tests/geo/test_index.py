@@ -320,3 +320,28 @@ class TestFromArray:
     def test_refuses_another_layout(self):
         with pytest.raises(ValueError, match="takes an"):
             GeoIndex._from_array(np.zeros((3, 4)))
+
+
+def test_small_index_query_matches_the_array_kernel():
+    """Indexes of a few entries (one per scene or layer) answer in Python; the result is ``_select``'s, exactly."""
+    from pipekit.geo._index import _select
+
+    rng = np.random.default_rng(7)
+    for n in (1, 2, 3, 8, 9):
+        lo = rng.integers(0, 10, size=(n, 3)).astype(float)
+        span = rng.integers(0, 4, size=(n, 3)).astype(float)
+        bounds = np.stack([lo[:, 0], lo[:, 0] + span[:, 0], lo[:, 1], lo[:, 1] + span[:, 1],
+                           lo[:, 2], lo[:, 2] + span[:, 2]], axis=1)
+        index = GeoIndex(bounds)
+        for _ in range(60):  # integer corners: many boxes touch an entry's edge exactly
+            a, b, c = rng.integers(-1, 12, size=3).astype(float)
+            w, h, t = rng.integers(0, 4, size=3).astype(float)
+            q = (a, a + w, b, b + h, c, c + t)
+            for spatial_only in (False, True):
+                got = index.query(q, spatial_only=spatial_only)
+                want = _select(bounds.T, np.arange(n, dtype=np.int64), q, spatial_only)
+                assert got.dtype == np.int64 and got.tolist() == want.tolist()
+        got = index.query((0, 1, 0, 1, 0, 1))
+        got[:] = -1  # a fresh array each time: the caller may write to it
+        assert -1 not in index.query((0, 1, 0, 1, 0, 1)).tolist()
+        assert pickle.loads(pickle.dumps(index)).query((0, 20, 0, 20)).tolist() == list(range(n))

@@ -310,8 +310,24 @@ class BoundingBox:
         )
 
 
+#: Seconds of recently converted Timestamps: a sampler's boxes share a few times (each sample converts two, ~7 µs
+#: each, against a dict lookup's 0.2 µs).  Equal Timestamps are the same instant, so they have the same seconds.
+_SECONDS: dict[pd.Timestamp, float] = {}
+_SECONDS_MAX = 256
+
+
 def _timestamp_seconds(t: pd.Timestamp) -> float:
     """POSIX seconds of a Timestamp (naive: UTC); ``Timestamp.min``/``max`` (TorchGeo's open ends) are -inf/inf."""
+    seconds = _SECONDS.get(t)
+    if seconds is None:
+        seconds = _convert_timestamp(t)
+        if len(_SECONDS) >= _SECONDS_MAX:
+            _SECONDS.clear()
+        _SECONDS[t] = seconds
+    return seconds
+
+
+def _convert_timestamp(t: pd.Timestamp) -> float:
     if t.tzinfo is not None:
         t = t.tz_convert("UTC").tz_localize(None)
     if t <= pd.Timestamp.min:

@@ -36,6 +36,9 @@ FANOUT = 16
 
 # Below this many entries a query scans all of them (faster than the tree).
 _BRUTE_FORCE = 256
+#: Up to this many entries (an index per scene layer holds a few) a query compares Python floats: numpy's twelve
+#: gathers and comparisons of :func:`_select` cost ~10 µs, several times the loop.
+_PYTHON_LOOP = 8
 
 # A query starts at the lowest tree level with at most this many nodes (scanning a few
 # hundred nodes at once is cheaper than descending through the levels above them).
@@ -257,7 +260,7 @@ class GeoIndex:
         [[0, 1], [0, 0]]
     """
 
-    __slots__ = ("_bounds", "_tree")
+    __slots__ = ("_bounds", "_rows", "_tree")
 
     def __init__(self, bounds: Any) -> None:
         arr = np.array(bounds, dtype=np.float64, copy=True)
@@ -271,6 +274,7 @@ class GeoIndex:
             arr = np.concatenate([arr, times], axis=1)
         self._bounds = self._validated(arr)
         self._tree: _Tree | None = None
+        self._rows: list[list[float]] | None = None
 
     @classmethod
     def _from_array(cls, arr: np.ndarray) -> GeoIndex:
@@ -280,6 +284,7 @@ class GeoIndex:
         index = cls.__new__(cls)
         index._bounds = cls._validated(arr)
         index._tree = None
+        index._rows = None
         return index
 
     @staticmethod
@@ -382,6 +387,17 @@ class GeoIndex:
         n = len(self._bounds)
         if n == 0:
             return _EMPTY.copy()
+        if n <= _PYTHON_LOOP:
+            rows = self._rows
+            if rows is None:
+                rows = self._rows = self._bounds.tolist()  # the bounds are read-only
+            minx, maxx, miny, maxy, mint, maxt = q
+            hits = [
+                i for i, r in enumerate(rows)
+                if r[0] <= maxx and r[1] >= minx and r[2] <= maxy and r[3] >= miny
+                and (spatial_only or (r[4] <= maxt and r[5] >= mint))
+            ]
+            return np.array(hits, dtype=np.int64)
         if n <= _BRUTE_FORCE:
             return _select(self._bounds.T, np.arange(n, dtype=np.int64), q, spatial_only)
         return self._ensure_tree().query(q, spatial_only)
@@ -435,6 +451,7 @@ class GeoIndex:
         arr.flags.writeable = False
         self._bounds = arr
         self._tree = None
+        self._rows = None
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, GeoIndex):
