@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 from pipekit.datasets._download import check_integrity, dataset_not_found, extract_archive, fetch_for_dataset
-from pipekit.datasets._nongeo import NonGeoClassificationDataset
-from pipekit.datasets._ucmerced import plot_chip, read_split_list
+from pipekit.datasets._ucmerced import SplitListed, plot_chip
 
 __all__ = ["RESISC45"]
 
 _HF = "https://hf.co/datasets/isaaccorley/resisc45/resolve/883edc0eee77b2c84225472f10f126e3ed83fa6e/"
 
 
-class RESISC45(NonGeoClassificationDataset):
+class RESISC45(SplitListed):
     """NWPU-RESISC45: 31,500 RGB chips of 256x256 pixels, 45 scene classes (TorchGeo 0.8's).
 
     The same files, layout and splits as ``torchgeo.datasets.RESISC45``:
@@ -72,26 +70,11 @@ class RESISC45(NonGeoClassificationDataset):
         "test": "3dda9e4988b47eb1de9f07993653eb08",
     }
 
-    def __init__(
-        self,
-        root: str | os.PathLike[str] = "data",
-        split: str = "train",
-        transforms: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-        download: bool = False,
-        checksum: bool = False,
-    ) -> None:
-        where = type(self).__name__
-        if split not in self.splits:
-            raise ValueError(f"{where}: split must be one of {', '.join(self.splits)}, got {split!r}")
-        self.root = os.fspath(root)
-        self.split = split
-        self.download = bool(download)
-        self.checksum = bool(checksum)
-        self._verify()
-        split_file = os.path.join(self.root, self.split_filename(split))
-        super().__init__(os.path.join(self.root, self.directory), transforms=transforms,
-                         is_valid_file=read_split_list(split_file, where))
-        # ``root`` is now the class folders' parent, as TorchGeo's; the archive and the lists stay in the root given
+    def _split_list_name(self, split: str) -> str:
+        return self.split_filename(split)
+
+    def _images_folder(self) -> str:
+        return self.directory
 
     @staticmethod
     def split_filename(split: str) -> str:

@@ -56,7 +56,47 @@ def plot_chip(
     return fig
 
 
-class UCMerced(NonGeoClassificationDataset):
+class SplitListed(NonGeoClassificationDataset):
+    """A classification benchmark whose split is a list of file names in ``root`` (UCMerced, RESISC45).
+
+    A subclass names the list (:meth:`_split_list_name`) and the class folders' parent (:meth:`_images_folder`),
+    and its ``_verify`` fetches what is missing.
+    """
+
+    splits: tuple[str, ...] = ("train", "val", "test")
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str] = "data",
+        split: str = "train",
+        transforms: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        download: bool = False,
+        checksum: bool = False,
+    ) -> None:
+        where = type(self).__name__
+        if split not in self.splits:
+            raise ValueError(f"{where}: split must be one of {', '.join(self.splits)}, got {split!r}")
+        self.root = os.fspath(root)
+        self.split = split
+        self.download = bool(download)
+        self.checksum = bool(checksum)
+        self._verify()
+        split_file = os.path.join(self.root, self._split_list_name(split))
+        super().__init__(os.path.join(self.root, self._images_folder()), transforms=transforms,
+                         is_valid_file=read_split_list(split_file, where))
+        # ``root`` is now the class folders' parent, as TorchGeo's; the archive and the lists stay in the root given
+
+    def _split_list_name(self, split: str) -> str:
+        raise NotImplementedError
+
+    def _images_folder(self) -> str:
+        raise NotImplementedError
+
+    def _verify(self) -> None:
+        raise NotImplementedError
+
+
+class UCMerced(SplitListed):
     """UC Merced Land Use: 2,100 RGB chips of 256x256 pixels (1 ft), 21 land-use classes (TorchGeo 0.8's).
 
     The same files, layout and splits as ``torchgeo.datasets.UCMerced``:
@@ -116,26 +156,11 @@ class UCMerced(NonGeoClassificationDataset):
     #: the chips' size (height, width) in samples
     size = (256, 256)
 
-    def __init__(
-        self,
-        root: str | os.PathLike[str] = "data",
-        split: str = "train",
-        transforms: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-        download: bool = False,
-        checksum: bool = False,
-    ) -> None:
-        where = type(self).__name__
-        if split not in self.splits:
-            raise ValueError(f"{where}: split must be one of {', '.join(self.splits)}, got {split!r}")
-        self.root = os.fspath(root)
-        self.split = split
-        self.download = bool(download)
-        self.checksum = bool(checksum)
-        self._verify()
-        split_file = os.path.join(self.root, self.split_filenames[split])
-        super().__init__(os.path.join(self.root, self.base_dir), transforms=transforms,
-                         is_valid_file=read_split_list(split_file, where))
-        # ``root`` is now the class folders' parent, as TorchGeo's; the archive and the lists stay in the root given
+    def _split_list_name(self, split: str) -> str:
+        return self.split_filenames[split]
+
+    def _images_folder(self) -> str:
+        return self.base_dir
 
     def _needed(self) -> list[tuple[str, str, str | None]]:
         return [(self.url + self.filename, os.path.join(self.root, self.filename), self.md5),
