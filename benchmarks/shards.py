@@ -80,7 +80,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +95,9 @@ from pipekit import datasets
 from pipekit.datasets._recipe import standard_image_transforms
 from pipekit.synthetic import CLASSES, default_cache_dir
 from pipekit.synthetic.images import make_image
+
+sys.path.insert(0, str(Path(__file__).parent))  # run as a script or imported: _peers sits beside it
+from _peers import shard_samples
 
 NEVER = 10**9  # snapshot_every_n_steps larger than any epoch: resume snapshots off
 
@@ -186,26 +189,6 @@ def litdata_available() -> bool:
     return True
 
 
-def _shard_samples(path: str) -> Iterator[dict[str, Any]]:
-    """The ``{"jpg": bytes, "cls": int}`` samples of one tar shard, in order (``litdata.optimize``'s function)."""
-    pending: dict[str, dict[str, bytes]] = {}
-    with tarfile.open(path) as tar:
-        for member in tar:
-            if not member.isfile():
-                continue
-            key, _, ext = member.name.partition(".")
-            f = tar.extractfile(member)
-            if f is None:
-                raise ValueError(f"{path}: member {member.name} cannot be read")
-            sample = pending.setdefault(key, {})
-            sample[ext] = f.read()
-            if "jpg" in sample and "cls" in sample:
-                del pending[key]
-                yield {"jpg": sample["jpg"], "cls": int(sample["cls"])}
-    if pending:
-        raise ValueError(f"{path}: incomplete samples {sorted(pending)[:3]}")
-
-
 def write_litdata(shards: list[Path], out: Path, samples: int) -> Path:
     """The shards' samples in LitData's format under ``out`` (one chunk per shard), converted once and reused."""
     from litdata import optimize
@@ -216,7 +199,7 @@ def write_litdata(shards: list[Path], out: Path, samples: int) -> Path:
         return out
     shutil.rmtree(out, ignore_errors=True)
     optimize(
-        fn=_shard_samples,
+        fn=shard_samples,
         inputs=[str(p) for p in shards],
         output_dir=str(out),
         chunk_size=-(-samples // len(shards)),
