@@ -452,6 +452,7 @@ PUBLIC_MODULES = [
 GEO_ALL = [
     "BatchGeoSampler",
     "BoundingBox",
+    "DistributedGeoSampler",
     "GeoDataset",
     "GeoIndex",
     "GeoReader",
