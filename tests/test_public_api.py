@@ -622,6 +622,7 @@ DATAMODULES_ALL = [
     "LandCoverAI100DataModule",
     "LandCoverAIDataModule",
     "LandsatCDLDataModule",
+    "LightningDataLoader",
     "NonGeoDataModule",
     "RESISC45DataModule",
     "So2SatDataModule",
