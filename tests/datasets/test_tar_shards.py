@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import pickle
+import shutil
 import sys
 import tarfile
 from pathlib import Path
@@ -51,6 +52,14 @@ class TestExpandShardUrls:
             expected[3],
             expected[0],
         ]
+
+    def test_a_shard_named_with_glob_characters_is_found_by_its_name(self, shards, tmp_path):
+        """``shard[1].tar`` is a glob matching ``shard1.tar`` only: the file itself was "no tar shards in" it."""
+        named = tmp_path / "shard[1].tar"
+        shutil.copy(shards / "shard-000000.tar", named)
+        assert expand_shard_urls(str(named)) == [str(named)]
+        shutil.copy(shards / "shard-000001.tar", tmp_path / "shard1.tar")
+        assert expand_shard_urls(str(named)) == [str(tmp_path / "shard1.tar")]  # what the glob matches comes first
 
     def test_errors(self, shards, tmp_path):
         with pytest.raises(FileNotFoundError, match="no such shard, folder or prefix"):

@@ -71,7 +71,8 @@ def expand_shard_urls(
       without asking the storage (:func:`~pipekit.pipes._webdataset.shard_expand`);
     * a tar file's path or URL, kept as is;
     * a glob (``"data/*.tar"``) or a folder / prefix (``"s3://b/train/"``),
-      listed with fsspec: its tar files (``.tar``, ``.tar.gz``, ``.tgz``...), sorted;
+      listed with fsspec: its tar files (``.tar``, ``.tar.gz``, ``.tgz``...), sorted
+      (a glob matching nothing that is the name of a tar file, ``shard[1].tar``, is that file);
     * a ``pipe:CMD ARGS`` URL (the ``webdataset`` library's), brace-expanded only;
       shell syntax in it raises ``ValueError`` naming the URL.
 
@@ -107,6 +108,8 @@ def _list_tars(url: str, storage_options: dict[str, Any]) -> list[str]:
     fs, path = url_to_fs(url, storage_options)
     if _has_magic(path):
         found = [p for p in fs.glob(path) if p.lower().endswith(_TAR_SUFFIXES)]
+        if not found and path.lower().endswith(_TAR_SUFFIXES) and fs.isfile(path):
+            found = [path]  # a shard whose name holds glob characters (shard[1].tar) that match nothing else
     elif fs.isdir(path):
         found = [p for p in fs.find(path.rstrip("/")) if p.lower().endswith(_TAR_SUFFIXES)]
     elif fs.exists(path):
