@@ -75,6 +75,7 @@ class TestArgumentChecks:
             (lambda p: p.sharding_filter().apply_sharding(2, 2), ValueError, "instance_id must be below"),
             (lambda p: p.sharding_filter().apply_sharding(0, 0), ValueError, "sharding_filter: num_of_instances"),
             (lambda p: p.sharding_filter().apply_sharding(2.0, 0), TypeError, "sharding_filter: num_of_instances"),
+            (lambda p: p.groupby(None), TypeError, "groupby: group_key_fn must be a callable, got NoneType None"),
             (lambda p: p.groupby(len, group_size=0), ValueError, "groupby: group_size must be a positive int or None"),
             (lambda p: p.groupby(len, group_size="3"), TypeError, "groupby: group_size must be a positive int"),
             (lambda p: p.groupby(len, buffer_size=0), ValueError, "groupby: buffer_size must be a positive int"),

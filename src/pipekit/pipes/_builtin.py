@@ -262,6 +262,9 @@ class GrouperIterDataPipe(TorchGrouper):
         drop_remaining: bool = False,
     ) -> None:
         where = "groupby"
+        if not callable(group_key_fn):
+            raise TypeError(f"{where}: group_key_fn must be a callable, got {type(group_key_fn).__name__} "
+                            f"{group_key_fn!r:.50}")
         buffer_size = check_int(buffer_size, "buffer_size", where, minimum=1, allow_none=True)
         group_size = check_int(group_size, "group_size", where, minimum=1, allow_none=True)
         guaranteed_group_size = check_int(guaranteed_group_size, "guaranteed_group_size", where, minimum=1,
