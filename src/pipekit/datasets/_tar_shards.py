@@ -33,7 +33,7 @@ import torch
 
 import pipekit.pipes  # noqa: F401  (registers the functional names used below)
 from pipekit import _fast
-from pipekit._fs import url_to_fs
+from pipekit._fs import redact_url, url_to_fs
 from pipekit._validate import check_int
 from pipekit.collate import collate
 from pipekit.datasets._recipe import (
@@ -438,7 +438,10 @@ class TarShards(Recipe):
         if resampled:  # each worker and rank draws its own shards: no sharding_filter
             pipe = ResampledShardList(self.shards, where=where)
         else:
-            pipe = ListSource(self.shards, shuffle=self.train and bool(shuffle_shards)).sharding_filter()
+            given = urls if isinstance(urls, (str, os.PathLike)) else (urls[0] if len(urls) == 1 else None)
+            root = redact_url(os.fspath(given)) if given is not None else f"{len(urls)} shard URLs and patterns"
+            pipe = ListSource(self.shards, shuffle=self.train and bool(shuffle_shards),
+                              listing=(where, root, "shards")).sharding_filter()
         if piped[0]:
             pipe = PipeOpener(pipe, where=where)
         elif cache_dir is not None:
