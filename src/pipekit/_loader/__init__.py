@@ -70,6 +70,8 @@ import torch
 
 from pipekit import _shm as shm
 from pipekit._loader._arguments import (
+    check_dataset,
+    check_generator,
     check_seconds,
     check_worker_options,
     sharding_points,
@@ -228,6 +230,8 @@ class DataLoader(LoaderBase):
         **kwargs: Any,
     ) -> None:
         is_pipe = isinstance(dataset, IterDataPipe)
+        check_dataset(dataset)
+        check_generator(kwargs.get("generator"))
         if batch_size is ...:
             batch_size = None if is_pipe else 1
         batch_size = check_int(batch_size, "batch_size", _WHERE, minimum=1, allow_none=True)
