@@ -406,3 +406,53 @@ def test_a_bad_file_is_named_through_two_workers(s3_server, scene, tmp_path):
     with pytest.raises(Exception, match=rf"s3://{bucket}/l8/{SCENE}/{SCENE}_SR_B3\.TIF") as info:
         list(loader)
     assert "Landsat8" in str(info.value)  # the stage
+
+
+@pytest.mark.s3
+def test_reads_through_the_cache_ask_s3fs_nothing(s3_server, scene, tmp_path, monkeypatch):
+    """Sizes, versions and tiles come through the lean fetcher: a DataLoader worker never starts an s3fs
+    session (~0.5 s of CPU in each worker, a tenth of a 2-worker first pass), and its mirrors are the ones
+    s3fs's answers name, so the main process and the workers share them."""
+    import s3fs
+
+    import pipekit.geo.rangecache as rc
+
+    bucket = _upload(s3_server, scene)
+    cache_dir = tmp_path / "cache"
+    key = f"{bucket}/l8/{SCENE}/{SCENE}_SR_B2.TIF"
+    by_s3fs = RangeCache(cache_dir).mirror(s3_server.fs(), key, f"s3://{key}")  # size and version from s3fs
+    ds = Landsat8(paths=f"s3://{bucket}/l8", bands=BANDS, storage_options=s3_server.storage_options,
+                  cache_dir=cache_dir)
+    local = Landsat8(paths=scene.parent, bands=BANDS)
+    queries = _boxes(ds, 4)
+
+    asked: list[str] = []
+    call_s3 = s3fs.S3FileSystem._call_s3
+
+    async def counted(self: Any, method: str, *args: Any, **kwargs: Any) -> Any:
+        asked.append(method)
+        return await call_s3(self, method, *args, **kwargs)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", counted)  # every request s3fs sends (dircache aside)
+    # as in a fresh worker: no file open, no size or version known yet
+    geo_io.run_parts(lambda k: geo_io.close_cached_handles(), geo_io.REMOTE_IO_THREADS)
+    monkeypatch.setattr(rc, "_by_url", {})
+    monkeypatch.setattr(rc, "_mirrors", {})
+    for q in queries:
+        np.testing.assert_array_equal(ds[q]["image"].numpy(), local[q]["image"].numpy())
+    assert asked == []
+    by_head = RangeCache(cache_dir).mirror(s3_server.fs(), key, f"s3://{key}", s3_fetcher(
+        *geo_io._s3_gdal_options(s3_server.storage_options)))
+    assert (by_head.size, by_head.version) == (by_s3fs.size, by_s3fs.version)
+    assert len(list(cache_dir.glob("*.data"))) == len(BANDS)  # one mirror per file, whoever asked
+
+
+@pytest.mark.s3
+def test_a_missing_object_is_named_by_the_head_request(s3_server):
+    bucket = s3_server.create_bucket()
+    fetch = s3_fetcher(*geo_io._s3_gdal_options(s3_server.storage_options))
+    with pytest.raises(FileNotFoundError, match=rf"HEAD http://.*/{bucket}/gone\.tif: HTTP 404"):
+        fetch.info(f"{bucket}/gone.tif")
+    s3_server.fs().pipe(f"{bucket}/here.tif", b"x" * 1000)
+    info = fetch.info(f"{bucket}/here.tif")
+    assert info["size"] == 1000 and info["ETag"] == s3_server.fs().info(f"{bucket}/here.tif")["ETag"]
