@@ -456,3 +456,54 @@ def test_a_missing_object_is_named_by_the_head_request(s3_server):
     s3_server.fs().pipe(f"{bucket}/here.tif", b"x" * 1000)
     info = fetch.info(f"{bucket}/here.tif")
     assert info["size"] == 1000 and info["ETag"] == s3_server.fs().info(f"{bucket}/here.tif")["ETag"]
+
+
+class _OneAnswerPerConnection(http.server.BaseHTTPRequestHandler):
+    """Keeps the connection alive in its answer, then closes it: as a server does with an idle connection."""
+
+    protocol_version = "HTTP/1.1"
+    connections = 0
+    body = bytes(range(256)) * 4
+
+    def setup(self) -> None:
+        type(self).connections += 1
+        super().setup()
+
+    def do_GET(self) -> None:
+        start, end = (int(x) for x in self.headers["Range"].removeprefix("bytes=").split("-"))
+        data = self.body[start : end + 1]
+        self.send_response(206)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        self.close_connection = True
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def _child_fetch(fetch: RangeFetcher, url: str, queue: Any) -> None:
+    queue.put(fetch(url, 10, 20))
+
+
+def test_a_connection_the_server_closed_is_opened_again(tmp_path):
+    """The fetcher keeps a connection per thread alive; one the server closed meanwhile costs no failed read,
+    and a forked process (a DataLoader worker) opens its own instead of sharing its parent's socket."""
+    handler = type("H", (_OneAnswerPerConnection,), {"connections": 0})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/x.tif"
+        fetch = RangeFetcher("")
+        assert fetch(url, 0, 4) == bytes(range(4))
+        assert fetch(url, 300, 310) == bytes(range(44, 54))  # its kept-alive connection was closed
+        ctx = multiprocessing.get_context("fork")
+        queue = ctx.Queue()
+        p = ctx.Process(target=_child_fetch, args=(fetch, url, queue))
+        p.start()
+        assert queue.get(timeout=30) == bytes(range(10, 20))
+        p.join(30)
+        assert handler.connections == 3
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -2,9 +2,11 @@
 
 s3fs costs ~2.1 ms of CPU a ranged GET (aiobotocore over an event loop in
 another thread); botocore's SigV4 signer over one urllib3 connection pool
-costs ~0.7 ms (``benchmarks/geo_sampling.py``'s notes).  With the range
-cache a first pass makes ~3 requests a patch, so the difference is a tenth
-of the CPU a patch costs.  Both libraries come with s3fs.
+~0.7-1.1 ms; the same signer over the standard library's ``http.client``,
+one kept-alive connection per thread and server, ~0.4 ms
+(``benchmarks/README.md``).  With the range cache a first pass makes ~3
+requests a patch, so the difference is a tenth of the CPU a patch costs.
+botocore comes with s3fs.
 
 A fetcher is used where the request can be built without s3fs's discovery:
 an explicit endpoint (MinIO, SeaweedFS, R2...) or region, and explicit
@@ -18,6 +20,7 @@ code or a lost connection a ``ConnectionError``; each names the URL.
 
 from __future__ import annotations
 
+import http.client
 import os
 import re
 import threading
@@ -54,37 +57,20 @@ class RangeFetcher:
             import botocore.auth
 
             self._signer = botocore.auth.S3SigV4Auth(credentials, "s3", region)
-        self._pool: Any = None
-        self._pid = -1
-        self._guard = threading.Lock()
+        self._local = _Connections()
 
     def url(self, path: str) -> str:
         return self.base + urllib.parse.quote(path, safe="/-_.~") if self.base else path
 
-    def _manager(self) -> Any:
-        if self._pid != os.getpid():  # a forked worker opens its own connections
-            with self._guard:
-                if self._pid != os.getpid():
-                    import urllib3
-
-                    self._pool = urllib3.PoolManager(maxsize=8, retries=False, timeout=urllib3.Timeout(30, 60))
-                    self._pid = os.getpid()
-        return self._pool
-
-    def _request(self, method: str, url: str, headers: dict[str, str], what: str) -> Any:
+    def _request(self, method: str, url: str, headers: dict[str, str], what: str) -> _Response:
         """The response to a signed ``method`` request (``what`` names it in errors); raises for a failed one."""
-        import urllib3
-
         if self._signer is not None:
             import botocore.awsrequest
 
             request = botocore.awsrequest.AWSRequest(method, url, headers=headers)
             self._signer.add_auth(request)
             headers = dict(request.headers.items())
-        try:
-            response = self._manager().request(method, url, headers=headers, preload_content=True)
-        except urllib3.exceptions.HTTPError as exc:  # timeouts, refused or lost connections
-            raise ConnectionError(f"{method} {url}{what} failed: {exc}") from exc
+        response = self._local.send(method, url, headers, what)
         status = response.status
         if status in (200, 206):
             return response
@@ -124,6 +110,69 @@ class RangeFetcher:
         if etag:
             info["ETag"] = etag
         return info
+
+
+class _Response:
+    __slots__ = ("data", "headers", "status")
+
+    def __init__(self, status: int, headers: Any, data: bytes) -> None:
+        self.status, self.headers, self.data = status, headers, data
+
+
+#: errors of a request sent down a kept-alive connection the server had already closed: sent again once, on a
+#: new connection (GET and HEAD are idempotent)
+_STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+
+
+class _Connections(threading.local):
+    """This thread's kept-alive connections, one per server (``http.client``: not shared between threads).
+
+    A forked process (a DataLoader worker) never sends down a connection
+    it inherited: the connections are remembered with the process id, and
+    the inherited ones are dropped unclosed (closing would not disturb the
+    parent, but dropping is enough).
+    """
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.open: dict[tuple[str, str], http.client.HTTPConnection] = {}
+
+    def _connection(self, scheme: str, netloc: str) -> http.client.HTTPConnection:
+        if self.pid != os.getpid():
+            self.pid, self.open = os.getpid(), {}
+        conn = self.open.get((scheme, netloc))
+        if conn is None:
+            kind = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
+            conn = self.open[(scheme, netloc)] = kind(netloc, timeout=_TIMEOUT)
+        return conn
+
+    def send(self, method: str, url: str, headers: dict[str, str], what: str) -> _Response:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"{method} {url}{what}: not an http(s) URL")
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        again = True
+        while True:
+            conn = self._connection(parts.scheme, parts.netloc)
+            reused = conn.sock is not None
+            try:
+                conn.request(method, target, headers=headers)
+                response = conn.getresponse()
+                data = response.read()
+            except _STALE as exc:
+                conn.close()
+                if reused and again:
+                    again = False
+                    continue
+                raise ConnectionError(f"{method} {url}{what} failed: {exc!r}") from exc
+            except (OSError, http.client.HTTPException) as exc:  # refused, timed out, a broken answer
+                conn.close()
+                raise ConnectionError(f"{method} {url}{what} failed: {exc!r}") from exc
+            return _Response(response.status, response.headers, data)
+
+
+#: seconds a connection or a read may take before the request fails (a transient ``ConnectionError``)
+_TIMEOUT = 60.0
 
 
 def _error_code(body: bytes) -> str:
