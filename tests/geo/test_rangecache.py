@@ -491,7 +491,7 @@ def test_a_connection_the_server_closed_is_opened_again(tmp_path):
     and a forked process (a DataLoader worker) opens its own instead of sharing its parent's socket."""
     handler = type("H", (_OneAnswerPerConnection,), {"connections": 0})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/x.tif"
         fetch = RangeFetcher("")
