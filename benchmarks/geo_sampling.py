@@ -1167,7 +1167,7 @@ def s3_section(args: argparse.Namespace, root: Path) -> None:
             load = " ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
             rates = ", ".join(
                 f"{v} {r['pass1']['rate']:.0f}/{r['pass2']['rate']:.0f} "
-                f"({r['pass1']['cpu_ms']:.0f}+{r['pass1']['server_cpu_ms']:.0f} ms)"
+                f"({r['pass1']['cpu_ms']:.1f}+{r['pass1']['server_cpu_ms']:.1f} ms)"
                 for v, r in results.items()
                 if "error" not in r
             )
@@ -1251,6 +1251,18 @@ def s3_section(args: argparse.Namespace, root: Path) -> None:
             speed = (
                 f"samples/s {fmt_ratio(_median(ratios['pass1']))} (pass 1{each}), "
                 f"{fmt_ratio(_median(ratios['pass2']))} (pass 2) of {S3_LABELS[base]}; "
+            )
+        cpu = [
+            (rd[variant]["pass1"]["cpu_ms"], rd[base]["pass1"]["cpu_ms"])
+            for rd in rounds
+            if "error" not in rd.get(variant, {"error": 1}) and "error" not in rd.get(base, {"error": 1})
+        ]
+        if cpu:  # the reader's CPU a patch against local disk's: the ratio where the server has cores of its own
+            mine, theirs = _median([c for c, _ in cpu]), _median([c for _, c in cpu])
+            x = _median([c / b for c, b in cpu])
+            speed += (
+                f"reader CPU a patch {mine:.1f} ms against {theirs:.1f} ms, {fmt_ratio(x)} (pass 1, median of rounds; "
+                f"target <= 1.25x: {verdict(x <= 1.25)}); "
             )
         if args.s3_direct:
             data = "bytes not counted (--s3-direct)"

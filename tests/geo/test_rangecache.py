@@ -406,3 +406,134 @@ def test_a_bad_file_is_named_through_two_workers(s3_server, scene, tmp_path):
     with pytest.raises(Exception, match=rf"s3://{bucket}/l8/{SCENE}/{SCENE}_SR_B3\.TIF") as info:
         list(loader)
     assert "Landsat8" in str(info.value)  # the stage
+
+
+@pytest.mark.s3
+def test_reads_through_the_cache_ask_s3fs_nothing(s3_server, scene, tmp_path, monkeypatch):
+    """Sizes, versions and tiles come through the lean fetcher: a DataLoader worker never starts an s3fs
+    session (~0.5 s of CPU in each worker, a tenth of a 2-worker first pass), and its mirrors are the ones
+    s3fs's answers name, so the main process and the workers share them."""
+    import s3fs
+
+    import pipekit.geo.rangecache as rc
+
+    bucket = _upload(s3_server, scene)
+    cache_dir = tmp_path / "cache"
+    key = f"{bucket}/l8/{SCENE}/{SCENE}_SR_B2.TIF"
+    by_s3fs = RangeCache(cache_dir).mirror(s3_server.fs(), key, f"s3://{key}")  # size and version from s3fs
+    ds = Landsat8(paths=f"s3://{bucket}/l8", bands=BANDS, storage_options=s3_server.storage_options,
+                  cache_dir=cache_dir)
+    local = Landsat8(paths=scene.parent, bands=BANDS)
+    queries = _boxes(ds, 4)
+
+    asked: list[str] = []
+    call_s3 = s3fs.S3FileSystem._call_s3
+
+    async def counted(self: Any, method: str, *args: Any, **kwargs: Any) -> Any:
+        asked.append(method)
+        return await call_s3(self, method, *args, **kwargs)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", counted)  # every request s3fs sends (dircache aside)
+    # as in a fresh worker: no file open, no size or version known yet
+    geo_io.run_parts(lambda k: geo_io.close_cached_handles(), geo_io.REMOTE_IO_THREADS)
+    monkeypatch.setattr(rc, "_by_url", {})
+    monkeypatch.setattr(rc, "_mirrors", {})
+    for q in queries:
+        np.testing.assert_array_equal(ds[q]["image"].numpy(), local[q]["image"].numpy())
+    assert asked == []
+    by_head = RangeCache(cache_dir).mirror(s3_server.fs(), key, f"s3://{key}", s3_fetcher(
+        *geo_io._s3_gdal_options(s3_server.storage_options)))
+    assert (by_head.size, by_head.version) == (by_s3fs.size, by_s3fs.version)
+    assert len(list(cache_dir.glob("*.data"))) == len(BANDS)  # one mirror per file, whoever asked
+
+
+@pytest.mark.s3
+def test_a_missing_object_is_named_by_the_head_request(s3_server):
+    bucket = s3_server.create_bucket()
+    fetch = s3_fetcher(*geo_io._s3_gdal_options(s3_server.storage_options))
+    with pytest.raises(FileNotFoundError, match=rf"HEAD http://.*/{bucket}/gone\.tif: HTTP 404"):
+        fetch.info(f"{bucket}/gone.tif")
+    s3_server.fs().pipe(f"{bucket}/here.tif", b"x" * 1000)
+    info = fetch.info(f"{bucket}/here.tif")
+    assert info["size"] == 1000 and info["ETag"] == s3_server.fs().info(f"{bucket}/here.tif")["ETag"]
+
+
+class _OneAnswerPerConnection(http.server.BaseHTTPRequestHandler):
+    """Keeps the connection alive in its answer, then closes it: as a server does with an idle connection."""
+
+    protocol_version = "HTTP/1.1"
+    connections = 0
+    body = bytes(range(256)) * 4
+
+    def setup(self) -> None:
+        type(self).connections += 1
+        super().setup()
+
+    def do_GET(self) -> None:
+        start, end = (int(x) for x in self.headers["Range"].removeprefix("bytes=").split("-"))
+        data = self.body[start : end + 1]
+        self.send_response(206)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        self.close_connection = True
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def _child_fetch(fetch: RangeFetcher, url: str, queue: Any) -> None:
+    queue.put(fetch(url, 10, 20))
+
+
+def test_a_connection_the_server_closed_is_opened_again(tmp_path):
+    """The fetcher keeps a connection per thread alive; one the server closed meanwhile costs no failed read,
+    and a forked process (a DataLoader worker) opens its own instead of sharing its parent's socket."""
+    handler = type("H", (_OneAnswerPerConnection,), {"connections": 0})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/x.tif"
+        fetch = RangeFetcher("")
+        assert fetch(url, 0, 4) == bytes(range(4))
+        assert fetch(url, 300, 310) == bytes(range(44, 54))  # its kept-alive connection was closed
+        ctx = multiprocessing.get_context("fork")
+        queue = ctx.Queue()
+        p = ctx.Process(target=_child_fetch, args=(fetch, url, queue))
+        p.start()
+        assert queue.get(timeout=30) == bytes(range(10, 20))
+        p.join(30)
+        assert handler.connections == 3
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("token", [None, "session-token"])
+@pytest.mark.parametrize(
+    ("method", "base", "path", "headers"),
+    [
+        ("GET", "http://127.0.0.1:8333/", "bucket/a dir/scène+1.tif", {"Range": "bytes=0-99"}),
+        ("HEAD", "https://s3.eu-west-1.amazonaws.com/", "b/k.tif", {"Accept-Encoding": "identity"}),
+        ("GET", "https://minio.example:443/", "b/k.tif", {"Range": "bytes=5-9", "x-amz-request-payer": "requester"}),
+    ],
+)
+def test_requests_are_signed_as_botocore_signs_them(monkeypatch, token, method, base, path, headers):
+    """The fetcher's own SigV4 signer (a quarter of botocore's CPU a request) writes botocore's headers."""
+    import datetime
+
+    import botocore.auth
+    import botocore.awsrequest
+    import botocore.credentials
+
+    now = datetime.datetime(2026, 11, 28, 18, 20, 5)
+    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: now)
+    creds = botocore.credentials.Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", token)
+    fetch = RangeFetcher(base, creds, "eu-west-1")
+    url = fetch.url(path)
+    theirs = botocore.awsrequest.AWSRequest(method, url, headers=dict(headers))
+    botocore.auth.S3SigV4Auth(creds, "s3", "eu-west-1").add_auth(theirs)
+    ours = fetch._signed(method, url, dict(headers), now)
+    assert {k.lower(): v for k, v in ours.items() if k.lower() != "host"} == {
+        k.lower(): v for k, v in theirs.headers.items()
+    }

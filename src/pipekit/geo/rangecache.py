@@ -139,15 +139,20 @@ class RangeCache:
         instead of ``fs.cat_file`` (:mod:`pipekit.geo.rangefetch`);
         ``on_error``: see :class:`CachedFile`.
         """
-        return CachedFile(self.mirror(fs, path, url), fs, path, fetch, on_error)
+        return CachedFile(self.mirror(fs, path, url, fetch), fs, path, fetch, on_error)
 
-    def mirror(self, fs: Any, path: str, url: str) -> _Mirror:
-        """This process's mirror of ``url`` (its size and version asked of ``fs`` once per process)."""
+    def mirror(self, fs: Any, path: str, url: str, fetch: Fetch | None = None) -> _Mirror:
+        """This process's mirror of ``url`` (its size and version asked once per process).
+
+        Asked of ``fetch.info(path)`` where the fetcher has one and it reports
+        a version (:meth:`pipekit.geo.rangefetch.RangeFetcher.info`: one HEAD
+        request), else of ``fs.info(path)``.
+        """
         by_url = (os.getpid(), self.directory, self.block_size, url)
         mirror = _by_url.get(by_url)
         if mirror is not None:
             return mirror
-        info = fs.info(path)
+        info = _file_info(fs, path, fetch)
         if info.get("size") is None:
             raise OSError(f"{url}: the store does not report the file's size, which the range cache needs (cache_dir=)")
         size = int(info["size"])
@@ -167,6 +172,15 @@ class RangeCache:
             return dict(_stats.get((os.getpid(), self.directory), _empty_stats()))
 
 
+def _file_info(fs: Any, path: str, fetch: Fetch | None) -> dict[str, Any]:
+    lean = getattr(fetch, "info", None)
+    if lean is not None:
+        info = lean(path)
+        if info.get("size") is not None and info.get("ETag"):
+            return info
+    return fs.info(path)
+
+
 def _empty_stats() -> dict[str, int]:
     return {"fetched_bytes": 0, "fetch_requests": 0, "read_bytes": 0, "reads": 0}
 
@@ -175,7 +189,7 @@ class _Mirror:
     """One remote file's mirror in this process: the data and block-map descriptors (position-free I/O)."""
 
     def __init__(self, cache: RangeCache, key: str, url: str, size: int, version: str) -> None:
-        self.url, self.size, self.block_size = url, size, cache.block_size
+        self.url, self.size, self.version, self.block_size = url, size, version, cache.block_size
         self.nblocks = -(-size // self.block_size)
         self.directory = cache.directory
         base = os.path.join(cache.directory, key)

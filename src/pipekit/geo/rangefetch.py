@@ -2,9 +2,11 @@
 
 s3fs costs ~2.1 ms of CPU a ranged GET (aiobotocore over an event loop in
 another thread); botocore's SigV4 signer over one urllib3 connection pool
-costs ~0.7 ms (``benchmarks/geo_sampling.py``'s notes).  With the range
-cache a first pass makes ~3 requests a patch, so the difference is a tenth
-of the CPU a patch costs.  Both libraries come with s3fs.
+~0.7-1.1 ms; the same signer over the standard library's ``http.client``,
+one kept-alive connection per thread and server, ~0.4 ms
+(``benchmarks/README.md``).  With the range cache a first pass makes ~3
+requests a patch, so the difference is a tenth of the CPU a patch costs.
+botocore comes with s3fs.
 
 A fetcher is used where the request can be built without s3fs's discovery:
 an explicit endpoint (MinIO, SeaweedFS, R2...) or region, and explicit
@@ -18,6 +20,10 @@ code or a lost connection a ``ConnectionError``; each names the URL.
 
 from __future__ import annotations
 
+import datetime
+import hashlib
+import hmac
+import http.client
 import os
 import re
 import threading
@@ -49,50 +55,24 @@ class RangeFetcher:
     ) -> None:
         self.base = base
         self.headers = dict(headers or {})
-        self._signer = None
-        if credentials is not None:
-            import botocore.auth
-
-            self._signer = botocore.auth.S3SigV4Auth(credentials, "s3", region)
-        self._pool: Any = None
-        self._pid = -1
-        self._guard = threading.Lock()
+        self._credentials = credentials
+        self.region = region
+        self._keys: dict[str, bytes] = {}  # the SigV4 signing key of each day
+        self._local = _Connections()
 
     def url(self, path: str) -> str:
         return self.base + urllib.parse.quote(path, safe="/-_.~") if self.base else path
 
-    def _manager(self) -> Any:
-        if self._pid != os.getpid():  # a forked worker opens its own connections
-            with self._guard:
-                if self._pid != os.getpid():
-                    import urllib3
-
-                    self._pool = urllib3.PoolManager(maxsize=8, retries=False, timeout=urllib3.Timeout(30, 60))
-                    self._pid = os.getpid()
-        return self._pool
-
-    def __call__(self, path: str, start: int, end: int) -> bytes:
-        import urllib3
-
-        url = self.url(path)
-        headers = {**self.headers, "Range": f"bytes={start}-{end - 1}"}
-        if self._signer is not None:
-            import botocore.awsrequest
-
-            request = botocore.awsrequest.AWSRequest("GET", url, headers=headers)
-            self._signer.add_auth(request)
-            headers = dict(request.headers.items())
-        try:
-            response = self._manager().request("GET", url, headers=headers, preload_content=True)
-        except urllib3.exceptions.HTTPError as exc:  # timeouts, refused or lost connections
-            raise ConnectionError(f"GET {url} (bytes {start}-{end - 1}) failed: {exc}") from exc
-        status, data = response.status, response.data
-        if status == 206:
-            return data
-        if status == 200:  # the server ignored Range: the whole file came
-            return data[start:end]
-        code = _error_code(data)
-        message = f"GET {url} (bytes {start}-{end - 1}): HTTP {status}{f' {code}' if code else ''}"
+    def _request(self, method: str, url: str, headers: dict[str, str], what: str) -> _Response:
+        """The response to a signed ``method`` request (``what`` names it in errors); raises for a failed one."""
+        if self._credentials is not None:
+            headers = self._signed(method, url, headers)
+        response = self._local.send(method, url, headers, what)
+        status = response.status
+        if status in (200, 206):
+            return response
+        code = _error_code(response.data)
+        message = f"{method} {url}{what}: HTTP {status}{f' {code}' if code else ''}"
         if status == 404:
             raise FileNotFoundError(message)
         if status == 403:
@@ -100,6 +80,141 @@ class RangeFetcher:
         if status >= 500 or status == 429 or code in _TRANSIENT_CODES:
             raise ConnectionError(message)
         raise OSError(message)
+
+    def _signed(self, method: str, url: str, headers: dict[str, str], now: datetime.datetime | None = None) -> dict:
+        """``headers`` with AWS Signature Version 4 for S3 added (and ``Host``): botocore's ``S3SigV4Auth``'s.
+
+        Written here because botocore's costs ~0.25 ms of CPU a request; only
+        what these requests need: GET or HEAD, no query, no body (the payload
+        hash is that of no bytes, valid over HTTP and HTTPS).  ``tests/geo/
+        test_rangecache.py`` compares the result with botocore's.
+        """
+        creds = self._credentials.get_frozen_credentials()
+        now = now or datetime.datetime.now(datetime.timezone.utc)
+        stamp = now.strftime("%Y%m%dT%H%M%SZ")
+        day = stamp[:8]
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname or ""
+        if ":" in host:  # IPv6
+            host = f"[{host}]"
+        if parts.port is not None and parts.port != {"http": 80, "https": 443}.get(parts.scheme):
+            host = f"{host}:{parts.port}"
+        out = {**headers, "X-Amz-Date": stamp, "X-Amz-Content-SHA256": _EMPTY_SHA256}
+        if creds.token:
+            out["X-Amz-Security-Token"] = creds.token
+        signed = {k.lower(): " ".join(str(v).split()) for k, v in out.items()}
+        signed["host"] = host
+        names = sorted(signed)
+        names_text = ";".join(names)
+        lines = [f"{n}:{signed[n]}" for n in names]
+        canonical = "\n".join([method, parts.path or "/", parts.query, *lines, "", names_text, _EMPTY_SHA256])
+        scope = f"{day}/{self.region}/s3/aws4_request"
+        to_sign = f"AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
+        key = self._keys.get(f"{day} {creds.secret_key}")
+        if key is None:
+            key = ("AWS4" + creds.secret_key).encode()
+            for part in (day, self.region, "s3", "aws4_request"):
+                key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+            self._keys = {f"{day} {creds.secret_key}": key}
+        signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+        out["Authorization"] = (
+            f"AWS4-HMAC-SHA256 Credential={creds.access_key}/{scope}, SignedHeaders={names_text}, Signature={signature}"
+        )
+        out["Host"] = host
+        return out
+
+    def __call__(self, path: str, start: int, end: int) -> bytes:
+        headers = {**self.headers, "Range": f"bytes={start}-{end - 1}"}
+        response = self._request("GET", self.url(path), headers, f" (bytes {start}-{end - 1})")
+        if response.status == 200:  # the server ignored Range: the whole file came
+            return response.data[start:end]
+        return response.data
+
+    def info(self, path: str) -> dict[str, Any]:
+        """``{"size": ..., "ETag": ...}`` of ``path`` from a HEAD request (no ``"ETag"`` where the server sends none).
+
+        The ETag is the header as sent, the string s3fs's and fsspec's HTTP
+        ``info()`` report, so the range cache names a file's mirror the same
+        either way.  Asked once per file and process: a DataLoader worker
+        then needs no s3fs session (~0.5 s of CPU to start) to read through
+        the cache.
+        """
+        headers = {**self.headers, "Accept-Encoding": "identity"}
+        response = self._request("HEAD", self.url(path), headers, "")
+        info: dict[str, Any] = {}
+        length = response.headers.get("Content-Length")
+        if length is not None and response.headers.get("Content-Encoding", "identity") in ("identity", ""):
+            info["size"] = int(length)
+        etag = response.headers.get("ETag")
+        if etag:
+            info["ETag"] = etag
+        return info
+
+
+_EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+
+
+class _Response:
+    __slots__ = ("data", "headers", "status")
+
+    def __init__(self, status: int, headers: Any, data: bytes) -> None:
+        self.status, self.headers, self.data = status, headers, data
+
+
+#: errors of a request sent down a kept-alive connection the server had already closed: sent again once, on a
+#: new connection (GET and HEAD are idempotent)
+_STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+
+
+class _Connections(threading.local):
+    """This thread's kept-alive connections, one per server (``http.client``: not shared between threads).
+
+    A forked process (a DataLoader worker) never sends down a connection
+    it inherited: the connections are remembered with the process id, and
+    the inherited ones are dropped unclosed (closing would not disturb the
+    parent, but dropping is enough).
+    """
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.open: dict[tuple[str, str], http.client.HTTPConnection] = {}
+
+    def _connection(self, scheme: str, netloc: str) -> http.client.HTTPConnection:
+        if self.pid != os.getpid():
+            self.pid, self.open = os.getpid(), {}
+        conn = self.open.get((scheme, netloc))
+        if conn is None:
+            kind = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
+            conn = self.open[(scheme, netloc)] = kind(netloc, timeout=_TIMEOUT)
+        return conn
+
+    def send(self, method: str, url: str, headers: dict[str, str], what: str) -> _Response:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"{method} {url}{what}: not an http(s) URL")
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        again = True
+        while True:
+            conn = self._connection(parts.scheme, parts.netloc)
+            reused = conn.sock is not None
+            try:
+                conn.request(method, target, headers=headers)
+                response = conn.getresponse()
+                data = response.read()
+            except _STALE as exc:
+                conn.close()
+                if reused and again:
+                    again = False
+                    continue
+                raise ConnectionError(f"{method} {url}{what} failed: {exc!r}") from exc
+            except (OSError, http.client.HTTPException) as exc:  # refused, timed out, a broken answer
+                conn.close()
+                raise ConnectionError(f"{method} {url}{what} failed: {exc!r}") from exc
+            return _Response(response.status, response.headers, data)
+
+
+#: seconds a connection or a read may take before the request fails (a transient ``ConnectionError``)
+_TIMEOUT = 60.0
 
 
 def _error_code(body: bytes) -> str:

@@ -77,5 +77,7 @@ class _TilePrefetcher:
             if self.mirror is None:  # the file is open, so its mirror exists: found once, not per read
                 cache = self.opener.cache
                 assert cache is not None
-                self.mirror = cache.mirror(self.opener.fs, self.path, self.opener.fs.unstrip_protocol(self.path))
+                self.mirror = cache.mirror(
+                    self.opener.fs, self.path, self.opener.fs.unstrip_protocol(self.path), self.opener.fetch
+                )
             self.mirror.ensure(self.opener.fs, self.path, ranges, self.opener.fetch)
