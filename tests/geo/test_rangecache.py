@@ -507,33 +507,3 @@ def test_a_connection_the_server_closed_is_opened_again(tmp_path):
     finally:
         server.shutdown()
         server.server_close()
-
-
-@pytest.mark.parametrize("token", [None, "session-token"])
-@pytest.mark.parametrize(
-    ("method", "base", "path", "headers"),
-    [
-        ("GET", "http://127.0.0.1:8333/", "bucket/a dir/scène+1.tif", {"Range": "bytes=0-99"}),
-        ("HEAD", "https://s3.eu-west-1.amazonaws.com/", "b/k.tif", {"Accept-Encoding": "identity"}),
-        ("GET", "https://minio.example:443/", "b/k.tif", {"Range": "bytes=5-9", "x-amz-request-payer": "requester"}),
-    ],
-)
-def test_requests_are_signed_as_botocore_signs_them(monkeypatch, token, method, base, path, headers):
-    """The fetcher's own SigV4 signer (a quarter of botocore's CPU a request) writes botocore's headers."""
-    import datetime
-
-    import botocore.auth
-    import botocore.awsrequest
-    import botocore.credentials
-
-    now = datetime.datetime(2026, 11, 28, 18, 20, 5)
-    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: now)
-    creds = botocore.credentials.Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", token)
-    fetch = RangeFetcher(base, creds, "eu-west-1")
-    url = fetch.url(path)
-    theirs = botocore.awsrequest.AWSRequest(method, url, headers=dict(headers))
-    botocore.auth.S3SigV4Auth(creds, "s3", "eu-west-1").add_auth(theirs)
-    ours = fetch._signed(method, url, dict(headers), now)
-    assert {k.lower(): v for k, v in ours.items() if k.lower() != "host"} == {
-        k.lower(): v for k, v in theirs.headers.items()
-    }
