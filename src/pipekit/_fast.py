@@ -17,7 +17,7 @@ The registered ones (:data:`REGISTRY` holds the same with the reasons):
   ``benchmarks/geo_sampling.py``).
 * ``lane_env``: an I/O thread keeps a remote file's GDAL environment entered (reference: entered and left
   around every open and read; ``benchmarks/geo_sampling.py --s3-variants``).
-* ``fetch``: range-cache misses fetched with botocore's signer over urllib3 (reference: the fsspec
+* ``fetch``: range-cache misses fetched with botocore's signer over http.client (reference: the fsspec
   filesystem; ``benchmarks/geo_sampling.py --s3-variants ... cached``).
 * ``prefetch_tiles``: a window's missing tiles fetched together before GDAL decodes them (reference: fetched
   as GDAL asks for them; same benchmark).
@@ -89,7 +89,7 @@ REGISTRY: dict[str, FastPath] = {
         ),
         FastPath(
             "fetch",
-            "botocore's signer over urllib3 costs 0.7 ms of CPU a request against s3fs's 2.1",
+            "botocore's signer over http.client costs ~0.7 ms of CPU a ranged GET against s3fs's 2.1",
             "the fsspec filesystem's ranged reads",
             "benchmarks/geo_sampling.py --s3-variants local cached",
         ),
