@@ -117,7 +117,10 @@ class ArchiveLoader(ResumablePipe):
     :class:`~pipekit.errors.ArchiveError` naming the archive, both stamps
     and the stage, whatever ``on_error`` says: the entry count would land
     inside another file.  Otherwise it skips those entries, yields the rest,
-    then goes on with the next archives from upstream.
+    then goes on with the next archives from upstream.  Where a resume reads
+    archives again (a replayed pipeline, a ``cycle``), each archive opened is
+    also stamped in the epoch's log (:mod:`pipekit.pipes._stamps`): one read
+    before the checkpoint and changed since is refused when read again.
 
     Args:
         datapipe: a pipe yielding ``(url, binary stream)`` tuples.
