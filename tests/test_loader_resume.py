@@ -546,3 +546,21 @@ def test_a_replayed_resume_with_a_worker_refuses_a_file_replaced_since_the_check
     _other_contents(tmp_path / "files" / "f0.bin")
     with pytest.raises(CheckpointError, match=r"f0\.bin.*changed since the checkpoint"):
         _resume(make, state, num_workers=1)
+
+
+def _unbatched_shares():
+    """unbatch cannot report its position.  Worker 0 gets batches 0 and 2, worker 1 batch 1: after its last item,
+    worker 1 pulls batch 2 (worker 0's) to find the end, and ends while worker 0 still has an item to give."""
+    return IterableWrapper(range(6)).batch(2).sharding_filter().unbatch()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_replayed_worker_checkpointed_after_its_last_item_resumes_to_the_end():
+    """Found by a deep run: the position of a worker whose epoch had ended was checked after a replay that stopped
+    at its last item, short of the pulls that found the end, and the resume was refused as if the data changed."""
+    kw = {"batch_size": None, "prefetch_factor": 1, "persistent_workers": False}
+    full = uninterrupted(_unbatched_shares, 2, **kw)
+    assert full == [0, 2, 1, 3, 4, 5]
+    head, rest = resumed_at(_unbatched_shares, 2, len(full), **kw)
+    assert head + rest == full and rest == []

@@ -36,7 +36,7 @@ import torch
 
 from pipekit._fs import redact_secrets
 from pipekit._loader._carry import apply_carry, find_streams, load_streams, process_carry, stream_states
-from pipekit._loader._replay_check import STAMPS, check_replay, replay_check, start_stamps
+from pipekit._loader._replay_check import ENDED, STAMPS, check_replay, replay_check, replay_end, start_stamps
 from pipekit._loader_seam import (
     InfiniteConstantSampler,
     on_send_failure,
@@ -295,6 +295,8 @@ class _CheckpointedPipe(LoaderPipeWrapper):
                 set_worker_rng_state(replay_rng)
                 self._epoch_rng = replay_rng
             self._skip(int(pending["yielded"]))
+            if pending.get(ENDED):
+                replay_end(self.next_item, int(pending["yielded"]))
             if after is not None:
                 set_worker_rng_state(after)
             check_replay(pending.get(CHECK), self._pipes, self._stages, int(pending["yielded"]), self._stamps)
@@ -445,7 +447,7 @@ class _CheckpointedPipe(LoaderPipeWrapper):
             # what the replay must reach: the positions of the pipes that report one (pipekit._loader._replay_check)
             check = replay_check(self._pipes or [], self._stages)
             state = {"mode": "count", "yielded": self._yielded, "seeds": self._seeds, EPOCH_RNG: self._epoch_rng,
-                     CHECK: check}
+                     CHECK: check, ENDED: self._exhausted}
         else:
             state = {"mode": "snapshot", "pipes": snap if lazy else plain_position(snap, self._stages),
                      "yielded": self._yielded}

@@ -28,14 +28,16 @@ again (and, after a replay, those the replay did not read again).
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 from pipekit._fs import listing_change
 from pipekit.errors import CheckpointError
 from pipekit.pipes._stamps import StampLog
 
-__all__ = ["FIELDS", "STAMPS", "check_replay", "replay_check", "start_stamps"]
+__all__ = ["ENDED", "FIELDS", "STAMPS", "check_replay", "replay_check", "replay_end", "start_stamps"]
 
+ENDED = "ended"  # the key of a counted position taken after its iterator ended (the pulls that found the end done)
 STAMPS = "stamps"  # the key of a position holding the stamps of the files opened before it (pipes/_stamps.py)
 
 #: The fields of a pipe's state that say where in the data it is (sources, listers, archive loaders, shards).
@@ -95,6 +97,24 @@ def check_replay(check: Any, pipes: list[Any], stages: list[str], replayed: int,
             f"position) did not reach the checkpoint's position: the data changed since the checkpoint: "
             f"{'; '.join(differences[:3])}; resume from a checkpoint taken on these files, or start the epoch over"
         )
+
+
+def replay_end(next_item: Callable[[], Any], replayed: int) -> None:
+    """After replaying the ``replayed`` items of a position taken once the epoch had ended, find the end again.
+
+    The pipes pulled on past the last item to find the end (a ``sharding_filter`` dropping the other workers'
+    items, a ``header`` at its limit): the position's check was taken after those pulls, so the replay makes
+    them too (one more ``next_item()``, which must end), then is checked.
+    """
+    try:
+        next_item()
+    except StopIteration:
+        return
+    raise CheckpointError(
+        f"pipekit.DataLoader: resuming by replaying {replayed} items: the epoch had ended there at the checkpoint, "
+        "and the replay found more items: the data changed since the checkpoint; resume from a checkpoint taken on "
+        "these files, or start the epoch over"
+    )
 
 
 def _describe(stage: str, then: dict[str, Any], now: dict[str, Any], changed: list[str]) -> str:
