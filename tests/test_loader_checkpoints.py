@@ -192,6 +192,41 @@ def test_a_generator_reseeded_for_the_next_epoch_wins_over_an_end_of_epoch_check
     resumed.shutdown()
 
 
+
+def _kept(i: int) -> bool:
+    return i >= 0
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("kind", ["pipe", "map-style"])
+def test_a_mid_epoch_checkpoint_with_a_seeded_generator_resumes_the_later_epochs_too(kind, num_workers):
+    """``generator=torch.Generator().manual_seed(s)``: the epochs after the resumed one are the uninterrupted run's.
+
+    The resumed loader's generator went back to its seed, so the next epoch drew the first epoch's seeds again: another
+    shuffle than the run that never stopped, with every item there (nothing tells)."""
+
+    def loader() -> pipekit.DataLoader:
+        pipe = IterableWrapper(range(12)).shuffle(buffer_size=5).sharding_filter().filter(_kept)
+        data = pipe if kind == "pipe" else list(range(12))
+        shuffle = {"shuffle": True} if kind == "map-style" else {}  # (shuffle=False would turn the pipe's off)
+        generator = torch.Generator().manual_seed(3)
+        return pipekit.DataLoader(data, batch_size=2, num_workers=num_workers, generator=generator, **shuffle)
+
+    uninterrupted = loader()
+    expected = [[b.tolist() for b in uninterrupted] for _ in range(3)]
+    stopped = loader()
+    it = iter(stopped)
+    seen = [next(it).tolist() for _ in range(3)]
+    state = via_torch_save(stopped.state_dict())
+    del it
+    resumed = loader()
+    resumed.load_state_dict(state)
+    epochs = [seen + [b.tolist() for b in resumed], *([b.tolist() for b in resumed] for _ in range(2))]
+    assert epochs == expected
+    for each in (uninterrupted, stopped, resumed):
+        each.shutdown()
+
 def header_before_a_shuffle():
     """The shuffle reads its whole input at once: the header is at its limit before the first item comes out."""
     return IterableWrapper(range(20)).sharding_filter().header(4).shuffle(buffer_size=8)

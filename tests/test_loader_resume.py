@@ -564,3 +564,32 @@ def test_a_replayed_worker_checkpointed_after_its_last_item_resumes_to_the_end()
     assert full == [0, 2, 1, 3, 4, 5]
     head, rest = resumed_at(_unbatched_shares, 2, len(full), **kw)
     assert head + rest == full and rest == []
+
+
+def _shuffles_under_nested_cycles():
+    """A shuffle above an inner cycle, another between it and an outer cycle: later passes draw their seeds."""
+    return IterableWrapper(range(5)).shuffle(buffer_size=3).cycle(2).shuffle(buffer_size=3).cycle(2)
+
+
+@pytest.mark.timeout(60)
+def test_a_checkpoint_at_the_end_of_an_outer_pass_resumes_the_next_pass_exactly():
+    """Checkpointed as the outer cycle's first pass yields its last item, the inner cycle has ended and the first
+    shuffle's position is dropped when the outer cycle starts its next pass.  That pass must draw the first
+    shuffle's seed from torch's generator, as the uninterrupted run did, not take the seed the resumed loader
+    gave the epoch (spent in the checkpointed run, at the epoch's first pass)."""
+    generator = torch.Generator()
+    torch.manual_seed(0)
+    generator.manual_seed(0)
+    full = list(pipekit.DataLoader(_shuffles_under_nested_cycles(), generator=generator))
+    torch.manual_seed(0)
+    generator.manual_seed(0)
+    loader = pipekit.DataLoader(_shuffles_under_nested_cycles(), generator=generator)
+    it = iter(loader)
+    head = [next(it) for _ in range(10)]  # the outer cycle's first pass, to its last item
+    state, rng = loader.state_dict(), torch.get_rng_state()  # a training checkpoint keeps torch's RNG too
+    torch.manual_seed(99)
+    torch.set_rng_state(rng)
+    generator.manual_seed(12345)  # the resumed epoch's order comes from the checkpoint
+    resumed = pipekit.DataLoader(_shuffles_under_nested_cycles(), generator=generator)
+    resumed.load_state_dict(state)
+    assert head + list(resumed) == full

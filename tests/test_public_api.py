@@ -452,6 +452,7 @@ PUBLIC_MODULES = [
 GEO_ALL = [
     "BatchGeoSampler",
     "BoundingBox",
+    "DistributedGeoSampler",
     "GeoDataset",
     "GeoIndex",
     "GeoReader",
@@ -621,6 +622,7 @@ DATAMODULES_ALL = [
     "LandCoverAI100DataModule",
     "LandCoverAIDataModule",
     "LandsatCDLDataModule",
+    "LightningDataLoader",
     "NonGeoDataModule",
     "RESISC45DataModule",
     "So2SatDataModule",

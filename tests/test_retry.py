@@ -162,6 +162,13 @@ def test_env_and_argument(monkeypatch: pytest.MonkeyPatch) -> None:
         resolve_retry("3")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("retry", [0, -1])
+def test_a_retry_count_below_one_is_refused_naming_the_argument(retry: int) -> None:
+    """``open_files_by_fsspec(retry=0)`` said ``attempts must be a positive integer``: no ``attempts`` was passed."""
+    with pytest.raises(ValueError, match=rf"retry must be a positive int \(the most attempts\).*got {retry}"):
+        resolve_retry(retry)
+
+
 def test_default_survives_a_30_second_restart() -> None:
     policy = RetryPolicy()
     assert policy.max_seconds >= 60 and policy.attempts >= 6

@@ -396,5 +396,8 @@ def resolve_retry(retry: RetryPolicy | int | bool | None) -> RetryPolicy:
     if isinstance(retry, RetryPolicy):
         return retry
     if isinstance(retry, int):
+        if retry < 1:
+            raise ValueError(f"retry must be a positive int (the most attempts), a RetryPolicy, a bool or None, "
+                             f"got {retry}")
         return RetryPolicy(attempts=retry, max_seconds=default_policy().max_seconds)
     raise TypeError(f"retry must be a RetryPolicy, an int, a bool or None, got {type(retry).__name__}")

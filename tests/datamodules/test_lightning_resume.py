@@ -28,7 +28,9 @@ pytest.importorskip("lightning")
 import lightning as L
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
-from pipekit.datamodules import NonGeoDataModule
+from pipekit import DataLoader
+from pipekit.datamodules import LightningDataLoader, NonGeoDataModule
+from pipekit.pipes import IterableWrapper
 from pipekit.transforms import BatchRandomHorizontalFlip
 
 N, BATCH, EPOCHS, EVERY = 12, 2, 2, 3  # 6 steps an epoch, 12 in all, a checkpoint every 3 steps
@@ -216,6 +218,65 @@ def test_a_ddp_run_stopped_mid_epoch_resumes_exactly(tmp_path):
     ids = sorted(i for rank in (0, 1) for s, v in read_seen(runs["full"] / f"seen-{rank}.jsonl").items()
                  if s <= steps // 2 for i, _ in v)
     assert ids == list(range(N))  # an epoch: every sample once, across the ranks
+
+
+# an iterable pipeline without a length: Lightning fetches one batch ahead of the step it trains (to know which batch
+# is the last), so the loader's position at a checkpoint is one batch past what was trained on; a plain
+# pipekit.DataLoader's resumed run skipped that batch, silently; LightningDataLoader reports the batches trained on
+
+
+def sample(i: int) -> dict:
+    image = torch.tensor([[[2 * i, 2 * i + 1], [2 * i, 2 * i + 1]]], dtype=torch.float32)
+    return {"image": image, "label": torch.tensor(i % 2), "id": torch.tensor(i)}
+
+
+def keep(i: int) -> bool:
+    return i >= 0  # every item, but the pipe no longer knows its length
+
+
+class Pipeline(L.LightningDataModule):
+    def __init__(self, loader_class: type) -> None:
+        super().__init__()
+        self.loader_class = loader_class
+
+    def train_dataloader(self):
+        pipe = IterableWrapper(range(N)).shuffle(buffer_size=5).filter(keep).map(sample)
+        loader = self.loader_class(pipe, batch_size=BATCH, generator=torch.Generator().manual_seed(3))
+        with pytest.raises(TypeError):
+            len(loader)
+        return loader
+
+
+def uninterrupted_pipeline(loader_class: type) -> dict:
+    model = Recorder()
+    trainer().fit(model, datamodule=Pipeline(loader_class))
+    assert sorted(model.seen) == list(range(1, N // BATCH * EPOCHS + 1))
+    return model.seen
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("checkpoint", "stop"), [(3, 5), (6, 8), (9, 11)], ids=["mid-epoch-1", "epoch-end",
+                                                                              "mid-epoch-2"])
+def test_an_iterable_pipeline_without_a_length_resumes_exactly(checkpoint, stop, tmp_path):
+    full = uninterrupted_pipeline(LightningDataLoader)
+    stopped = Recorder()
+    with pytest.raises(RuntimeError, match=f"stopped after step {stop}"):
+        trainer(tmp_path, StopAt(stop)).fit(stopped, datamodule=Pipeline(LightningDataLoader))
+    resumed = Recorder()
+    trainer(tmp_path).fit(resumed, datamodule=Pipeline(LightningDataLoader),
+                          ckpt_path=tmp_path / f"step={checkpoint}.ckpt")
+    check_resumed(full, stopped.seen, resumed.seen, checkpoint)
+
+
+@pytest.mark.timeout(120)
+def test_a_plain_dataloader_there_skips_a_batch(tmp_path):
+    """Why the class exists: the same run with a plain pipekit.DataLoader loses the batch Lightning fetched ahead."""
+    full = uninterrupted_pipeline(DataLoader)
+    with pytest.raises(RuntimeError):
+        trainer(tmp_path, StopAt(5)).fit(Recorder(), datamodule=Pipeline(DataLoader))
+    resumed = Recorder()
+    trainer(tmp_path).fit(resumed, datamodule=Pipeline(DataLoader), ckpt_path=tmp_path / "step=3.ckpt")
+    assert resumed.seen[4] == full[5]  # step 4's batch was never trained on
 
 
 def script_env() -> dict[str, str]:

@@ -192,3 +192,63 @@ def test_download_and_extract_archive_passes_the_limits_on(tmp_path: Path) -> No
     assert listing(tmp_path / "ex") == []
     download_and_extract_archive(str(src), tmp_path / "dl", tmp_path / "ex", max_members=2, max_bytes=2, max_ratio=1)
     assert listing(tmp_path / "ex") == ["a", "b"]
+
+
+def _zip_with(path: Path, data: bytes, compress_type: int = zipfile.ZIP_STORED) -> Path:
+    with zipfile.ZipFile(path, "w", compress_type) as zf:
+        zf.writestr("a.txt", data)
+    return path
+
+
+def _patch_both_headers(path: Path, patch) -> None:  # type: ignore[no-untyped-def]
+    """Apply ``patch(data, offset)`` at the local header (0) and at the central directory entry of the one member."""
+    data = bytearray(path.read_bytes())
+    patch(data, 0)
+    patch(data, data.find(b"PK\x01\x02") + 2)  # the central entry has one more 2-byte field before the same ones
+    path.write_bytes(bytes(data))
+
+
+class TestCorruptOrUnsupported:
+    """Corrupt or unsupported archives raise ArchiveError naming the archive (and the member), and write nothing:
+    zlib.error, RuntimeError ("password required") and NotImplementedError came through bare."""
+
+    def test_corrupt_deflate_data_in_a_zip(self, tmp_path: Path) -> None:
+        src = _zip_with(tmp_path / "corrupt.zip", os.urandom(200) + bytes(5000), zipfile.ZIP_DEFLATED)
+        data = bytearray(src.read_bytes())
+        start = 30 + len("a.txt") + 10
+        data[start:start + 40] = bytes(b ^ 0xFF for b in data[start:start + 40])
+        src.write_bytes(bytes(data))
+        with pytest.raises(ArchiveError, match=r"corrupt\.zip.*extract_archive.*(zlib|error|BadZipFile)"):
+            extract_archive(src, tmp_path / "out")
+        assert listing(tmp_path / "out") == []
+
+    def test_a_corrupt_single_gz(self, tmp_path: Path) -> None:
+        raw = bytearray(gzip.compress(os.urandom(100) + bytes(10000)))
+        raw[20:60] = bytes(b ^ 0xFF for b in raw[20:60])
+        src = tmp_path / "x.gz"
+        src.write_bytes(bytes(raw))
+        with pytest.raises(ArchiveError, match=r"x\.gz.*extract_archive"):
+            extract_archive(src, tmp_path / "out")
+        assert listing(tmp_path / "out") == []
+
+    def test_an_encrypted_zip_member_is_refused_before_writing(self, tmp_path: Path) -> None:
+        src = _zip_with(tmp_path / "enc.zip", b"hello")
+
+        def encrypted(data: bytearray, at: int) -> None:
+            data[at + 6] |= 1  # general purpose flag bit 0: encrypted
+
+        _patch_both_headers(src, encrypted)
+        with pytest.raises(ArchiveError, match=r"enc\.zip.*member 'a\.txt' refused: it is encrypted"):
+            extract_archive(src, tmp_path / "out")
+        assert listing(tmp_path / "out") == []
+
+    def test_an_unsupported_compression_method_is_refused_before_writing(self, tmp_path: Path) -> None:
+        src = _zip_with(tmp_path / "method.zip", b"hello")
+
+        def method_99(data: bytearray, at: int) -> None:
+            data[at + 8:at + 10] = (99).to_bytes(2, "little")  # AES (WinZip): not in zipfile
+
+        _patch_both_headers(src, method_99)
+        with pytest.raises(ArchiveError, match=r"method\.zip.*member 'a\.txt' refused: compression method 99"):
+            extract_archive(src, tmp_path / "out")
+        assert listing(tmp_path / "out") == []

@@ -170,6 +170,35 @@ class TestTrain:
         assert [b["url"] for b in got] == [b["url"] for b in full]
         assert all(torch.equal(a["image"], b["image"]) for a, b in zip(got, full))  # same augmentations too
 
+    def test_resumes_under_nested_cycles_at_the_end_of_an_outer_pass(self, tmp_path):
+        """Found by the resume contract harness: checkpointed as the outer cycle's first pass yields its last
+        item, the next pass restarted the recipe's file order and augmentation with the resumed loader's seed
+        (spent in the checkpointed run) instead of drawing them from torch's generator: other orders and crops."""
+        folder = write_image_folder(tmp_path, per_class=1, size=8, progress=False)
+        generator = torch.Generator()
+
+        def loader():
+            recipe = datasets.ImageFolder(folder, size=8, batch_size=None)
+            return pipekit.DataLoader(recipe.cycle(2).shuffle(buffer_size=3).cycle(2), generator=generator)
+
+        torch.manual_seed(0)
+        generator.manual_seed(0)
+        full = list(loader())
+        torch.manual_seed(0)
+        generator.manual_seed(0)
+        first = loader()
+        it = iter(first)
+        head = [next(it) for _ in range(2 * 4)]  # the outer cycle's first pass, to its last item
+        state, rng = pickle.loads(pickle.dumps(first.state_dict())), torch.get_rng_state()
+        torch.manual_seed(99)
+        resumed = loader()  # built, then the checkpoint loaded: torch's RNG state, kept with the loader's
+        torch.set_rng_state(rng)
+        generator.manual_seed(12345)  # the resumed epoch's order comes from the checkpoint only
+        resumed.load_state_dict(state)
+        got = head + list(resumed)
+        assert [s["url"] for s in got] == [s["url"] for s in full]
+        assert all(torch.equal(a["image"], b["image"]) for a, b in zip(got, full))
+
 
 class TestBucketByAspect:
     def test_aspect_buckets(self):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import pickle
+import shutil
 import sys
 import tarfile
 from pathlib import Path
@@ -51,6 +52,14 @@ class TestExpandShardUrls:
             expected[3],
             expected[0],
         ]
+
+    def test_a_shard_named_with_glob_characters_is_found_by_its_name(self, shards, tmp_path):
+        """``shard[1].tar`` is a glob matching ``shard1.tar`` only: the file itself was "no tar shards in" it."""
+        named = tmp_path / "shard[1].tar"
+        shutil.copy(shards / "shard-000000.tar", named)
+        assert expand_shard_urls(str(named)) == [str(named)]
+        shutil.copy(shards / "shard-000001.tar", tmp_path / "shard1.tar")
+        assert expand_shard_urls(str(named)) == [str(tmp_path / "shard1.tar")]  # what the glob matches comes first
 
     def test_errors(self, shards, tmp_path):
         with pytest.raises(FileNotFoundError, match="no such shard, folder or prefix"):
@@ -131,6 +140,34 @@ class TestTrain:
             batches = list(loader)
             assert sorted(k for b in batches for k in b["__key__"]) == sorted(_keys(shards))
             assert all(b[".jpg"].shape[1:] == (3, 16, 16) for b in batches)
+
+    @pytest.mark.parametrize("change", ["added", "gone"])
+    def test_a_resume_on_another_shard_list_is_refused_naming_the_shards(self, shards, tmp_path, change):
+        """The shard list's positions count shards of the listing the checkpoint was taken on: a shard added to
+        the folder since resumed silently with samples repeated (12 of 9 read, 3 twice) and others never read."""
+        root = tmp_path / "shards"
+        root.mkdir()
+        for name in ("shard-000000.tar", "shard-000001.tar", "shard-000002.tar"):
+            shutil.copy(shards / name, root / name)
+
+        def loader():
+            return pipekit.DataLoader(datasets.TarShards(str(root), batch_size=None, shuffle_buffer=None))
+
+        torch.manual_seed(0)
+        first = loader()
+        it = iter(first)
+        [next(it) for _ in range(4)]
+        state = pickle.loads(pickle.dumps(first.state_dict()))
+        if change == "added":
+            shutil.copy(shards / "shard-000003.tar", root / "shard-000003.tar")
+        else:
+            (root / "shard-000002.tar").unlink()
+        resumed = loader()
+        resumed.load_state_dict(state)
+        new_or_gone = "new" if change == "added" else "gone"
+        with pytest.raises(ReadError, match=rf"TarShards.*shards.*changed since the checkpoint.*{new_or_gone} "
+                                            rf"'[^']*shard-00000{3 if change == 'added' else 2}\.tar'"):
+            list(resumed)
 
     def test_resumes_with_a_full_shuffle_buffer(self, shards):
         def loader():

@@ -317,6 +317,13 @@ class TestMaxTokenBucketizer:
         with pytest.raises(ValueError, match="len_fn must return a non-negative number"):
             list(IterableWrapper([1]).max_token_bucketize(max_token_count=3, len_fn=str))
 
+    @pytest.mark.parametrize(("name", "value"), [("min_len", None), ("min_len", "3"), ("max_len", "3"),
+                                                 ("max_len", [3])])
+    def test_a_length_bound_that_is_not_a_number_is_refused_naming_it(self, name, value):
+        """A bare comparison error (``'<' not supported between instances of 'NoneType' and 'int'``) before."""
+        with pytest.raises(TypeError, match=rf"max_token_bucketize: {name} must be a number"):
+            IterableWrapper(["a"]).max_token_bucketize(max_token_count=5, **{name: value})
+
     def test_argument_validation(self):
         src = IterableWrapper(["a"])
         with pytest.raises(ValueError, match="min_len"):

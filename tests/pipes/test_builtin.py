@@ -75,6 +75,18 @@ class TestArgumentChecks:
             (lambda p: p.sharding_filter().apply_sharding(2, 2), ValueError, "instance_id must be below"),
             (lambda p: p.sharding_filter().apply_sharding(0, 0), ValueError, "sharding_filter: num_of_instances"),
             (lambda p: p.sharding_filter().apply_sharding(2.0, 0), TypeError, "sharding_filter: num_of_instances"),
+            (lambda p: p.groupby(None), TypeError, "groupby: group_key_fn must be a callable, got NoneType None"),
+            (lambda p: p.groupby(len, group_size=0), ValueError, "groupby: group_size must be a positive int or None"),
+            (lambda p: p.groupby(len, group_size="3"), TypeError, "groupby: group_size must be a positive int"),
+            (lambda p: p.groupby(len, buffer_size=0), ValueError, "groupby: buffer_size must be a positive int"),
+            (lambda p: p.groupby(len, buffer_size=2, group_size=3), ValueError,
+             "groupby: group_size must not exceed buffer_size (2), got 3"),
+            (lambda p: p.groupby(len, guaranteed_group_size=2), ValueError,
+             "groupby: guaranteed_group_size needs a group_size"),
+            (lambda p: p.groupby(len, group_size=2, guaranteed_group_size=3), ValueError,
+             "groupby: guaranteed_group_size must not exceed group_size (2), got 3"),
+            (lambda p: p.groupby(len, group_size=2, guaranteed_group_size=0), ValueError,
+             "groupby: guaranteed_group_size must be a positive int or None, got 0"),
         ],
     )
     def test_bad_arguments_name_the_pipe(self, build, error, message):
@@ -90,6 +102,8 @@ class TestArgumentChecks:
         pipe = IterableWrapper(range(7)).sharding_filter()
         pipe.apply_sharding(3, 2)
         assert list(pipe) == [2, 5]
+        groups = IterableWrapper(["a", "bb", "c", "dd", "e"]).groupby(len, group_size=2, guaranteed_group_size=1)
+        assert list(groups) == [["a", "c"], ["bb", "dd"], ["e"]]
 
     def test_functional_names_build_pipekits_classes(self):
         source = IterableWrapper([[1]])
@@ -97,6 +111,7 @@ class TestArgumentChecks:
         assert type(source.shuffle()) is pp.Shuffler
         assert type(source.unbatch()) is pp.UnBatcher
         assert type(source.sharding_filter()) is pp.ShardingFilter
+        assert type(source.groupby(len)) is pp.Grouper
 
     def test_torchs_own_classes_still_resume(self):
         """A pipe built from torch's classes directly is swapped and snapshotted as before."""

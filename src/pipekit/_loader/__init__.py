@@ -70,6 +70,8 @@ import torch
 
 from pipekit import _shm as shm
 from pipekit._loader._arguments import (
+    check_dataset,
+    check_generator,
     check_seconds,
     check_worker_options,
     sharding_points,
@@ -181,7 +183,10 @@ class DataLoader(LoaderBase):
     next epoch (an evaluation) change neither; a ``manual_seed`` of that
     generator after the checkpoint is taken, or after it is loaded (a
     training loop seeding each epoch), decides the next epoch, in both, as
-    it does in a run that takes no checkpoint.  ``load_state_dict()``
+    it does in a run that takes no checkpoint.  A mid-epoch checkpoint
+    records the state of the loader's own ``generator`` (when one is given),
+    and the resumed loader's generator goes on from it, so the epochs after
+    the resumed one are the uninterrupted run's too.  ``load_state_dict()``
     refuses, with :class:`~pipekit.errors.CheckpointError`, a state that is
     empty or not a DataLoader's, one taken from another pipeline (its pipes,
     in order, differ) and, mid-epoch, one taken with another number of
@@ -225,6 +230,8 @@ class DataLoader(LoaderBase):
         **kwargs: Any,
     ) -> None:
         is_pipe = isinstance(dataset, IterDataPipe)
+        check_dataset(dataset)
+        check_generator(kwargs.get("generator"))
         if batch_size is ...:
             batch_size = None if is_pipe else 1
         batch_size = check_int(batch_size, "batch_size", _WHERE, minimum=1, allow_none=True)
@@ -273,6 +280,8 @@ class DataLoader(LoaderBase):
         # What the pipes of each process (each worker, or the main process) carried into the next epoch at the
         # end-of-epoch checkpoint loaded here (in_memory_cache's frozen cache): the next epoch starts with it.
         self._carries: list[Any] | None = None
+        # The state of the loader's own generator when the mid-epoch checkpoint loaded here was taken.
+        self._resumed_generator: torch.Tensor | None = None
 
     def __iter__(self) -> Any:
         # Resuming an epoch: the seeds torch draws for a new iterator were drawn when that epoch started, before
@@ -281,9 +290,14 @@ class DataLoader(LoaderBase):
         resuming = self.next_iter_state is not None and isinstance(self.dataset, _CheckpointedPipe)
         target = self.generator if self.generator is not None else torch.default_generator
         before = target.get_state() if resuming else None
+        after, self._resumed_generator = self._resumed_generator, None
         with self._next_epoch_seeded():
             iterator = super().__iter__()
-        if before is not None:
+        if after is not None and self.generator is not None:
+            # the loader's own generator goes on from where the checkpointed loader's was (its epoch's draws
+            # made), so the epochs after the resumed one draw what the uninterrupted run's drew
+            self.generator.set_state(after)
+        elif before is not None:
             target.set_state(before)
         return iterator
 
@@ -418,6 +432,8 @@ class DataLoader(LoaderBase):
                 record["carry"] = carries
             return {ITERATOR_FINISHED: True, CHECKPOINT_KEY: record}
         state = resolve_deferred(state, getattr(self, "_state_channel", None), self._worker_alive, self.state_timeout)
+        if self.generator is not None:
+            record["generator"] = self.generator.get_state()  # where the next epoch's draws come from
         return {**state, CHECKPOINT_KEY: record}
 
     def _persistent_worker_rngs(self) -> list[Any] | None:
@@ -457,6 +473,7 @@ class DataLoader(LoaderBase):
         record = self._check_checkpoint(state_dict)
         state = {k: v for k, v in state_dict.items() if k != CHECKPOINT_KEY}
         self._next_epoch_rng = self._rng_anchor = self._worker_rngs = self._carries = None
+        self._resumed_generator = None
         if isinstance(self.dataset, _CheckpointedPipe) and state_finished(state):
             # Taken at the end of an epoch: the next iter() starts the next epoch (from the checkpoint's
             # random state, when it has one), instead of restoring positions at the end of the old one.
@@ -477,6 +494,9 @@ class DataLoader(LoaderBase):
                 self._carries = list(carries)  # the same processes would have kept it for the next epoch
             return
         super().load_state_dict(state)
+        generator = record.get("generator") if record is not None else None
+        if isinstance(generator, torch.Tensor):
+            self._resumed_generator = generator.clone()
 
     def _record(self) -> dict[str, Any]:
         """What a checkpoint of this loader fits: the kind of dataset, the pipeline's pipes, the workers."""

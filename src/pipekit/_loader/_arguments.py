@@ -14,13 +14,22 @@ import numbers
 import warnings
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 from pipekit._validate import check_int
 from pipekit.pipes._resume import pipeline_pipes
 from pipekit.pipes.base import IterDataPipe
 
-__all__ = ["check_seconds", "check_worker_options", "sharding_points", "warn_if_unsharded", "world_size"]
+__all__ = [
+    "check_dataset",
+    "check_generator",
+    "check_seconds",
+    "check_worker_options",
+    "sharding_points",
+    "warn_if_unsharded",
+    "world_size",
+]
 
 _WHERE = "pipekit.DataLoader"
 
@@ -92,6 +101,32 @@ def check_seconds(value: Any, name: str, minimum_excluded: bool = False) -> floa
     if value < 0 or (minimum_excluded and value == 0):
         raise ValueError(f"{_WHERE}: {name} must be {what}, got {value}")
     return float(value)
+
+
+def check_dataset(dataset: Any) -> None:
+    """A dataset torch can load from: iterable (``__iter__``) or indexable (``__getitem__``).
+
+    torch accepts any object when the loader is made and fails at the first ``iter()`` with a message that
+    names neither the loader nor the argument (``object of type 'int' has no len()``).
+    """
+    kind = type(dataset)
+    if not (callable(getattr(kind, "__iter__", None)) or callable(getattr(kind, "__getitem__", None))):
+        raise TypeError(
+            f"{_WHERE}: dataset must be a DataPipe, an IterableDataset or a Dataset (an object with __iter__ or "
+            f"__getitem__), got {kind.__name__} {dataset!r:.50}"
+        )
+
+
+def check_generator(generator: Any) -> None:
+    """``generator=`` as torch's DataLoader uses it: a ``torch.Generator`` or ``None``.
+
+    torch takes anything and fails at the first ``iter()`` inside its draw of the epoch's seeds
+    (``random_() received an invalid combination of arguments``).
+    """
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(
+            f"{_WHERE}: generator must be a torch.Generator or None, got {type(generator).__name__} {generator!r:.50}"
+        )
 
 
 def check_worker_options(num_workers: int, persistent_workers: bool | None, kwargs: dict[str, Any]) -> None:

@@ -68,6 +68,7 @@ from pipekit.pipes._stream_items import (
 )
 from pipekit.pipes._torch import LoaderPipeWrapper, hooked_iterator_target, loader_iteration
 from pipekit.pipes.base import IterDataPipe
+from pipekit.pipes.state import PendingState
 from pipekit.profiling import stage_name
 
 __all__ = [
@@ -108,6 +109,19 @@ def set_worker_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     version, internal, gauss = state["random"]
     random.setstate((version, tuple(internal), gauss))
+
+
+def _spend_epoch_seeds(pipes: list[Any]) -> None:
+    """Forget the seed the resumed epoch gave the random pipes a checkpoint restores: they spent theirs.
+
+    torch's DataLoader seeds every random pipe (``set_seed``) when an epoch starts; a pipe that holds a loaded
+    position had started its epoch in the checkpointed run, with that run's seed.  A cycle that drops the
+    position (the pass it was in had ended) starts the pipe afresh: it must draw its seed from torch's
+    generator, as the uninterrupted run's next pass did, not take the resumed epoch's seed.
+    """
+    for dp in pipes:
+        if isinstance(dp, PendingState) and dp._pending is not None and getattr(dp, "_seed", None) is not None:
+            dp._seed = None
 
 
 def skip_logs(pipes: list[Any]) -> list[tuple[int, SkipLog]]:
@@ -274,6 +288,7 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         self._start_rngs = None
         if pending is not None and pending["mode"] == "snapshot":
             restore_pipeline(self.pipe, streams_from_bytes(pending["pipes"]))
+            _spend_epoch_seeds(self._pipes)
             self._yielded = int(pending["yielded"])
         elif pending is not None and pending.get("seeds") is not None:
             apply_seeds(self._pipes, pending["seeds"])

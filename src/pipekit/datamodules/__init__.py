@@ -28,7 +28,10 @@ The names:
 * :class:`LandsatCDLDataModule`: ``Landsat8 & CDL`` crop-type segmentation,
   split by region (seeded blocks, :func:`~pipekit.datasets.roi_split`);
 * :func:`compute_stats`: the per-band statistics a datamodule stores,
-  computed from its training split.
+  computed from its training split;
+* :class:`LightningDataLoader`: the datamodules' loader, for your own
+  datamodule's hooks (a :class:`pipekit.DataLoader` that resumes exactly
+  with Lightning's checkpoints, also over a pipeline without a length).
 
 Lightning is an optional dependency (``pip install 'pipekit[lightning]'``):
 ``import pipekit`` never imports it, and importing this package without it
@@ -68,6 +71,7 @@ from pipekit.datamodules._eurosat import (  # noqa: E402
 from pipekit.datamodules._inria import InriaAerialImageLabelingDataModule  # noqa: E402
 from pipekit.datamodules._landcoverai import LandCoverAI100DataModule, LandCoverAIDataModule  # noqa: E402
 from pipekit.datamodules._landsat_cdl import LandsatCDLDataModule  # noqa: E402
+from pipekit.datamodules._loaders import LightningDataLoader  # noqa: E402
 from pipekit.datamodules._resisc45 import RESISC45DataModule  # noqa: E402
 from pipekit.datamodules._so2sat import So2SatDataModule  # noqa: E402
 from pipekit.datamodules._stats import compute_stats  # noqa: E402
@@ -85,6 +89,7 @@ __all__ = [
     "LandCoverAI100DataModule",
     "LandCoverAIDataModule",
     "LandsatCDLDataModule",
+    "LightningDataLoader",
     "NonGeoDataModule",
     "RESISC45DataModule",
     "So2SatDataModule",

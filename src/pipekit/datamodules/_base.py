@@ -406,11 +406,16 @@ class GeoDataModule(BaseDataModule):
         self._samplers(stage)
 
     def _dataloader_factory(self, split: str) -> DataLoader:
-        from pipekit.geo.samplers import BatchGeoSampler
+        from pipekit.geo.samplers import BatchGeoSampler, DistributedGeoSampler, GeoSampler
 
         dataset = self._valid_attribute(f"{split}_dataset", "dataset")
         sampler = self._valid_attribute(f"{split}_batch_sampler", f"{split}_sampler", "batch_sampler", "sampler")
         batch_size = self._valid_attribute(f"{split}_batch_size", "batch_size")
+        trainer = getattr(self, "trainer", None)
+        if trainer is not None and trainer.world_size > 1 and isinstance(sampler, GeoSampler):
+            # under DDP each process takes its share of the epoch; a DistributedSampler, so Lightning keeps it
+            share = DistributedGeoSampler(sampler, num_replicas=trainer.world_size, rank=trainer.global_rank)
+            return self._loader(dataset, split, batch_size=share.batch_size or batch_size, sampler=share)
         if isinstance(sampler, BatchGeoSampler):
             return self._loader(dataset, split, batch_sampler=sampler)
         return self._loader(dataset, split, batch_size=batch_size, sampler=sampler)

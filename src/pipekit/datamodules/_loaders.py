@@ -5,11 +5,13 @@
   a resumed run continues the epoch and every later one as the run that never
   stopped (a sampler drawing from one running generator, shared with the
   loader's worker seeds, would shift the later epochs).
-* :class:`EpochEndAwareLoader`: a :class:`pipekit.DataLoader` that counts the
+* :class:`LightningDataLoader`: a :class:`pipekit.DataLoader` that counts the
   batches it yields in an epoch and records the count in its state; loading a
   state taken at the epoch's last batch (Lightning saves one after every
   step) runs out the rest of that epoch at once, because Lightning goes
-  straight on to the next epoch and the loader's next ``iter()`` must be it.
+  straight on to the next epoch and the loader's next ``iter()`` must be it;
+  over a pipeline without a length it reports the position before the batch
+  Lightning fetched ahead.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pipekit._loader import DataLoader
 from pipekit._loader_seam import ITERATOR_FINISHED
 from pipekit._seeds import mix_seed
 
-__all__ = ["EpochEndAwareLoader", "SeededShuffle"]
+__all__ = ["EpochEndAwareLoader", "LightningDataLoader", "SeededShuffle"]
 
 _BATCHES = "datamodule_batches"  # the key of the batches yielded in the epoch, in the loader's state
 
@@ -93,41 +95,87 @@ class _ShuffleIterator(Iterator[int]):
 
 
 class _Counting(Iterator[Any]):
-    def __init__(self, it: Iterator[Any], loader: EpochEndAwareLoader) -> None:
+    def __init__(self, it: Iterator[Any], loader: LightningDataLoader) -> None:
         self.it, self.loader = it, loader
+        self.lengthless = loader._length() is None
 
     def __iter__(self) -> _Counting:
         return self
 
     def __next__(self) -> Any:
-        item = next(self.it)
-        self.loader._batches += 1
+        loader = self.loader
+        if self.lengthless:  # Lightning fetches this batch ahead of the step it trains: keep the position before it
+            loader._behind = loader._position()
+        try:
+            item = next(self.it)
+        except StopIteration:
+            loader._behind = None  # the epoch is done: every batch fetched is trained on before a checkpoint
+            raise
+        loader._batches += 1
         return item
 
 
-class EpochEndAwareLoader(DataLoader):
-    """A :class:`pipekit.DataLoader` whose state taken at an epoch's last batch resumes into the next epoch."""
+class LightningDataLoader(DataLoader):
+    """A :class:`pipekit.DataLoader` for a datamodule's ``*_dataloader`` hooks: it resumes exactly with Lightning.
+
+    It takes :class:`pipekit.DataLoader`'s arguments, and adds what Lightning's
+    loop needs for a checkpoint to resume exactly:
+
+    * a state taken at an epoch's last batch (Lightning saves one after every
+      step it is asked to) resumes into the next epoch: Lightning goes
+      straight on to it, so loading such a state finishes the old epoch at
+      once;
+    * over an iterable pipeline without a length, Lightning fetches one batch
+      ahead of the step it trains (to know which batch is the last), so a
+      plain loader's position at a checkpoint is one batch past what was
+      trained on, and the resumed run skips that batch; this one reports the
+      position before the batch fetched ahead.
+
+    The datamodules' loaders are this class. Outside a Lightning loop, use
+    :class:`pipekit.DataLoader`: over a pipeline without a length, this one's
+    ``state_dict()`` is one batch behind the batches it has yielded.
+
+    Example:
+        >>> from pipekit.datamodules import LightningDataLoader
+        >>> from pipekit.pipes import IterableWrapper
+        >>> loader = LightningDataLoader(IterableWrapper(range(6)).filter(lambda i: i % 2 == 0), batch_size=1)
+        >>> it = iter(loader)
+        >>> fetched = [next(it), next(it)]  # Lightning trains on the first while it holds the second
+        >>> resumed = LightningDataLoader(IterableWrapper(range(6)).filter(lambda i: i % 2 == 0), batch_size=1)
+        >>> resumed.load_state_dict(loader.state_dict())
+        >>> [int(b) for b in resumed]  # from the batch fetched ahead on
+        [2, 4]
+    """
 
     _batches = 0
     _resumed_batches: int | None = None
+    _behind: dict[str, Any] | None = None  # the position before the batch last fetched (no length)
+
+    def _length(self) -> int | None:
+        try:
+            return len(self)
+        except TypeError:
+            return None
+
+    def _position(self) -> dict[str, Any]:
+        return {**super().state_dict(), _BATCHES: self._batches}
 
     def __iter__(self) -> Any:
         it = super().__iter__()
-        self._batches, self._resumed_batches = self._resumed_batches or 0, None
+        self._batches, self._resumed_batches, self._behind = self._resumed_batches or 0, None, None
         return _Counting(it, self)
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), _BATCHES: self._batches}
+        return self._behind if self._behind is not None else self._position()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         batches = state_dict.get(_BATCHES) if isinstance(state_dict, dict) else None
         if batches is not None:
             state_dict = {k: v for k, v in state_dict.items() if k != _BATCHES}
         super().load_state_dict(state_dict)
-        self._resumed_batches = batches
-        try:
-            length = len(self)
-        except TypeError:
+        self._resumed_batches, self._behind = batches, None
+        length = self._length()
+        if length is None:
             return
         if batches is not None and batches >= length > 0 and not state_dict.get(ITERATOR_FINISHED, False):
             for _ in self:  # the (empty) rest of the epoch the state was taken in
@@ -135,3 +183,6 @@ class EpochEndAwareLoader(DataLoader):
             if isinstance(self.sampler, DistributedSampler):
                 # Lightning starts the next epoch's iterator before it tells the sampler the epoch's number
                 self.sampler.set_epoch(self.sampler.epoch + 1)
+
+
+EpochEndAwareLoader = LightningDataLoader  # its name before it was public

@@ -33,6 +33,7 @@ import stat
 import tarfile
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -51,6 +52,7 @@ MAX_EXTRACT_RATIO = 250
 RATIO_FLOOR = 100 << 20
 
 _CHUNK = 1 << 20
+_ZIP_METHODS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA)
 _TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tbz", ".tar.xz", ".txz")
 _COMPRESSED = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
 _RAISE_IT = "if the archive is trusted, pass a larger {name}= to extract_archive"
@@ -136,6 +138,12 @@ def _check_zip(zf: zipfile.ZipFile, dst: str, budget: _Budget) -> None:
     for info in zf.infolist():
         budget.add(info.filename, info.file_size)
         _inside(dst, info.filename, budget.archive)
+        if info.flag_bits & 0x1:
+            raise _refuse(budget.archive, info.filename, "it is encrypted (a password is needed), which "
+                          "extract_archive does not support")
+        if info.compress_type not in _ZIP_METHODS:
+            raise _refuse(budget.archive, info.filename, f"compression method {info.compress_type} is not one "
+                          "Python's zipfile reads (stored, deflate, bzip2, lzma)")
         if stat.S_ISLNK(info.external_attr >> 16):
             link = zf.read(info).decode("utf-8", "replace") if info.file_size <= 4096 else "/" * 4097
             _link_inside(dst, info.filename, link, budget.archive, hard=False)
@@ -199,7 +207,8 @@ def extract_archive(
 
     Raises:
         ArchiveError: a refused member or a limit passed (the message names the archive, the member
-            and the limit), or a corrupt archive.
+            and the limit), an encrypted zip member or one compressed with a method zipfile does not
+            read (refused before anything is written), or a corrupt archive.
         ValueError: the file name's suffix is not a known archive or compression, or a limit is
             not a positive int.
 
@@ -260,7 +269,7 @@ def extract_archive(
                 zf.extractall(staging)
         if staging is not None:
             _move_into(staging, dst)
-    except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError, lzma.LZMAError) as exc:
+    except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError, lzma.LZMAError, zlib.error) as exc:
         if isinstance(exc, FileNotFoundError) and not os.path.exists(src):
             raise
         raise ArchiveError("extract", src, "extract_archive", f"{type(exc).__name__}: {exc}") from exc

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 import pipekit.pipes  # noqa: F401  (registers the functional names used below)
-from pipekit._fs import list_class_folders, listing_change, listing_record
+from pipekit._fs import list_class_folders
 from pipekit.collate import collate
 from pipekit.datasets._recipe import (
     ApplyToKey,
@@ -44,7 +44,6 @@ from pipekit.datasets._recipe import (
     check_stage,
     standard_image_transforms,
 )
-from pipekit.errors import ReadError
 from pipekit.pipes.base import IterDataPipe
 
 __all__ = ["ImageFolder", "IMG_EXTENSIONS", "collate_by_aspect"]
@@ -84,33 +83,14 @@ class _ListedFiles(ListSource):
     deleted since the checkpoint would shift every position after it (files repeated, others never read).
     The checkpoint keeps :func:`pipekit._fs.listing_record` of the list (a digest, the count and the names,
     compressed), and restoring it on another listing raises :class:`~pipekit.errors.ReadError` naming the
-    files added and gone.  A file whose contents changed under the same name is read afresh: each file is
-    read whole, so no position points inside one.
+    files added and gone (:class:`~pipekit.datasets._recipe.ListSource`'s ``listing``).  A file whose
+    contents changed under the same name is read afresh: each file is read whole, so no position points
+    inside one.
     """
 
     def __init__(self, items: Sequence[str], shuffle: bool, root: str) -> None:
-        super().__init__(items, shuffle=shuffle)
+        super().__init__(items, shuffle=shuffle, listing=("ImageFolder", root, "image files"))
         self.root = root
-        self._record: dict[str, Any] | None = None
-
-    def state_dict(self) -> dict[str, Any]:
-        if self._record is None:  # once: the list does not change after the recipe is built
-            self._record = listing_record(self.items)
-        return {**super().state_dict(), "listing": self._record}
-
-    def restore(self, state: dict[str, Any] | None) -> None:
-        listing = None if state is None else state.get("listing")
-        if isinstance(listing, dict):
-            change = listing_change(listing, self.items)
-            if change is not None:
-                raise ReadError(
-                    "resume listing", self.root, "ImageFolder",
-                    f"the image files under it changed since the checkpoint ({change}): the checkpoint's "
-                    "positions count files of the old listing and would repeat some files and skip others; "
-                    "resume from a checkpoint taken on these files, or start the epoch over",
-                )
-            self._record = dict(listing)
-        super().restore(state)
 
 
 class _ToSample:

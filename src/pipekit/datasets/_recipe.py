@@ -24,7 +24,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from pipekit._fs import listing_change, listing_record, redact_url
 from pipekit._validate import check_int
+from pipekit.errors import ReadError
 from pipekit.pipes.base import IterDataPipe
 from pipekit.pipes.state import PermutationSource
 
@@ -90,9 +92,21 @@ class ListSource(PermutationSource):
     from torch's global RNG.  ``set_shuffle(False)`` (the DataLoader's
     ``shuffle=False``) keeps the list's order.
 
+    A list of files (URLs) listed when the recipe is built is passed with
+    ``listing=(where, root, what)``: a resumed run works on a new listing,
+    where a file added or deleted since the checkpoint would shift every
+    position after it (files repeated, others never read).  The checkpoint
+    then also keeps :func:`pipekit._fs.listing_record` of the list (of the
+    URLs without their secrets: a digest, the count and the names,
+    compressed), and restoring it on another listing raises
+    :class:`~pipekit.errors.ReadError` naming ``root``, the recipe
+    (``where``) and the files (``what``) added and gone.  A file whose
+    contents changed under the same name is read afresh.
+
     Args:
         items: the items, in their unshuffled order.
         shuffle: shuffle each epoch.
+        listing: ``(where, root, what)`` to record the listing of ``items`` (URLs) in checkpoints.
 
     Example:
         >>> from pipekit.datasets._recipe import ListSource
@@ -103,6 +117,38 @@ class ListSource(PermutationSource):
         >>> sorted(first), first == list(pipe.set_seed(0))
         ([0, 1, 2, 3, 4, 5], True)
     """
+
+    def __init__(self, items: Sequence[Any] = (), shuffle: bool = True, *,
+                 listing: tuple[str, str, str] | None = None) -> None:
+        super().__init__(items, shuffle=shuffle)
+        self.listing = listing
+        self._record: dict[str, Any] | None = None
+
+    def _names(self) -> list[str]:
+        return [redact_url(str(item)) for item in self.items]
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if self.listing is None:
+            return state
+        if getattr(self, "_record", None) is None:  # once: the list does not change after the recipe is built
+            self._record = listing_record(self._names())
+        return {**state, "listing": self._record}
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        listing = None if state is None else state.get("listing")
+        if self.listing is not None and isinstance(listing, dict):
+            where, root, what = self.listing
+            change = listing_change(listing, self._names())
+            if change is not None:
+                raise ReadError(
+                    "resume listing", root, where,
+                    f"the {what} under it changed since the checkpoint ({change}): the checkpoint's positions "
+                    f"count {what} of the old listing and would repeat some and skip others; resume from a "
+                    "checkpoint taken on these files, or start the epoch over",
+                )
+            self._record = dict(listing)
+        super().restore(state)
 
 
 def _pair(value: Any, name: str, where: str) -> tuple[float, float]:

@@ -33,7 +33,7 @@ import torch
 
 import pipekit.pipes  # noqa: F401  (registers the functional names used below)
 from pipekit import _fast
-from pipekit._fs import url_to_fs
+from pipekit._fs import redact_url, url_to_fs
 from pipekit._validate import check_int
 from pipekit.collate import collate
 from pipekit.datasets._recipe import (
@@ -71,7 +71,8 @@ def expand_shard_urls(
       without asking the storage (:func:`~pipekit.pipes._webdataset.shard_expand`);
     * a tar file's path or URL, kept as is;
     * a glob (``"data/*.tar"``) or a folder / prefix (``"s3://b/train/"``),
-      listed with fsspec: its tar files (``.tar``, ``.tar.gz``, ``.tgz``...), sorted;
+      listed with fsspec: its tar files (``.tar``, ``.tar.gz``, ``.tgz``...), sorted
+      (a glob matching nothing that is the name of a tar file, ``shard[1].tar``, is that file);
     * a ``pipe:CMD ARGS`` URL (the ``webdataset`` library's), brace-expanded only;
       shell syntax in it raises ``ValueError`` naming the URL.
 
@@ -107,6 +108,8 @@ def _list_tars(url: str, storage_options: dict[str, Any]) -> list[str]:
     fs, path = url_to_fs(url, storage_options)
     if _has_magic(path):
         found = [p for p in fs.glob(path) if p.lower().endswith(_TAR_SUFFIXES)]
+        if not found and path.lower().endswith(_TAR_SUFFIXES) and fs.isfile(path):
+            found = [path]  # a shard whose name holds glob characters (shard[1].tar) that match nothing else
     elif fs.isdir(path):
         found = [p for p in fs.find(path.rstrip("/")) if p.lower().endswith(_TAR_SUFFIXES)]
     elif fs.exists(path):
@@ -435,7 +438,10 @@ class TarShards(Recipe):
         if resampled:  # each worker and rank draws its own shards: no sharding_filter
             pipe = ResampledShardList(self.shards, where=where)
         else:
-            pipe = ListSource(self.shards, shuffle=self.train and bool(shuffle_shards)).sharding_filter()
+            given = urls if isinstance(urls, (str, os.PathLike)) else (urls[0] if len(urls) == 1 else None)
+            root = redact_url(os.fspath(given)) if given is not None else f"{len(urls)} shard URLs and patterns"
+            pipe = ListSource(self.shards, shuffle=self.train and bool(shuffle_shards),
+                              listing=(where, root, "shards")).sharding_filter()
         if piped[0]:
             pipe = PipeOpener(pipe, where=where)
         elif cache_dir is not None:

@@ -26,6 +26,7 @@ from pipekit.geo._write import write_geotiff
 from pipekit.geo.io import RasterOpener, close_cached_handles, set_handle_budget
 from pipekit.geo.samplers import (
     BatchGeoSampler,
+    DistributedGeoSampler,
     GeoSampler,
     GeoSamplerPipe,
     GridGeoSampler,
@@ -53,6 +54,7 @@ __all__ = [
     "set_handle_budget",
     "write_geotiff",
     "GeoReader",
+    "DistributedGeoSampler",
     "GeoSampler",
     "GeoSamplerPipe",
     "GridGeoSampler",

@@ -379,6 +379,12 @@ class MaxTokenBucketizer(ResumablePipe):
             raise ValueError(f"{stage}: max_token_count must be positive, got {max_token_count}")
         if not callable(len_fn):
             raise TypeError(f"{stage}: len_fn must be callable, got {type(len_fn).__name__}")
+        for name, bound in (("min_len", min_len), ("max_len", max_len)):
+            if bound is not None and (isinstance(bound, bool) or not isinstance(bound, numbers.Real)):
+                none = " (or None: max_token_count)" if name == "max_len" else ""
+                raise TypeError(f"{stage}: {name} must be a number{none}, got {type(bound).__name__} {bound!r:.50}")
+        if min_len is None:
+            raise TypeError(f"{stage}: min_len must be a number, got None")
         self._max_len_given = max_len is not None
         if max_len is None:
             max_len = max_token_count

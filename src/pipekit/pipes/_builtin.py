@@ -7,13 +7,13 @@ torch still ships ``map``, ``filter``, ``shuffle``, ``batch``, ``unbatch``,
 ``from pipekit.pipes import Mapper`` work like
 ``from torchdata.datapipes.iter import Mapper`` did.
 
-``batch``, ``shuffle``, ``unbatch`` and ``sharding_filter`` are pipekit
+``batch``, ``shuffle``, ``unbatch``, ``groupby`` and ``sharding_filter`` are pipekit
 subclasses of torch's classes (``issubclass(Batcher, torch's Batcher)``),
 registered in their place with ``functional_datapipe(..., replaces=...)``:
 they behave the same but check their arguments when the pipe is built, like
 every pipekit pipe (a ``TypeError`` or ``ValueError`` naming the pipe and the
 argument), where torch raises ``AssertionError`` (``batch(0)``,
-``shuffle(buffer_size=-5)``), a confusing comparison error (``batch("8")``),
+``shuffle(buffer_size=-5)``, ``groupby(fn, group_size=0)``), a confusing comparison error (``batch("8")``),
 fails only when iterated (``unbatch(unbatch_level=-3)``) or silently yields
 nothing (``apply_sharding(2, -1)``).
 
@@ -61,7 +61,6 @@ from pipekit.pipes._torch import (
     FileOpener,
     Filter,
     Forker,
-    Grouper,
     MapBatcher,
     MapConcater,
     MapMapper,
@@ -82,6 +81,7 @@ from pipekit.pipes._torch import (
     shuffler_snapshot,
     stop_journal,
 )
+from pipekit.pipes._torch import Grouper as TorchGrouper
 from pipekit.pipes._torch import ShardingFilter as TorchShardingFilter
 from pipekit.pipes._torch import Shuffler as TorchShuffler
 from pipekit.pipes._torch import UnBatcher as TorchUnBatcher
@@ -227,6 +227,68 @@ class ShufflerIterDataPipe(TorchShuffler):
             parent()
 
 
+@functional_datapipe("groupby", replaces=TorchGrouper)
+class GrouperIterDataPipe(TorchGrouper):
+    """Group items by key into batches (functional name: ``groupby``); torch's ``Grouper``, checked when built.
+
+    torch raised ``AssertionError`` for a ``group_size`` of 0 or above ``buffer_size`` and a comparison
+    error for a ``group_size`` that is not a number; here each is a ``ValueError`` or ``TypeError`` naming
+    the pipe and the argument.
+
+    Args:
+        datapipe: the items.
+        group_key_fn: the key of an item.
+        keep_key: yield ``(key, group)`` pairs.
+        buffer_size: items buffered while groups fill up, a positive int (or ``None``: no bound).
+        group_size: items per group (or ``None``: a group ends when the buffer is full or the source ends).
+        guaranteed_group_size: the smallest group yielded early when the buffer is full (needs ``group_size``).
+        drop_remaining: drop groups smaller than ``guaranteed_group_size`` at the end.
+
+    Example:
+        >>> from pipekit.pipes import IterableWrapper
+        >>> list(IterableWrapper(["a", "bb", "c", "dd", "e"]).groupby(len, group_size=2))
+        [['a', 'c'], ['bb', 'dd'], ['e']]
+    """
+
+    def __init__(
+        self,
+        datapipe: Any,
+        group_key_fn: Any,
+        *,
+        keep_key: bool = False,
+        buffer_size: int | None = 10000,
+        group_size: int | None = None,
+        guaranteed_group_size: int | None = None,
+        drop_remaining: bool = False,
+    ) -> None:
+        where = "groupby"
+        if not callable(group_key_fn):
+            raise TypeError(f"{where}: group_key_fn must be a callable, got {type(group_key_fn).__name__} "
+                            f"{group_key_fn!r:.50}")
+        buffer_size = check_int(buffer_size, "buffer_size", where, minimum=1, allow_none=True)
+        group_size = check_int(group_size, "group_size", where, minimum=1, allow_none=True)
+        guaranteed_group_size = check_int(guaranteed_group_size, "guaranteed_group_size", where, minimum=1,
+                                          allow_none=True)
+        if group_size is not None and buffer_size is not None and group_size > buffer_size:
+            raise ValueError(f"{where}: group_size must not exceed buffer_size ({buffer_size}), got {group_size}")
+        if guaranteed_group_size is not None:
+            if group_size is None:
+                raise ValueError(f"{where}: guaranteed_group_size needs a group_size, got guaranteed_group_size="
+                                 f"{guaranteed_group_size} and group_size=None")
+            if guaranteed_group_size > group_size:
+                raise ValueError(f"{where}: guaranteed_group_size must not exceed group_size ({group_size}), "
+                                 f"got {guaranteed_group_size}")
+        super().__init__(datapipe, group_key_fn, keep_key=keep_key, buffer_size=buffer_size,  # type: ignore[arg-type]
+                         group_size=group_size, guaranteed_group_size=guaranteed_group_size,
+                         drop_remaining=drop_remaining)
+
+    def __del__(self) -> None:
+        # torch's __del__ clears the buffer its __init__ makes: not there when the arguments were refused.
+        parent = getattr(super(), "__del__", None)
+        if parent is not None and "buffer_elements" in self.__dict__:
+            parent()
+
+
 @functional_datapipe("sharding_filter", replaces=TorchShardingFilter)
 class ShardingFilterIterDataPipe(TorchShardingFilter):
     """Keep every n-th item for this worker/rank (functional name: ``sharding_filter``); torch's, checked.
@@ -258,6 +320,7 @@ Batcher = BatcherIterDataPipe
 UnBatcher = UnBatcherIterDataPipe
 Shuffler = ShufflerIterDataPipe
 ShardingFilter = ShardingFilterIterDataPipe
+Grouper = GrouperIterDataPipe
 
 
 class IterableWrapper(ResumablePipe, TorchIterableWrapper):

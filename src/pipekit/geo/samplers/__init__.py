@@ -70,6 +70,7 @@ from pipekit.geo.samplers._base import _to_tuple as _to_tuple
 from pipekit.geo.samplers._base import _toi as _toi
 from pipekit.geo.samplers._base import _units as _units
 from pipekit.geo.samplers._base import dataset_index as dataset_index
+from pipekit.geo.samplers._distributed import DistributedGeoSampler
 from pipekit.geo.samplers._grid import GridGeoSampler
 from pipekit.geo.samplers._pipe import GeoSamplerPipe
 from pipekit.geo.samplers._prechipped import PreChippedGeoSampler
@@ -84,6 +85,7 @@ __all__ = [
     "RandomBatchGeoSampler",
     "PreChippedGeoSampler",
     "GeoSamplerPipe",
+    "DistributedGeoSampler",
     "tile_to_chips",
     "get_random_bounding_box",
 ]
