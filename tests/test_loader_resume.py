@@ -396,6 +396,176 @@ def test_a_replayed_resume_refuses_an_archive_replaced_since_the_checkpoint(tmp_
         list(resumed)
 
 
+# -- files read before a checkpoint and read again after it (a replay, a later pass of a cycle) ---------------
+
+
+def _read_file(item: tuple) -> tuple:
+    url, stream = item
+    data = stream.read()
+    stream.close()
+    return url.rsplit("/", 1)[-1], data
+
+
+def _bin_files(root, n: int = 6) -> list[str]:
+    root.mkdir()
+    for i in range(n):
+        (root / f"f{i}.bin").write_bytes(bytes([i]) * (10 + i))
+    return sorted(str(p) for p in root.glob("*.bin"))
+
+
+def _forked_files(urls):
+    """fork cannot report its position: the loader replays the items, opening the files read before again."""
+    a, b = urls.open_files_by_fsspec(mode="rb").map(_read_file).fork(2)
+    return a.zip(b)
+
+
+def _checkpointed(make, take: int, num_workers: int = 0) -> tuple[list, dict]:
+    loader = pipekit.DataLoader(make(), num_workers=num_workers)
+    it = iter(loader)
+    head = [next(it) for _ in range(take)]
+    state = loader.state_dict()
+    loader.shutdown()
+    return head, pickle.loads(pickle.dumps(state))
+
+
+def _resume(make, state: dict, num_workers: int = 0) -> list:
+    loader = pipekit.DataLoader(make(), num_workers=num_workers)
+    loader.load_state_dict(state)
+    try:
+        return list(loader)
+    finally:
+        loader.shutdown()
+
+
+def _other_contents(path) -> None:
+    """The same name, other bytes (and size): what a dataset update does to a file."""
+    path.write_bytes(b"\xff" * (path.stat().st_size + 3))
+
+
+@pytest.mark.timeout(60)
+def test_a_replayed_resume_refuses_a_plain_file_replaced_since_the_checkpoint(tmp_path):
+    """A plain file read before the checkpoint and replaced since used to be replayed with its new contents silently."""
+    from pipekit.errors import CheckpointError
+
+    urls = _bin_files(tmp_path / "files")
+
+    def make():
+        return _forked_files(IterableWrapper(urls))
+
+    _, state = _checkpointed(make, 3)
+    _other_contents(tmp_path / "files" / "f1.bin")
+    with pytest.raises(CheckpointError, match=r"f1\.bin.*changed since the checkpoint"):
+        _resume(make, state)
+
+
+@pytest.mark.timeout(60)
+def test_a_replayed_resume_names_a_listed_file_deleted_since_the_checkpoint(tmp_path):
+    """A listed file read before the checkpoint and deleted since: the replay is refused naming it, not by counts."""
+    from pipekit.errors import CheckpointError
+
+    root = tmp_path / "files"
+    _bin_files(root)
+
+    def make():
+        return _forked_files(IterableWrapper([str(root)]).list_files_by_fsspec(masks="*.bin"))
+
+    _, state = _checkpointed(make, 4)
+    (root / "f1.bin").unlink()
+    with pytest.raises(CheckpointError, match=r"f1\.bin"):
+        _resume(make, state)
+
+
+@pytest.mark.timeout(60)
+def test_a_replayed_resume_of_unchanged_files_is_exact(tmp_path):
+    urls = _bin_files(tmp_path / "files")
+
+    def make():
+        return _forked_files(IterableWrapper(urls))
+
+    full = list(pipekit.DataLoader(make()))
+    head, state = _checkpointed(make, 3)
+    assert head + _resume(make, state) == full
+
+
+def _cycled_files(urls):
+    return IterableWrapper(urls).open_files_by_fsspec(mode="rb").map(_read_file).cycle(2)
+
+
+@pytest.mark.timeout(60)
+def test_a_later_cycle_pass_refuses_a_file_replaced_since_the_checkpoint(tmp_path):
+    """The next pass of a cycle reads a file again: replaced since the checkpoint, it used to give its new contents
+    where the uninterrupted run read the old ones."""
+    from pipekit.errors import CheckpointError
+
+    urls = _bin_files(tmp_path / "files")
+    full = list(pipekit.DataLoader(_cycled_files(urls)))
+    head, state = _checkpointed(lambda: _cycled_files(urls), 2)
+    _other_contents(tmp_path / "files" / "f0.bin")
+    loader = pipekit.DataLoader(_cycled_files(urls))
+    loader.load_state_dict(state)
+    rest = []
+    with pytest.raises(CheckpointError, match=r"f0\.bin.*changed since the checkpoint.*cycle"):
+        rest.extend(loader)
+    assert head + rest == full[:6]  # the first pass ends as it would have; the second is refused at its first file
+
+
+@pytest.mark.timeout(60)
+def test_a_cycle_resumed_twice_still_knows_the_files_read_before_the_first_checkpoint(tmp_path):
+    from pipekit.errors import CheckpointError
+
+    urls = _bin_files(tmp_path / "files")
+
+    def make():
+        return _cycled_files(urls)
+
+    _, state = _checkpointed(make, 2)
+    loader = pipekit.DataLoader(make())
+    loader.load_state_dict(state)
+    it = iter(loader)
+    next(it)
+    state = pickle.loads(pickle.dumps(loader.state_dict()))  # taken in the resumed epoch: f0 and f1 were read
+    _other_contents(tmp_path / "files" / "f0.bin")
+    with pytest.raises(CheckpointError, match=r"f0\.bin"):
+        _resume(make, state)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_replayed_resume_with_a_worker_refuses_a_file_replaced_since_the_checkpoint(tmp_path):
+    """A worker keeps its counted positions (and the stamps of the files opened by each) until a checkpoint asks."""
+    from pipekit.errors import CheckpointError
+
+    urls = _bin_files(tmp_path / "files")
+
+    def make():
+        return _forked_files(IterableWrapper(urls).sharding_filter())
+
+    full = list(pipekit.DataLoader(make(), num_workers=1))
+    head, state = _checkpointed(make, 2, num_workers=1)
+    assert head + _resume(make, state, num_workers=1) == full  # unchanged: exact
+    _other_contents(tmp_path / "files" / "f0.bin")
+    with pytest.raises(CheckpointError, match=r"f0\.bin.*changed since the checkpoint"):
+        _resume(make, state, num_workers=1)
+
+
+def _unbatched_shares():
+    """unbatch cannot report its position.  Worker 0 gets batches 0 and 2, worker 1 batch 1: after its last item,
+    worker 1 pulls batch 2 (worker 0's) to find the end, and ends while worker 0 still has an item to give."""
+    return IterableWrapper(range(6)).batch(2).sharding_filter().unbatch()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_replayed_worker_checkpointed_after_its_last_item_resumes_to_the_end():
+    """Found by a deep run: the position of a worker whose epoch had ended was checked after a replay that stopped
+    at its last item, short of the pulls that found the end, and the resume was refused as if the data changed."""
+    kw = {"batch_size": None, "prefetch_factor": 1, "persistent_workers": False}
+    full = uninterrupted(_unbatched_shares, 2, **kw)
+    assert full == [0, 2, 1, 3, 4, 5]
+    head, rest = resumed_at(_unbatched_shares, 2, len(full), **kw)
+    assert head + rest == full and rest == []
+
+
 def _shuffles_under_nested_cycles():
     """A shuffle above an inner cycle, another between it and an outer cycle: later passes draw their seeds."""
     return IterableWrapper(range(5)).shuffle(buffer_size=3).cycle(2).shuffle(buffer_size=3).cycle(2)

@@ -108,22 +108,6 @@ def _buffered_after_fault(case: Case) -> bool:
 
 
 KNOWN_DEFECTS: dict[str, tuple[Callable[[Case], bool], Case]] = {
-    # a pipeline with a pipe that cannot report its position (fork_zip, demux_mux, unbatch) is resumed by replaying
-    # the items counted; a file read before the checkpoint and deleted or replaced since makes the replay read other
-    # data. The replay now checks the positions the other pipes report (a source's count, the archive being read and
-    # its stamp, a listing's digest) and refuses a replay that lands elsewhere, naming the archive when its stamp
-    # changed; but a count that moved does not name the file (the listing was read through before the checkpoint, or
-    # the check holds a listing's digest and count, not its names, which a worker would send with every batch: counted
-    # positions are not kept in the workers as snapshots are), and a replaced file that moves no count (an archive
-    # read through, a plain file: nothing stamps it) is replayed with its new contents. Fix: stamp every file opened
-    # in the epoch (open_each in pipes/_fsspec_io.py, the archive loaders) and keep the stamps with a counted
-    # position, kept in the worker until a checkpoint asks (deep run, unbatch: Case("listed_files", ops=(("batch", 2),
-    # ("unbatch",)), point="last", fault="delete"))
-    "file changed under a replayed (counted) pipeline": (
-        lambda c: c.fault in ("delete", "replace") and _has(c, "fork_zip", "demux_mux", "unbatch"),
-        Case("listed_files", ops=(("fork_zip",), ("max_token", 4)), shard_at=-1, fraction=0.6, fault="delete",
-             victim=1),
-    ),
     # found by a deep run: ImageFolder under two cycles with a shuffle between, checkpointed mid-epoch, resumes the
     # right items in another order from the outer cycle's next pass on (the ints source passes since the outer
     # pass restarts the pipes above afresh and a resumed iterator leaves the restored random state alone; the
@@ -131,13 +115,6 @@ KNOWN_DEFECTS: dict[str, tuple[Callable[[Case], bool], Case]] = {
     "ImageFolder under nested cycles": (
         lambda c: c.source == "imagefolder" and sum(op[0] == "cycle" for op in c.ops) >= 2,
         Case("imagefolder", ops=(("cycle", 2), ("shuffle", 3), ("cycle", 2)), shard_at=None),
-    ),
-    # found by a deep run: a file read before the checkpoint and replaced before the resume is read again by a
-    # later pass of a cycle, with its new contents, where the uninterrupted run read the old ones, and nothing names
-    # it; the same fix as the replayed pipelines' (stamps of the files opened in the epoch, checked on resume)
-    "file replaced before a cycle reads it again": (
-        lambda c: c.fault == "replace" and _has(c, "cycle"),
-        Case("files", ops=(("cycle", 2),), fraction=0.0, fault="replace"),
     ),
 }
 

@@ -344,9 +344,13 @@ def check_changed_data(case: Case, corpus: Corpus, first: Outcome, head: Outcome
             if got == want:
                 return  # read afresh: its new contents, under the same names
             # a pipe routing by content (demux, filter) may route the new contents otherwise: then the whole
-            # epoch must be the uninterrupted run's over the files as they are now
+            # epoch must be the uninterrupted run's over the files as they are now; with 2 workers, in an order
+            # of its own (a worker whose share now yields more, or less, takes its turns where the checkpoint
+            # left the loader's round robin, not where a fresh epoch's would), but every batch exactly once
             fresh = reference_run(case, corpus).epochs[0]
             if head.items + rest.items == fresh.items and fresh.error is None:
+                return
+            if case.num_workers > 1 and fresh.error is None and _same_batches(head.items + rest.items, fresh.items):
                 return
         raise ContractBrokenError(
             f"{what}: the resumed epoch differs from the uninterrupted one"
@@ -361,6 +365,10 @@ def check_changed_data(case: Case, corpus: Corpus, first: Outcome, head: Outcome
             raise ContractBrokenError(f"{what}, re-planned: {ident} {got[ident]}x, expected {want[ident]}x")
     if any(has_empty_bytes(b) for b in rest.items):
         raise ContractBrokenError(f"{what}, re-planned: an item is empty (b'')")
+
+
+def _same_batches(got: list[Any], expected: list[Any]) -> bool:
+    return Counter(map(repr, got)) == Counter(map(repr, expected))
 
 
 def timed_run(case: Case, corpus: Corpus, scratch: Any) -> float:

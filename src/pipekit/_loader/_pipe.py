@@ -36,7 +36,7 @@ import torch
 
 from pipekit._fs import redact_secrets
 from pipekit._loader._carry import apply_carry, find_streams, load_streams, process_carry, stream_states
-from pipekit._loader._replay_check import check_replay, replay_check
+from pipekit._loader._replay_check import ENDED, STAMPS, check_replay, replay_check, replay_end, start_stamps
 from pipekit._loader_seam import (
     InfiniteConstantSampler,
     on_send_failure,
@@ -225,6 +225,7 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         self._start_carries: list[Any] | None = None
         self._streams: list[Any] | None = None  # the random streams the pipes hold (found once)
         self._epoch_rng: dict[str, Any] | None = None  # this process's generators when the epoch started
+        self._stamps: Any = None  # the epoch's StampLog where a resume reads files again (_replay_check.py)
 
     def __getstate__(self) -> Any:
         # The channel travels to the workers with the pipe (it is only set while the loader starts them).
@@ -295,6 +296,7 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         self._marks = epoch_marks(self._pipes)
         self._seeds = pending_seeds(self._pipes)
         self._plan = SnapshotPlan(self._pipes, self._marks, self._seeds)
+        self._stamps = start_stamps(self._pipes, self._plan.capable, pending)
         self._run += 1
         self.restart()
         # A replay draws what the epoch drew from the start (a shuffle under cycle seeds its next pass from
@@ -308,9 +310,11 @@ class _CheckpointedPipe(LoaderPipeWrapper):
                 set_worker_rng_state(replay_rng)
                 self._epoch_rng = replay_rng
             self._skip(int(pending["yielded"]))
+            if pending.get(ENDED):
+                replay_end(self.next_item, int(pending["yielded"]))
             if after is not None:
                 set_worker_rng_state(after)
-            check_replay(pending.get(CHECK), self._pipes, self._stages, int(pending["yielded"]))
+            check_replay(pending.get(CHECK), self._pipes, self._stages, int(pending["yielded"]), self._stamps)
         if pending is not None and pending.get(STREAMS) is not None:
             load_streams(self._random_streams(), pending[STREAMS])  # after a replay, which drew from them
 
@@ -371,12 +375,12 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         # may be lazy (the shuffle buffer's is rebuilt when sent): it never leaves the worker as such.
         keep = self._in_worker and self._channel is not None and not self._exhausted
         state = self._make_state(lazy=keep)
-        if keep and state["mode"] == "snapshot":
-            if self._checked_run != self._run:
-                # Once an iterator: can its positions be sent? The main process refuses a checkpoint
-                # (typed, at once) if not, rather than learn it from the answering thread.
-                self._checked_run = self._run
-                self._refused = self._refusal_of(state)
+        if keep and state["mode"] == "snapshot" and self._checked_run != self._run:
+            # Once an iterator: can its positions be sent? The main process refuses a checkpoint
+            # (typed, at once) if not, rather than learn it from the answering thread.
+            self._checked_run = self._run
+            self._refused = self._refusal_of(state)
+        if keep:  # a counted position too: its check and stamps name files (kilobytes), sent when asked
             state = self._worker_states().keep(self._run, self._yielded, state)
         state = {**state, REPORT: self._report()}
         if keep and self._refused is not None:
@@ -457,11 +461,14 @@ class _CheckpointedPipe(LoaderPipeWrapper):
                 )
             # what the replay must reach: the positions of the pipes that report one (pipekit._loader._replay_check)
             check = replay_check(self._pipes or [], self._stages)
-            return {"mode": "count", "yielded": self._yielded, "seeds": self._seeds, EPOCH_RNG: self._epoch_rng,
-                    CHECK: check}
-        if not lazy:
-            snap = plain_position(snap, self._stages)
-        return {"mode": "snapshot", "pipes": snap, "yielded": self._yielded}
+            state = {"mode": "count", "yielded": self._yielded, "seeds": self._seeds, EPOCH_RNG: self._epoch_rng,
+                     CHECK: check, ENDED: self._exhausted}
+        else:
+            state = {"mode": "snapshot", "pipes": snap if lazy else plain_position(snap, self._stages),
+                     "yielded": self._yielded}
+        if self._stamps is not None:  # the files opened before this position (kept lazily in a worker)
+            state[STAMPS] = self._stamps.at(lazy)
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if not isinstance(state, dict) or state.get("mode") not in ("snapshot", "count"):
@@ -562,7 +569,10 @@ def _materialize_state(stages: list[str], state: dict[str, Any]) -> dict[str, An
     if state.get("mode") == "snapshot" and isinstance(pipes, dict):
         plain = plain_position(pipes, stages)
         if plain is not pipes:
-            return {**state, "pipes": plain}
+            state = {**state, "pipes": plain}
+    stamps = state.get(STAMPS)
+    if stamps is not None and not isinstance(stamps, dict):  # a StampsAt (pipekit.pipes._stamps)
+        state = {**state, STAMPS: stamps.materialize()}
     return state
 
 

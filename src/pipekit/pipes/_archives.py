@@ -29,9 +29,7 @@ or data.
 from __future__ import annotations
 
 import io
-import os
 import posixpath
-import stat
 import tarfile
 import warnings
 import zipfile
@@ -43,9 +41,10 @@ import fsspec
 from pipekit import _fast
 from pipekit._redact import redact_url
 from pipekit._validate import check_int
-from pipekit.errors import ArchiveError, SkipLog, check_on_error
+from pipekit.errors import ArchiveError, CheckpointError, SkipLog, check_on_error
 from pipekit.pipes._decompress import CompressionType, Decompressor, tar_stream_source
 from pipekit.pipes._fsspec_io import RetryingFile
+from pipekit.pipes._stamps import StampLog, file_stamp
 from pipekit.pipes._stream_items import (
     CORRUPT,
     ChunkedReader,
@@ -118,7 +117,10 @@ class ArchiveLoader(ResumablePipe):
     :class:`~pipekit.errors.ArchiveError` naming the archive, both stamps
     and the stage, whatever ``on_error`` says: the entry count would land
     inside another file.  Otherwise it skips those entries, yields the rest,
-    then goes on with the next archives from upstream.
+    then goes on with the next archives from upstream.  Where a resume reads
+    archives again (a replayed pipeline, a ``cycle``), each archive opened is
+    also stamped in the epoch's log (:mod:`pipekit.pipes._stamps`): one read
+    before the checkpoint and changed since is refused when read again.
 
     Args:
         datapipe: a pipe yielding ``(url, binary stream)`` tuples.
@@ -131,6 +133,8 @@ class ArchiveLoader(ResumablePipe):
 
     stage: ClassVar[str] = ""
     state_keys = ("url", "entries")
+    stamps_files = True  # the loader gives it a StampLog where a resume reads files again (pipes/_stamps.py)
+    _stamp_log: StampLog | None = None
 
     def __init__(self, datapipe: Iterable[tuple[str, Any]], length: int = -1, *, on_error: str = "raise",
                  max_member_bytes: int | None = None) -> None:
@@ -145,7 +149,7 @@ class ArchiveLoader(ResumablePipe):
         self.skip_log = SkipLog(self.stage)
         self._url: str | None = None
         self._entries = 0
-        self._stamp: str | None = None  # _url's stamp (see _stream_stamp)
+        self._stamp: str | None = None  # _url's stamp (see file_stamp)
         self._resume: tuple[str, int, str | None] | None = None
 
     @property
@@ -218,7 +222,13 @@ class ArchiveLoader(ResumablePipe):
 
     def _load(self, url: str, stream: Any, skip: int, stamp: str | None = None) -> Iterator[tuple[str, Any]]:
         self._url, self._entries = url, skip
-        self._stamp = stamp if stamp is not None else _stream_stamp(stream)
+        self._stamp = stamp if stamp is not None else file_stamp(stream)
+        if self._stamp_log is not None:
+            try:
+                self._stamp_log.note(url, self._stamp, self.stage)
+            except CheckpointError:
+                stream.close()
+                raise
         note_opened(url, self.stage)
         skipped, yielded = self.skip_log.count, 0
         try:
@@ -251,7 +261,7 @@ class ArchiveLoader(ResumablePipe):
             except ArchiveError as exc:
                 self._fail(exc)
             else:
-                now = _stream_stamp(stream) if stamp is not None else None
+                now = file_stamp(stream) if stamp is not None else None
                 if now is not None and now != stamp:
                     stream.close()
                     raise ArchiveError(
@@ -271,36 +281,8 @@ class ArchiveLoader(ResumablePipe):
         return self.length
 
 
-def _stream_stamp(stream: Any) -> str | None:
-    """``"size:version"`` of the file under ``stream``, from what its open already knows, or ``None``.
-
-    fsspec's remote files (s3fs, HTTP, GCS...) carry the ``info()`` their open fetched: the size and the
-    ETag (else the modification time); a local file gets one ``fstat`` of its descriptor.  Wrappers
-    (:class:`StreamWrapper`, buffered and text readers, :class:`RetryingFile`) are looked through.
-    """
-    obj = stream
-    for _ in range(8):
-        if isinstance(obj, StreamWrapper):
-            obj = obj.file_obj
-            continue
-        details = getattr(obj, "details", None)
-        if isinstance(details, dict):
-            version = next((details[k] for k in ("ETag", "etag", "generation", "LastModified", "mtime", "updated")
-                            if details.get(k) not in (None, "")), None)
-            size = details.get("size")
-            return None if version is None and size is None else f"{size}:{version}"
-        try:
-            st = os.fstat(obj.fileno())
-        except (OSError, ValueError, AttributeError, TypeError):  # io.UnsupportedOperation is both
-            pass
-        else:
-            if stat.S_ISREG(st.st_mode):
-                return f"{st.st_size}:{st.st_mtime_ns}"
-        inner = getattr(obj, "raw", None) or getattr(obj, "buffer", None)
-        if inner is None or inner is obj:
-            return None
-        obj = inner
-    return None
+#: ``"size:version"`` of the file under a stream, or ``None`` (:func:`pipekit.pipes._stamps.file_stamp`).
+_stream_stamp = file_stamp
 
 
 @functional_datapipe("load_from_tar")

@@ -165,6 +165,9 @@ class Cycler(ResumablePipe):
     #: a shuffle buffer after it keeps its items inline in a checkpoint: re-reading through a restart of the
     #: source (another pass, with the seeds that pass drew) is not replayed exactly yet
     replayable = False
+    #: each pass opens the files of the passes before it again: pipekit.DataLoader stamps the files opened in an
+    #: epoch and refuses, on resume, one read before the checkpoint and changed since (pipekit.pipes._stamps)
+    rereads = True
 
     def __init__(self, source_datapipe: IterDataPipe, count: int | None = None) -> None:
         super().__init__()

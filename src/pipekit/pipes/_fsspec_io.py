@@ -30,6 +30,7 @@ from pipekit.errors import ReadError, SkipLog, check_on_error
 from pipekit.pipes._builtin import IterableWrapper
 from pipekit.pipes._list_match import _join_url, _matcher, _scan_local
 from pipekit.pipes._retrying_file import RetryingFile
+from pipekit.pipes._stamps import StampLog
 from pipekit.pipes._stream_items import note_opened
 from pipekit.pipes.base import IterDataPipe, StreamWrapper, functional_datapipe
 from pipekit.pipes.state import ResumablePipe
@@ -409,7 +410,12 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
 
     The pipe is stateless for resume (one stream per URL).  Pipes that need
     to open an input again to resume it (``load_from_tar``) call
-    :meth:`reopen`, which opens a URL with this pipe's mode and options.
+    :meth:`reopen`, which opens a URL with this pipe's mode and options.  In a
+    pipeline whose resume reads files again (one resumed by replaying its
+    items, or with a ``cycle``), :class:`pipekit.DataLoader` has it stamp each
+    file it opens (:mod:`pipekit.pipes._stamps`): a file read before a
+    checkpoint and changed since raises :class:`~pipekit.errors.CheckpointError`
+    naming it when the resumed run opens it again.
 
     Example:
         >>> import fsspec
@@ -421,6 +427,8 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
     """
 
     stateless = True
+    stamps_files = True  # the loader gives it a StampLog where a resume reads files again (pipes/_stamps.py)
+    _stamp_log: StampLog | None = None
 
     def __init__(
         self,
@@ -483,7 +491,7 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
         return io.TextIOWrapper(io.BufferedReader(raw), **text_kwargs)
 
     def __iter__(self) -> Iterator[tuple[str, StreamWrapper]]:
-        yield from open_each(self.source_datapipe, self._opener(), self.on_error, self.skip_log)
+        yield from open_each(self.source_datapipe, self._opener(), self.on_error, self.skip_log, self._stamp_log)
 
     def _opener(self) -> Callable[[str], StreamWrapper]:
         """:meth:`reopen`, with what is the same for every URL of this epoch decided once.
@@ -525,12 +533,16 @@ _PRUNE_AT = 64
 
 
 def open_each(
-    urls: Iterable[str], reopen: Callable[[str], StreamWrapper], on_error: str, skip_log: SkipLog
+    urls: Iterable[str], reopen: Callable[[str], StreamWrapper], on_error: str, skip_log: SkipLog,
+    stamps: StampLog | None = None,
 ) -> Iterator[tuple[str, StreamWrapper]]:
     """Yield ``(url, reopen(url))`` for each URL: the loop shared by the opening pipes.
 
     A :class:`~pipekit.errors.ReadError` from ``reopen`` is raised, or recorded
-    in ``skip_log`` when ``on_error == "skip"``.  If the iteration fails, every
+    in ``skip_log`` when ``on_error == "skip"``.  ``stamps`` (a
+    :class:`~pipekit.pipes._stamps.StampLog`, or ``None``) logs each file
+    opened, and raises :class:`~pipekit.errors.CheckpointError` for one that
+    changed since the checkpoint a resumed run reads again.  If the iteration fails, every
     stream opened here that is still open is closed before the error
     propagates; streams handed out stay open otherwise (see
     :class:`FSSpecFileOpener`).
@@ -549,6 +561,8 @@ def open_each(
                     raise
                 skip_log.record(exc)
                 continue
+            if stamps is not None:
+                stamps.opened(url, stream, stage)
             opened.append(weakref.ref(stream))
             if len(opened) >= prune_at:
                 opened = [ref for ref in opened if (s := ref()) is not None and not s.closed]

@@ -68,6 +68,17 @@ store the input's URL and re-open it.
 the middle of a file find it with :func:`find_reopen` and fall back to
 ``fsspec.open(url)``, so a checkpoint holds a URL, never credentials.
 
+**Files read again**: a resume reads files again where the pipeline is
+resumed by replaying its items (a pipe neither stateless nor resumable) or
+holds a pipe that reads its source again within an epoch (``cycle``: its
+class sets ``rereads = True``).  There :class:`pipekit.DataLoader` gives the
+pipes that open files (their class sets ``stamps_files = True``:
+``open_files_by_fsspec``, the archive loaders) a log in ``_stamp_log``, to
+which they hand each file they open (``_stamp_log.opened(url, stream,
+stage)``, when it is not ``None``); a checkpoint holds the files' stamps and
+the resumed run refuses one read again that changed since, naming it
+(:mod:`pipekit.pipes._stamps`).
+
 **Threads**: pipes that run background threads (``prefetch``,
 ``threadpool_map``) also provide ``pause()``, a context manager that parks
 their threads at a safe point while the whole pipeline's positions are read;

@@ -1,0 +1,93 @@
+"""The stamps of the files a pipeline opened in an epoch (pipekit.pipes._stamps): bounded, and checked on resume."""
+
+from __future__ import annotations
+
+import io
+import pickle
+
+import pytest
+
+from pipekit.errors import CheckpointError
+from pipekit.pipes._stamps import StampLog, file_stamp, stamp_record
+
+
+def _log_of(entries: list[tuple[str, str]]) -> StampLog:
+    log = StampLog()
+    for url, stamp in entries:
+        log.note(url, stamp, "open_files_by_fsspec")
+    return log
+
+
+def test_a_record_of_10000_files_stays_small():
+    entries = [(f"/data/train/sample-{i:06d}.jpg", f"{1000 + i % 977}:17643500{i:011d}") for i in range(10_000)]
+    record = stamp_record(entries)
+    assert record["count"] == 10_000 and len(record["names"]) < 200_000
+    assert len(pickle.dumps(record)) < 200_000
+
+
+def test_past_the_limit_a_record_keeps_its_digest_and_count_only():
+    entries = [(f"/d/{i}.bin", f"{i}:1") for i in range(100)]
+    record = stamp_record(entries, limit=64)
+    assert sorted(record) == ["count", "digest"]
+
+
+def test_a_log_is_not_pickled_with_its_pipe():
+    assert pickle.loads(pickle.dumps(_log_of([("/d/a.bin", "1:1")]))) is None
+
+
+def test_a_file_opened_again_with_another_stamp_is_refused_naming_it():
+    record = _log_of([("/d/a.bin", "3:1"), ("/d/b.bin", "4:1")]).at(lazy=False)
+    log = StampLog()
+    log.expect(record, carry=False)
+    log.note("/d/a.bin", "3:1", "open_files_by_fsspec")  # unchanged
+    log.note("/d/c.bin", "9:9", "open_files_by_fsspec")  # not read before the checkpoint: anything goes
+    with pytest.raises(CheckpointError, match=r"open_files_by_fsspec: '/d/b\.bin' changed.*4:1 then, 5:2 now"):
+        log.note("/d/b.bin", "5:2", "open_files_by_fsspec")
+
+
+def test_a_refused_stream_is_closed(tmp_path):
+    path = tmp_path / "a.bin"
+    path.write_bytes(b"abc")
+    log = StampLog()
+    log.expect(stamp_record([(str(path), "3:0")]), carry=False)
+    stream = open(path, "rb")  # noqa: SIM115 - the log closes it
+    with pytest.raises(CheckpointError):
+        log.opened(str(path), stream, "open_files_by_fsspec")
+    assert stream.closed
+
+
+def test_the_stamp_of_a_local_file_is_its_size_and_mtime(tmp_path):
+    path = tmp_path / "a.bin"
+    path.write_bytes(b"abcd")
+    with open(path, "rb") as f:
+        assert file_stamp(f) == f"4:{path.stat().st_mtime_ns}"
+    assert file_stamp(io.BytesIO(b"x")) is None
+
+
+def test_without_names_a_replay_is_checked_by_digest():
+    entries = [(f"/d/{i}.bin", f"{i}:1") for i in range(5)]
+    log = StampLog()
+    log.expect(stamp_record(entries, limit=8), carry=False)
+    for url, stamp in entries:
+        log.note(url, stamp, "open_files_by_fsspec")
+    log.check_replayed(5)  # the same files: fine
+    log = StampLog()
+    log.expect(stamp_record(entries, limit=8), carry=False)
+    for url, stamp in [*entries[:2], ("/d/2.bin", "7:7"), *entries[3:]]:
+        log.note(url, stamp, "open_files_by_fsspec")
+    with pytest.raises(CheckpointError, match="too many to name"):
+        log.check_replayed(5)
+
+
+def test_after_a_replay_a_local_file_not_read_again_is_looked_at(tmp_path):
+    kept, gone = tmp_path / "kept.bin", tmp_path / "gone.bin"
+    kept.write_bytes(b"k")
+    gone.write_bytes(b"g")
+    with open(kept, "rb") as a, open(gone, "rb") as b:
+        record = stamp_record([(str(kept), file_stamp(a)), (str(gone), file_stamp(b))])
+    log = StampLog()
+    log.expect(record, carry=False)
+    log.check_replayed(2)  # neither read again (a read-ahead the replay did not repeat), both unchanged: fine
+    gone.unlink()
+    with pytest.raises(CheckpointError, match=r"gone\.bin' is gone"):
+        log.check_replayed(2)
