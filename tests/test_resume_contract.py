@@ -108,14 +108,6 @@ def _buffered_after_fault(case: Case) -> bool:
 
 
 KNOWN_DEFECTS: dict[str, tuple[Callable[[Case], bool], Case]] = {
-    # found by a deep run: ImageFolder under two cycles with a shuffle between, checkpointed mid-epoch, resumes the
-    # right items in another order from the outer cycle's next pass on (the ints source passes since the outer
-    # pass restarts the pipes above afresh and a resumed iterator leaves the restored random state alone; the
-    # recipe's own random pipes still draw otherwise); not investigated further yet
-    "ImageFolder under nested cycles": (
-        lambda c: c.source == "imagefolder" and sum(op[0] == "cycle" for op in c.ops) >= 2,
-        Case("imagefolder", ops=(("cycle", 2), ("shuffle", 3), ("cycle", 2)), shard_at=None),
-    ),
 }
 
 
