@@ -7,12 +7,14 @@ the time steps of a ``time_series`` dataset, and says which sample keys and dtyp
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from pipekit.geo._base import Arrays, Sample, _to_tensor
+from pipekit.geo._batch import read_batch
 from pipekit.geo._bbox import BoundingBox
 from pipekit.geo._read import Grid, resampling_from
 from pipekit.geo._reader import ReadSettings
@@ -22,6 +24,10 @@ class RasterSampling:
     """The sample-assembly half of :class:`~pipekit.geo._raster.RasterDataset` (see the module docstring)."""
 
     # -- reading ----------------------------------------------------------------------------
+    def __getitems__(self, keys: Sequence[Any]) -> list[Sample]:
+        """``[self[key] for key in keys]`` (a DataLoader's batch), read into one tensor per key (``_batch``)."""
+        return read_batch(self, keys)
+
     def _layers(self) -> dict[str, int]:
         return {"image" if self.is_image else "mask": self._channels}
 
