@@ -11,7 +11,9 @@ through ``pipekit.DataLoader(num_workers=0)`` after a warm-up epoch:
   open_files_by_fsspec(rb) -> map(read and close) -> batch(32)`` over small local files (the listing and
   opening of ``pipes_overhead``, without the decoding);
 * ``geo``: ``RandomGeoSampler(128 px).as_pipe() -> sharding_filter -> read_geo(landsat8 & cdl) ->
-  batch(8) -> collate(stack_samples)`` on a small synthetic corpus.
+  batch(8) -> collate(stack_samples)`` on a small synthetic corpus;
+* ``geo-loader``: the same dataset and sampler as a map-style dataset, ``pipekit.DataLoader(dataset,
+  batch_size=8, sampler=..., collate_fn=stack_samples)`` (a batch read through ``__getitems__``).
 
 Run: ``./run bench call_counts``; to compare another checkout, run it with ``PYTHONPATH=OTHER/src``.
 """
@@ -35,11 +37,12 @@ def _plus_one(x: int) -> int:
     return x + 1
 
 
-def _count(make, size_of) -> tuple[float, Counter]:
-    list(pipekit.DataLoader(make(), num_workers=0))  # warm-up: imports, caches, handles
+def _count(make, size_of, loader=None) -> tuple[float, Counter]:
+    loader = loader or (lambda source: pipekit.DataLoader(source, num_workers=0))
+    list(loader(make()))  # warm-up: imports, caches, handles
     profile = cProfile.Profile()
     profile.enable()
-    items = sum(size_of(batch) for batch in pipekit.DataLoader(make(), num_workers=0))
+    items = sum(size_of(batch) for batch in loader(make()))
     profile.disable()
     stats = pstats.Stats(profile)
     per_function = Counter()
@@ -83,7 +86,7 @@ def files_chain(n: int, root: str) -> tuple[float, Counter]:
     return _count(make, len)
 
 
-def geo_chain(n: int, root: str) -> tuple[float, Counter]:
+def geo_chain(n: int, root: str, map_style: bool = False) -> tuple[float, Counter]:
     from pipekit import datasets
     from pipekit.geo import RandomGeoSampler, stack_samples
 
@@ -97,9 +100,14 @@ def geo_chain(n: int, root: str) -> tuple[float, Counter]:
 
     def make():
         sampler = RandomGeoSampler(dataset, size=128, length=n)
+        if map_style:
+            return sampler
         return sampler.as_pipe().set_seed(0).sharding_filter().read_geo(dataset).batch(8).collate(stack_samples)
 
-    return _count(make, lambda batch: len(batch["image"]))
+    def loader(sampler):
+        return pipekit.DataLoader(dataset, batch_size=8, sampler=sampler, collate_fn=stack_samples, num_workers=0)
+
+    return _count(make, lambda batch: len(batch["image"]), loader if map_style else None)
 
 
 def main() -> None:
@@ -107,7 +115,9 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=10_000, help="items of the pipes chain")
     parser.add_argument("--files", type=int, default=2000, help="files of the files chain")
     parser.add_argument("--samples", type=int, default=400, help="samples of the geo chain")
-    parser.add_argument("--chains", nargs="+", default=["pipes", "files", "geo"], choices=["pipes", "files", "geo"])
+    parser.add_argument(
+        "--chains", nargs="+", default=["pipes", "files", "geo"], choices=["pipes", "files", "geo", "geo-loader"]
+    )
     parser.add_argument("--top", type=int, default=8, help="functions to list per chain")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -117,6 +127,7 @@ def main() -> None:
             "pipes": lambda: pipes_chain(args.items),
             "files": lambda: files_chain(args.files, tmp),
             "geo": lambda: geo_chain(args.samples, tmp),
+            "geo-loader": lambda: geo_chain(args.samples, tmp, map_style=True),
         }
         for name in args.chains:
             per_item, functions = chains[name]()

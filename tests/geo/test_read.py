@@ -298,6 +298,35 @@ class TestRawWindowReads:
             for h in handles:
                 h.close()
 
+    @pytest.mark.parametrize("nodata", [None, 0, 7])
+    def test_band_files_read_at_once_match_part_by_part(self, tmp_path, rasters, monkeypatch, nodata):
+        """A scene's band files read each straight into the output: what reading them part by part gives."""
+        handles = []
+        for k in range(3):
+            array = rasters.pattern(40, 50, 1, seed=k, dtype="uint16")
+            array[0, :4, :4] = 7
+            path = rasters.write_tif(tmp_path / f"b{k}.tif", array, rasters.UTM15,
+                                     Affine(30.0, 0.0, 0.0, 0.0, -30.0, 1200.0), nodata=nodata)
+            handles.append(geo_io.open_handle(geo_io.RasterOpener(), str(path)))
+        try:
+            parts = [(h, [1]) for h in handles]
+            origin = (0.0, 1200.0)
+            grids = [grid_at(0, 0, 20, 16, origin=origin), grid_at(30, 24, 20, 16, origin=origin),  # inside
+                     grid_at(40, 30, 20, 16, origin=origin), grid_at(-5, 2, 8, 8, origin=origin)]  # past edges
+            nodatas = [h.nodata for h in handles]
+            for dtype in (np.uint16, np.float32):
+                for grid in grids:
+                    got = np.full((3, grid.height, grid.width), 1, dtype)
+                    geo_read.read_stack_into(parts, nodatas, grid, got, None, Resampling.nearest, 0, False)
+                    with monkeypatch.context() as m:
+                        m.setattr(geo_read, "_read_native_stack", lambda *args: False)
+                        want = np.full((3, grid.height, grid.width), 1, dtype)
+                        geo_read.read_stack_into(parts, nodatas, grid, want, None, Resampling.nearest, 0, False)
+                    assert np.array_equal(got, want)
+        finally:
+            for h in handles:
+                h.close()
+
 
 def torch_equal(a, b) -> bool:
     import torch

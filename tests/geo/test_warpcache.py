@@ -39,6 +39,41 @@ def index_warp(calls):
     return warp
 
 
+def _assemble_block_by_block(found, col0, row0, h, w):
+    """The patch assembly of ``read_blocks`` before its slices were computed per block row and column."""
+    first = next(iter(found.values()))[0]
+    out = np.empty((first.shape[0], h, w), dtype=first.dtype)
+    covered = None
+    for (bx, by), (data, inside) in found.items():
+        c_lo, c_hi = max(col0, bx * B), min(col0 + w, (bx + 1) * B)
+        r_lo, r_hi = max(row0, by * B), min(row0 + h, (by + 1) * B)
+        src = (slice(None), slice(r_lo - by * B, r_hi - by * B), slice(c_lo - bx * B, c_hi - bx * B))
+        dst = (slice(None), slice(r_lo - row0, r_hi - row0), slice(c_lo - col0, c_hi - col0))
+        out[dst] = data[src]
+        if inside is not None:
+            if covered is None:
+                covered = np.ones((h, w), dtype=bool)
+            covered[dst[1:]] = inside[src[1:]]
+    return out, covered
+
+
+def test_patch_assembly_matches_block_by_block():
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        col0, row0 = (int(v) for v in rng.integers(-300, 300, 2))
+        h, w = (int(v) for v in rng.integers(1, 3 * B, 2))
+        bx0, bx1, by0, by1 = col0 // B, (col0 + w - 1) // B, row0 // B, (row0 + h - 1) // B
+        found = {}
+        for by in range(by0, by1 + 1):
+            for bx in range(bx0, bx1 + 1):
+                inside = rng.random((B, B)) > 0.3 if rng.random() < 0.3 else None
+                found[(bx, by)] = (rng.integers(0, 255, (2, B, B)).astype(np.uint8), inside)
+        got = warpcache._assemble(found, col0, row0, (h, w), (bx0, bx1, by0, by1))
+        want = _assemble_block_by_block(found, col0, row0, h, w)
+        assert np.array_equal(got[0], want[0])
+        assert (got[1] is None) == (want[1] is None) and (got[1] is None or np.array_equal(got[1], want[1]))
+
+
 class TestReadBlocks:
     def test_assembles_patches_from_blocks_and_warps_each_block_once(self):
         calls = []

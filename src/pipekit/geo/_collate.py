@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from pipekit.collate import _check_dicts, _columns, collate_dicts
+from pipekit.geo._batch import stacked_samples
 
 __all__ = ["stack_samples", "concat_samples", "merge_samples", "unbind_samples"]
 
@@ -49,7 +50,10 @@ def stack_samples(samples: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 
     Returns:
         one dict: ``{"image": Tensor[B, C, H, W], "crs": [crs, ...], ...}``;
-        inside a DataLoader worker its tensors are in shared memory.
+        inside a DataLoader worker its tensors are in shared memory.  The
+        samples of a batch a raster dataset read through ``__getitems__``
+        (a DataLoader's batch) are views of such a batch already: it is
+        returned as it is, not copied (:mod:`pipekit.geo._batch`).
 
     Example:
         >>> import torch
@@ -58,6 +62,10 @@ def stack_samples(samples: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         >>> batch["image"].shape, batch["id"]
         (torch.Size([2, 3, 4, 4]), [1, 2])
     """
+    samples = list(samples)
+    batch = stacked_samples(samples)  # the samples of one batch read by a dataset's __getitems__: no copy
+    if batch is not None:
+        return batch
     return collate_dicts(samples, name="stack_samples", tensors_only=True)
 
 

@@ -32,6 +32,7 @@ from pipekit.geo._base import (
     _to_crs,
     _to_res,
 )
+from pipekit.geo._batch import read_batch
 from pipekit.geo._bbox import BoundingBox
 from pipekit.geo._collate import concat_samples, merge_samples
 from pipekit.geo._index import GeoIndex
@@ -149,6 +150,10 @@ class IntersectionDataset(GeoDataset):
     @property
     def name(self) -> str:
         return f"({self._names[0]} & {self._names[1]})" if hasattr(self, "_names") else "IntersectionDataset"
+
+    def __getitems__(self, keys: Sequence[Any]) -> list[Sample]:
+        """``[self[key] for key in keys]`` (a DataLoader's batch), read into one tensor per key (``_batch``)."""
+        return read_batch(self, keys)
 
     def _build_index(self) -> GeoIndex:
         d1, d2 = self.datasets
@@ -419,6 +424,10 @@ class UnionDataset(GeoDataset):
     @property
     def name(self) -> str:
         return f"({self._names[0]} | {self._names[1]})" if hasattr(self, "_names") else "UnionDataset"
+
+    def __getitems__(self, keys: Sequence[Any]) -> list[Sample]:
+        """``[self[key] for key in keys]`` (a DataLoader's batch), read into one tensor per key (``_batch``)."""
+        return read_batch(self, keys)
 
     def _frame(self) -> GeoDataFrame:
         """TorchGeo's ``pd.concat`` of both indexes (when nobody filtered the union's own rows)."""

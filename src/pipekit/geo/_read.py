@@ -314,6 +314,8 @@ def read_stack_into(
     Returns:
         whether any file covered part of the grid.
     """
+    if valid is None and run is None and _read_native_stack(parts, nodatas, grid, out, resampling, fill):
+        return True
     first = parts[0][0]
     if (
         len(parts) > 1
@@ -334,6 +336,42 @@ def read_stack_into(
                          nodatas[k], fill, prefilled)
 
     return any((run or _run_serially)(read_part, len(parts)))
+
+
+def _read_native_stack(
+    parts: list[tuple[RasterHandle, list[int]]],
+    nodatas: list[float | None],
+    grid: Grid,
+    out: np.ndarray,
+    resampling: Resampling,
+    fill: float,
+) -> bool:
+    """The parts of one file-only query read each straight into its bands of ``out``, if all can be.
+
+    What :func:`read_stack_into` does, part after part, when every part is read
+    natively (:func:`native_offsets`), its window lies inside its file, has the
+    output's dtype and a nodata that is the fill value (or none): the same
+    window reads, without the per-part calls around them (a warm Landsat
+    scene is six band files).  ``False`` (and nothing read) when one part
+    cannot be read so: the general path then reads them all.
+    """
+    if not out.flags.c_contiguous:
+        return False
+    h, w = grid.height, grid.width
+    plan = []
+    k = 0
+    for (handle, indexes), nodata in zip(parts, nodatas):
+        offsets = native_offsets(handle, grid, resampling)
+        if offsets is None or handle.np_dtype != out.dtype or not (nodata is None or _same_value(nodata, fill)):
+            return False
+        col, row = offsets
+        if col < 0 or row < 0 or col + w > handle.width or row + h > handle.height:
+            return False
+        plan.append((handle, indexes, Window(col, row, w, h), k))
+        k += len(indexes)
+    for handle, indexes, window, k in plan:
+        _read_window(handle, indexes, window, out[k:k + len(indexes)])
+    return True
 
 
 def _read_native(

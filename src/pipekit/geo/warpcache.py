@@ -265,18 +265,38 @@ def read_blocks(
             block = (data[:, ys, xs].copy(), block_inside)
             found[(bx, by)] = block
             cache.put((lattice_key, bx, by), block)
-    first = next(iter(found.values()))[0]
+    return _assemble(found, col0, row0, (h, w), (bx0, bx1, by0, by1))
+
+
+def _spans(lo: int, size: int, b0: int, b1: int) -> list[tuple[int, slice, slice]]:
+    """For blocks ``b0..b1`` along one axis: ``(block, its pixels in the patch, in the block)``."""
+    spans = []
+    for b in range(b0, b1 + 1):
+        a, z = max(lo, b * BLOCK), min(lo + size, (b + 1) * BLOCK)
+        spans.append((b, slice(a - lo, z - lo), slice(a - b * BLOCK, z - b * BLOCK)))
+    return spans
+
+
+def _assemble(
+    found: dict[tuple[int, int], Block], col0: int, row0: int, shape: tuple[int, int], span: tuple[int, int, int, int]
+) -> Block:
+    """The patch at lattice pixel ``(col0, row0)`` of ``shape`` from its blocks ``found`` (every one of them).
+
+    Each block's overlap with the patch, the slices computed once per block
+    row and column (a 256 px patch spans 3 x 3 blocks of 128).
+    """
+    h, w = shape
+    bx0, bx1, by0, by1 = span
+    first = found[(bx0, by0)][0]
     out = np.empty((first.shape[0], h, w), dtype=first.dtype)
     covered: np.ndarray | None = None
-    for (bx, by), (data, inside) in found.items():
-        # the overlap of the block with the patch, in block and in patch pixels
-        c_lo, c_hi = max(col0, bx * BLOCK), min(col0 + w, (bx + 1) * BLOCK)
-        r_lo, r_hi = max(row0, by * BLOCK), min(row0 + h, (by + 1) * BLOCK)
-        src = (slice(None), slice(r_lo - by * BLOCK, r_hi - by * BLOCK), slice(c_lo - bx * BLOCK, c_hi - bx * BLOCK))
-        dst = (slice(None), slice(r_lo - row0, r_hi - row0), slice(c_lo - col0, c_hi - col0))
-        out[dst] = data[src]
-        if inside is not None:
-            if covered is None:
-                covered = np.ones((h, w), dtype=bool)
-            covered[dst[1:]] = inside[src[1:]]
+    columns = _spans(col0, w, bx0, bx1)
+    for by, rows, block_rows in _spans(row0, h, by0, by1):
+        for bx, cols, block_cols in columns:
+            data, inside = found[(bx, by)]
+            out[:, rows, cols] = data[:, block_rows, block_cols]
+            if inside is not None:
+                if covered is None:
+                    covered = np.ones((h, w), dtype=bool)
+                covered[rows, cols] = inside[block_rows, block_cols]
     return out, covered
