@@ -122,6 +122,24 @@ def test_warp(corpus):
     _assert_same([s["mask"] for s in fast], [s["mask"] for s in reference])
 
 
+@compares("geo_batch")
+def test_geo_batch(corpus):
+    from pipekit import DataLoader
+    from pipekit.datasets import CDL, Landsat8
+    from pipekit.geo import stack_samples
+    from pipekit.samplers import RandomBatchGeoSampler
+
+    def run() -> list[Any]:
+        dataset = Landsat8(paths=corpus / "landsat8", bands=["SR_B4", "SR_B3"]) & CDL(paths=corpus / "cdl")
+        sampler = RandomBatchGeoSampler(dataset, size=32, batch_size=3, length=6, seed=3)
+        return list(DataLoader(dataset, batch_sampler=sampler, collate_fn=stack_samples))
+
+    fast, reference = _both_ways("geo_batch", run)
+    assert fast[0]["image"].shape == (3, 2, 32, 32)
+    _assert_same([{k: b[k] for k in ("image", "mask")} for b in fast],
+                 [{k: b[k] for k in ("image", "mask")} for b in reference])
+
+
 def _s3_landsat(server: Any, corpus: Path, **kwargs: Any) -> Any:
     from pipekit.datasets import Landsat8
 

@@ -21,6 +21,9 @@ The registered ones (:data:`REGISTRY` holds the same with the reasons):
   filesystem; ``benchmarks/geo_sampling.py --s3-variants ... cached``).
 * ``prefetch_tiles``: a window's missing tiles fetched together before GDAL decodes them (reference: fetched
   as GDAL asks for them; same benchmark).
+* ``geo_batch``: a DataLoader batch of geo samples read straight into one tensor per key, which
+  ``stack_samples`` returns without copying (reference: ``dataset[key]`` per sample, then ``torch.stack``;
+  ``benchmarks/geo_sampling.py``).
 
 Every fast path gives the same output as its reference: ``tests/test_fast.py`` runs each affected pipeline both
 ways and compares them, and fails for a registered path without such a comparison.
@@ -92,6 +95,12 @@ REGISTRY: dict[str, FastPath] = {
             "botocore's signer over http.client costs ~0.7 ms of CPU a ranged GET against s3fs's 2.1",
             "the fsspec filesystem's ranged reads",
             "benchmarks/geo_sampling.py --s3-variants local cached",
+        ),
+        FastPath(
+            "geo_batch",
+            "new tensors per sample, then torch.stack's copy into a batch, cost half a warm patch's CPU at 0 workers",
+            "dataset[key] per sample, then torch.stack",
+            "benchmarks/geo_sampling.py",
         ),
         FastPath(
             "prefetch_tiles",

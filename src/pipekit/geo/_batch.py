@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from pipekit import _fast
 from pipekit._batch_memory import empty_host
 from pipekit.geo._base import GeoDataset, Sample, _numpy_dtype
 from pipekit.geo._bbox import BoundingBox
@@ -90,6 +91,8 @@ def stacked_samples(samples: list[Any]) -> dict[str, Any] | None:
 
     ``None`` when they are not (then ``stack_samples`` stacks them as usual).
     """
+    if not _batches:
+        return None  # nothing read by read_batch is alive (also when the geo_batch fast path is off)
     first = samples[0] if samples else None
     if not isinstance(first, Mapping) or not any(type(v) is torch.Tensor and v.data_ptr() in _batches
                                                  for v in first.values()):
@@ -184,7 +187,7 @@ def read_batch(dataset: GeoDataset, keys: Sequence[Any]) -> list[Sample]:
     """
     keys = list(keys)
     dtypes: dict[str, torch.dtype] = {}
-    if not keys or not _leaf_dtypes(dataset, True, dtypes):
+    if not keys or not _fast.enabled("geo_batch") or not _leaf_dtypes(dataset, True, dtypes):
         return [dataset[key] for key in keys]
     queries = [dataset._query(key) for key in keys]
     grids = [dataset.grid(bbox, res) for bbox, res, _ in queries]
