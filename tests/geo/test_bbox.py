@@ -105,6 +105,18 @@ class TestBoundingBox:
             BoundingBox(0, 1, 0, 1).minx = 3
 
 
+def test_a_box_with_a_time_past_year_9999_prints_and_a_dataset_names_it_as_missing():
+    """Printing such a box raised ValueError inside a dataset's "not found" error, hiding the IndexError."""
+    from types import SimpleNamespace
+
+    from pipekit.geo._base import GeoDataset
+
+    box = BoundingBox(0, 1, 0, 1, 0, 1e12)
+    assert "maxt=1e+12s" in repr(box) and "mint=1970-01-01T00:00:00Z" in repr(box)
+    stub = SimpleNamespace(_extent=lambda: (0, 1), name="stub")
+    assert "1e+12s" in str(GeoDataset._missing(stub, box))
+
+
 class TestFromSlices:
     DEFAULT = BoundingBox(0, 100, 0, 50, 10, 20)
 

@@ -302,7 +302,10 @@ class BoundingBox:
         def t(v: float) -> str:
             if math.isinf(v):
                 return "-inf" if v < 0 else "inf"
-            return datetime.fromtimestamp(v, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            try:
+                return datetime.fromtimestamp(v, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            except (ValueError, OverflowError, OSError):  # before year 1 or after 9999: seconds, as stored
+                return f"{v:.6g}s"
 
         return (
             f"BoundingBox(minx={self.minx:.6g}, maxx={self.maxx:.6g}, miny={self.miny:.6g}, "
