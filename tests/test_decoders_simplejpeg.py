@@ -146,3 +146,21 @@ def test_simplejpeg_gives_torchvision_s_pixels(monkeypatch):
                 mp.setattr("pipekit.decoders._simplejpeg_decoder", lambda: None)
                 expected = decode_image_bytes(data, mode=mode)
             assert got.shape == expected.shape and torch.equal(got, expected), (name, mode)
+
+
+def test_the_fast_path_switch_turns_simplejpeg_off(monkeypatch):
+    from pipekit import _fast
+
+    calls = []
+
+    def decode(data: bytes, colorspace: str, strict: bool = True) -> np.ndarray:
+        calls.append(colorspace)
+        raise ValueError("refused")  # then torchvision decodes it
+
+    monkeypatch.setattr(backends, "_simplejpeg_module", lambda: decode)
+    data = _jpeg()
+    monkeypatch.setitem(_fast.state, "simplejpeg", False)
+    off = decode_image_bytes(data)
+    assert calls == []
+    monkeypatch.setitem(_fast.state, "simplejpeg", True)
+    assert torch.equal(decode_image_bytes(data), off) and calls == ["RGB"]

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from pipekit import _fast
 from pipekit._decode_checks import check_png_structure, over_limit
 from pipekit.errors import DecodeError
 
@@ -207,9 +208,19 @@ def _pillow_refused(size: tuple[int, int] | None, limit: int, reason: str) -> st
     return over_limit(size, limit) or reason
 
 
-@functools.cache
 def _simplejpeg_decoder() -> Callable[..., np.ndarray] | None:
-    """``simplejpeg.decode_jpeg`` where the optional ``simplejpeg`` package is installed, else ``None``."""
+    """``simplejpeg.decode_jpeg`` where the optional ``simplejpeg`` package is installed, else ``None``.
+
+    Also ``None`` while the fast path ``"simplejpeg"`` is off (``pipekit._fast``: torchvision's decoder is its
+    reference; ``benchmarks/shards.py --decode-ab`` switches it between epochs).
+    """
+    if not _fast.state.get("simplejpeg", True):
+        return None
+    return _simplejpeg_module()
+
+
+@functools.cache
+def _simplejpeg_module() -> Callable[..., np.ndarray] | None:
     try:
         from simplejpeg import decode_jpeg
     except ImportError:  # not installed (it is optional): torchvision's decoder
@@ -224,8 +235,9 @@ def _decode_jpeg_simplejpeg(data: bytes, channels: int | None, components: int) 
     same pixels; ``simplejpeg``'s build is ~10% faster on a 320x256 photo (issue 34).  The caller has checked the
     pixel limit and that the file holds no EXIF segment (torchvision applies its orientation; this does not).
     Taken for gray or YCbCr/RGB files (``components`` 1 or 3), decoded to gray or RGB as torchvision's mode for
-    ``channels`` would (the caller converts to 2 or 4 channels as after torchvision); CMYK files, and any file ``simplejpeg`` reports a problem with (its strict mode
-    refuses even what libjpeg only warns about), go to torchvision, which decodes or names the error as before.
+    ``channels`` would (the caller converts to 2 or 4 channels as after torchvision); CMYK files, and any file
+    ``simplejpeg`` reports a problem with (its strict mode refuses even what libjpeg only warns about), go to
+    torchvision, which decodes or names the error as before.
     The tensor is a ``CHW`` view of interleaved pixels, as torchvision's.
     """
     decode = _simplejpeg_decoder()
