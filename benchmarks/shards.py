@@ -490,17 +490,24 @@ def profile_stages(paths: list[Path], args: argparse.Namespace) -> None:
         samples += [(v, members[k[:-4] + ".cls"]) for k, v in members.items() if k.endswith(".jpg")]
     n = len(samples)
     times = {"tar read (tarfile, for scale)": time.process_time() - t0}
+    from pipekit._image_backends import _simplejpeg_decoder
+    from pipekit.transforms._direct import direct_image_ops
+
+    decoder = "simplejpeg" if _simplejpeg_decoder() is not None else "torchvision decode_jpeg"
     t0 = time.process_time()
     images = [decode_image_bytes(jpg, mode="RGB") for jpg, _ in samples]
-    times["decode (decode_image_bytes RGB)"] = time.process_time() - t0
-    ops = standard_image_transforms(args.size, train=True)
-    crop, flip = ops[0], ops[1]
+    times[f"decode (decode_image_bytes RGB: {decoder})"] = time.process_time() - t0
+    # the steps TarShards runs (its direct path: torchvision's draws and kernels, from a generator)
+    steps = direct_image_ops(standard_image_transforms(args.size, train=True))
+    assert steps is not None
+    crop, flip = steps
+    g = torch.Generator().manual_seed(0)
     t0 = time.process_time()
-    cropped = [crop(im) for im in images]
-    times["RandomResizedCrop"] = time.process_time() - t0
+    cropped = [crop(im, g) for im in images]
+    times["RandomResizedCrop (direct step)"] = time.process_time() - t0
     t0 = time.process_time()
-    flipped = [flip(im) for im in cropped]
-    times["RandomHorizontalFlip"] = time.process_time() - t0
+    flipped = [flip(im, g) for im in cropped]
+    times["RandomHorizontalFlip (direct step)"] = time.process_time() - t0
     t0 = time.process_time()
     for i in range(0, n, args.batch):
         part = zip(flipped[i:i + args.batch], samples[i:i + args.batch])
