@@ -89,6 +89,16 @@ class TestJpegFrame:
     def test_an_exif_segment_is_seen(self):
         assert jpeg_frame(_with_exif()) == (33, 17, 3, True)
 
+    def test_an_exif_segment_after_the_frame_header_is_seen(self):
+        data = _with_exif()
+        start = data.index(b"\xff\xe1")
+        app1 = data[start : start + 2 + int.from_bytes(data[start + 2 : start + 4], "big")]
+        rest = data[:start] + data[start + len(app1) :]
+        sof = rest.index(b"\xff\xc0")
+        after = sof + 2 + int.from_bytes(rest[sof + 2 : sof + 4], "big")
+        moved = rest[:after] + app1 + rest[after:]  # libjpeg still reads it (before the scan): so does torchvision
+        assert jpeg_frame(moved) == (33, 17, 3, True)
+
     def test_a_header_cut_before_the_scan_is_none(self):
         data = _jpeg()
         sos = data.index(b"\xff\xda")
