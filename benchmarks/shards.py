@@ -31,6 +31,10 @@ torchvision v2 ops), batches of 64, in a DataLoader with 0 and 2 workers:
     as (c) (torchvision decode + the same ops).  ``--random-access-only`` times
     it against (a) alone.
 
+``--decode-ab`` (issue 34) times pipekit's 0-worker loader alone, epochs alternating
+between its JPEG decoders: torchvision's (the reference) and the optional ``simplejpeg``
+(where installed; the same pixels).
+
 ``--peers`` (issues 33 and 34; ``./run bench shards --peers``) is the side by side
 against every peer loader instead, each loader in a process of its own
 (``benchmarks/_peers.py``; the peers with the ``peers`` environment's python,
@@ -73,6 +77,7 @@ import atexit
 import contextlib
 import io
 import json
+import os
 import platform
 import shutil
 import statistics
@@ -485,17 +490,24 @@ def profile_stages(paths: list[Path], args: argparse.Namespace) -> None:
         samples += [(v, members[k[:-4] + ".cls"]) for k, v in members.items() if k.endswith(".jpg")]
     n = len(samples)
     times = {"tar read (tarfile, for scale)": time.process_time() - t0}
+    from pipekit._image_backends import _simplejpeg_decoder
+    from pipekit.transforms._direct import direct_image_ops
+
+    decoder = "simplejpeg" if _simplejpeg_decoder() is not None else "torchvision decode_jpeg"
     t0 = time.process_time()
     images = [decode_image_bytes(jpg, mode="RGB") for jpg, _ in samples]
-    times["decode (decode_image_bytes RGB)"] = time.process_time() - t0
-    ops = standard_image_transforms(args.size, train=True)
-    crop, flip = ops[0], ops[1]
+    times[f"decode (decode_image_bytes RGB: {decoder})"] = time.process_time() - t0
+    # the steps TarShards runs (its direct path: torchvision's draws and kernels, from a generator)
+    steps = direct_image_ops(standard_image_transforms(args.size, train=True))
+    assert steps is not None
+    crop, flip = steps
+    g = torch.Generator().manual_seed(0)
     t0 = time.process_time()
-    cropped = [crop(im) for im in images]
-    times["RandomResizedCrop"] = time.process_time() - t0
+    cropped = [crop(im, g) for im in images]
+    times["RandomResizedCrop (direct step)"] = time.process_time() - t0
     t0 = time.process_time()
-    flipped = [flip(im) for im in cropped]
-    times["RandomHorizontalFlip"] = time.process_time() - t0
+    flipped = [flip(im, g) for im in cropped]
+    times["RandomHorizontalFlip (direct step)"] = time.process_time() - t0
     t0 = time.process_time()
     for i in range(0, n, args.batch):
         part = zip(flipped[i:i + args.batch], samples[i:i + args.batch])
@@ -504,6 +516,44 @@ def profile_stages(paths: list[Path], args: argparse.Namespace) -> None:
     print(f"# --profile: pipekit's image path by stage, CPU µs a sample over {n} samples (one pass each)")
     for name, t in times.items():
         print(f"#   {name}: {t / n * 1e6:.0f} µs")
+
+
+def decode_ab(paths: list[Path], args: argparse.Namespace) -> None:
+    """``--decode-ab``: pipekit's 0-worker loader, epochs alternating between its JPEG decoders (issue 34).
+
+    torchvision's ``decode_jpeg`` (the reference) and ``simplejpeg`` (the optional package, where installed:
+    the fast path ``"simplejpeg"`` switched between epochs), in one process and one loader, so the machine's
+    load and the process's warm caches are alike for both; CPU µs a sample (the process's own CPU time: all
+    the work at 0 workers) and samples/s, medians of ``--epochs`` rounds after a warm-up epoch.
+    """
+    from pipekit import _fast
+    from pipekit._image_backends import _simplejpeg_module
+
+    variants = {"torchvision decode_jpeg": False}
+    if _simplejpeg_module() is not None:
+        variants["simplejpeg"] = True
+    else:
+        print("# simplejpeg not installed (pip install simplejpeg): torchvision's decoder only")
+    loader = pipekit_loader([str(p) for p in paths], args, 0, True, None)
+    before = _fast.state.get("simplejpeg", True)
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
+    loads = [os.getloadavg()[0]]
+    try:
+        epoch_rate(loader)
+        for _ in range(args.epochs):
+            for name, on in variants.items():
+                _fast.state["simplejpeg"] = on
+                runs[name].append(epoch_rate(loader))
+            loads.append(os.getloadavg()[0])
+    finally:
+        _fast.state["simplejpeg"] = before
+        loader.shutdown()
+    print(f"# --decode-ab: 0 workers, {args.epochs} alternating rounds, load {min(loads):.1f}-{max(loads):.1f}")
+    base = statistics.median(c for _, c in runs["torchvision decode_jpeg"])
+    for name, r in runs.items():
+        cpu = statistics.median(c for _, c in r)
+        print(f"| {name} | {statistics.median(x for x, _ in r):7.1f}/s | CPU {cpu:.0f} µs/sample "
+              f"(torchvision's / this: {base / cpu:.3f}) | rounds {[round(c) for _, c in r]} |", flush=True)
 
 
 def run_peers(args: argparse.Namespace, paths: list[Path], root: Path) -> None:
@@ -577,6 +627,8 @@ def main() -> None:
                         help="side by side against every peer loader, each in its own process (see above)")
     parser.add_argument("--peers-python", help="the peers environment's python (default: $PIPEKIT_PEERS_PYTHON)")
     parser.add_argument("--skip-peer", nargs="*", default=[], choices=PEER_ORDER[1:], help="with --peers")
+    parser.add_argument("--decode-ab", action="store_true",
+                        help="only pipekit at 0 workers, epochs alternating torchvision's and simplejpeg's decoder")
     parser.add_argument("--profile", action="store_true",
                         help="with --peers: a cProfile of pipekit's 0-worker epoch, and its stages timed apart")
     args = parser.parse_args()
@@ -598,6 +650,9 @@ def main() -> None:
         f"python {platform.python_version()}; samples/s, median of {args.epochs} epoch(s) after a warm-up, "
         f"ratios against {against}"
     )
+    if args.decode_ab:
+        decode_ab(paths, args)
+        return
     if args.peers:
         if args.profile:
             profile_stages(paths, args)

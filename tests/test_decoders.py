@@ -309,6 +309,7 @@ class TestJpegOperator:
 
         direct = [decode_image_bytes(data, mode="RGB") for data in rotated_jpegs]
         monkeypatch.setattr(decoders, "_jpeg_operator", lambda: None)  # as if the extension had not loaded
+        monkeypatch.setattr(decoders, "_simplejpeg_decoder", lambda: None)  # torchvision's path for every file
         decoders._tv_jpeg.cache_clear()
         try:
             calls = []

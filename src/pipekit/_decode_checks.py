@@ -5,6 +5,7 @@
 pixels: a 632-byte JPEG may declare 60000x60000 pixels (10.8 GB once decoded).  Each reader looks at
 the first bytes only (a JPEG's segments up to its start-of-frame, a TIFF's first directory) and
 returns ``None`` when the header cannot be read; the decoder then reports the broken file itself.
+:func:`jpeg_frame` adds what a JPEG decoder other than torchvision's must know before it may decode it.
 :func:`check_png_structure` checks a PNG before torchvision's decoder sees it, :func:`check_npy_header` a
 ``.npy`` header before numpy allocates what it declares.
 """
@@ -21,7 +22,9 @@ import numpy as np
 
 from pipekit.errors import DecodeError
 
-__all__ = ["jpeg_size", "check_npy_header", "check_npz", "check_png_structure", "declared_size", "over_limit"]
+__all__ = [
+    "check_npy_header", "check_npz", "check_png_structure", "declared_size", "jpeg_frame", "jpeg_size", "over_limit",
+]
 
 # JPEG start-of-frame markers: C0-CF except DHT (C4), JPG (C8) and DAC (CC)
 _SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
@@ -45,6 +48,48 @@ def jpeg_size(data: bytes) -> tuple[int, int] | None:
             pos += 2
         else:
             pos += 2 + ((data[pos + 2] << 8) | data[pos + 3])
+    return None
+
+
+_SOS, _APP1 = 0xDA, 0xE1
+
+
+def jpeg_frame(data: bytes) -> tuple[int, int, int, bool] | None:
+    """``(width, height, components, exif)`` of a JPEG, from its segments up to the start of scan.
+
+    ``components`` is the frame's component count (1 gray, 3 YCbCr or RGB, 4 CMYK or YCCK), ``exif`` whether an
+    APP1 segment holds EXIF data (which may rotate the image).  ``None`` when the segments cannot be walked to a
+    frame header and the start of scan, or the height is 0 (given later, in a DNL segment).
+
+    Example:
+        >>> import io
+        >>> from PIL import Image
+        >>> buf = io.BytesIO()
+        >>> Image.new("RGB", (5, 3)).save(buf, "JPEG")
+        >>> jpeg_frame(buf.getvalue())
+        (5, 3, 3, False)
+    """
+    pos, end, frame, exif = 2, len(data) - 9, None, False
+    while pos <= end:
+        if data[pos] != 0xFF:
+            return None
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if marker in _STANDALONE:
+            pos += 2
+            continue
+        if marker == _SOS:
+            return frame if frame is not None and frame[1] else None
+        if marker in _SOF:
+            height, width = struct.unpack_from(">HH", data, pos + 5)
+            frame = (width, height, data[pos + 9], exif)
+        elif marker == _APP1 and data[pos + 4 : pos + 10] == b"Exif\x00\x00":
+            exif = True
+            if frame is not None:
+                frame = (*frame[:3], True)
+        pos += 2 + ((data[pos + 2] << 8) | data[pos + 3])
     return None
 
 

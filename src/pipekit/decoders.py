@@ -11,7 +11,11 @@ Images
 ========  =====================================================================
 format    backend and notes
 ========  =====================================================================
-JPEG      ``torchvision.io.decode_jpeg`` (libjpeg-turbo); EXIF orientation applied.
+JPEG      ``torchvision.io.decode_jpeg`` (libjpeg-turbo); EXIF orientation applied.  Where the
+          optional ``simplejpeg`` package is installed (``pip install simplejpeg``), JPEGs
+          without an EXIF segment are decoded by it: the same libjpeg-turbo decode, the
+          same pixels, ~10% less CPU than torchvision's build; CMYK files, files with
+          EXIF and files it finds fault with go to torchvision as before.
 PNG       Pillow.  ``torchvision.io.decode_png`` (0.29) is not used for 8-bit files:
           it kills the process (SIGSEGV) on many corrupt PNGs -- 4 in 10 in a
           fuzz test with flipped, cut or deleted bytes -- and returns palette
@@ -88,6 +92,7 @@ from pipekit._decode_checks import (
     check_npy_header,
     check_npz,
     declared_size,
+    jpeg_frame,
     jpeg_size,
     over_limit,
 )
@@ -96,11 +101,13 @@ from pipekit._image_backends import (
     _check_size,
     _clean_reason,
     _convert_channels,
+    _decode_jpeg_simplejpeg,
     _decode_png16_color,
     _decode_webp,
     _decode_with_pil,
     _pillow_refused,
     _png_is_16bit_color,
+    _simplejpeg_decoder,
     _to_bytes,
 )
 from pipekit._validate import check_int
@@ -314,9 +321,15 @@ def _decode_image(raw: bytes, channels: int | None, url: str, stage: str, limit:
     between decodes than in a loop).
     """
     if raw[:3] == b"\xff\xd8\xff":  # JPEG: what image_format calls "jpeg"
-        size = jpeg_size(raw)  # the SOF header: a few segments read, nothing decoded
+        # the SOF header: a few segments read, nothing decoded (with simplejpeg: up to the scan, for its checks)
+        frame = jpeg_frame(raw) if _simplejpeg_decoder() is not None else None
+        size = frame[:2] if frame is not None else jpeg_size(raw)
         if size is not None and size[0] * size[1] > limit:
             _check_size(size, limit, url, stage)
+        if frame is not None and not frame[3]:  # simplejpeg, where it gives torchvision's pixels (no EXIF)
+            img = _decode_jpeg_simplejpeg(raw, channels, frame[2])
+            if img is not None:
+                return img if channels is None or img.shape[0] == channels else _convert_channels(img, channels)
         decode, modes, unchanged = _tv_jpeg()
         try:
             # a private writable copy, as _byte_tensor makes; torchvision reads the orientation from the

@@ -91,3 +91,20 @@ def test_steps_pickle_and_draw_the_same(name):
             out = step(out, g)
         outs.append(out)
     assert torch.equal(outs[0], outs[1])
+
+
+def test_a_uint8_crop_is_resized_without_torchvision_s_layers(monkeypatch):
+    """The usual training sample (a decoded JPEG's channels-last uint8 view, cropped smaller than the image)
+    goes straight to torch's kernel, with the pixels and layout torchvision's resize gives it."""
+    import pipekit.transforms._direct as direct
+
+    op = v2.RandomResizedCrop(24)
+    (step,) = direct_image_ops([op])
+    image = torch.randint(0, 256, (50, 60, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+    image = image.movedim(-1, -3)
+    g = torch.Generator().manual_seed(2)
+    torch.manual_seed(2)
+    expected = op(image)
+    monkeypatch.setattr(direct.F, "resized_crop_image", lambda *a, **k: pytest.fail("torchvision's path taken"))
+    got = step(image, g)
+    assert torch.equal(got, expected) and got.stride() == expected.stride()

@@ -17,6 +17,11 @@ What it saves, per sample, is the swap of torch's global RNG state (four
 copies of its 5 KB state: ~13 µs alone, 60-100 µs measured with a resize
 after it) and the transforms' input flattening and dispatch: 60-150 µs of a
 320x256 JPEG's ~2 ms decode + crop on a shared 2-core machine (issue 12).
+The crop of a uint8 image that torchvision resizes with torch's antialiased
+bilinear uint8 kernel (the training recipe's case) goes to that kernel through
+``torch.nn.functional.interpolate`` with the same arguments, without
+``resized_crop_image``'s and ``resize_image``'s Python layers: ~20 µs of a
+crop's ~220 µs (issue 34), the same pixels and layout.
 Ops of any other type (or subclasses) make :func:`direct_image_ops` return
 ``None``: the caller runs them as transforms.
 
@@ -25,11 +30,14 @@ Imports torchvision (from :mod:`pipekit.datasets._tar_shards`' training pipe onl
 
 from __future__ import annotations
 
+import functools
 import math
+import platform
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from torch.nn.functional import interpolate
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
@@ -47,6 +55,11 @@ class _ResizedCropStep:
         self.log_ratio = (float(op._log_ratio[0]), float(op._log_ratio[1]))
         self.ratio = (min(op.ratio), max(op.ratio))
         self.size, self.interpolation, self.antialias = op.size, op.interpolation, op.antialias
+        # the uint8 crops torchvision's resize hands straight to torch's antialiased bilinear kernel
+        # (torchvision 0.29 keeps the mode as the string "bilinear"; earlier ones as the enum, whose value it is)
+        mode = getattr(self.interpolation, "value", self.interpolation)
+        self.native_uint8 = mode == "bilinear" and self.antialias is True and len(self.size) == 2
+        self.hw = tuple(self.size)
 
     def params(self, height: int, width: int, g: torch.Generator) -> tuple[int, int, int, int]:
         area = height * width
@@ -73,10 +86,30 @@ class _ResizedCropStep:
 
     def __call__(self, image: torch.Tensor, g: torch.Generator) -> torch.Tensor:
         top, left, h, w = self.params(image.shape[-2], image.shape[-1], g)
+        if (
+            self.native_uint8 and image.dtype == torch.uint8 and image.dim() == 3 and image.device.type == "cpu"
+            and _native_uint8_resize()
+        ):
+            crop = image[None, :, top : top + h, left : left + w]
+            if (h, w) != self.hw and not crop.is_contiguous(memory_format=torch.channels_last):
+                # resize_image's one kernel call for this case, without its Python layers (~20 µs a sample):
+                # the same uint8 kernel and arguments, so the same pixels and layout (a contiguous CHW tensor);
+                # a channels-last contiguous crop (a whole channels-last image) is restrided there: not here
+                return interpolate(crop, size=self.hw, mode="bilinear", align_corners=False, antialias=True)[0]
         # the kernel F.resized_crop dispatches a plain tensor to
         return F.resized_crop_image(
             image, top, left, h, w, size=self.size, interpolation=self.interpolation, antialias=self.antialias
         )
+
+
+@functools.cache
+def _native_uint8_resize() -> bool:
+    """Whether torchvision's ``resize_image`` resizes uint8 images with the uint8 bilinear kernel on this CPU.
+
+    Its own test (``_do_native_uint8_resize_on_cpu`` for bilinear, outside ``torch.compile``): AVX2, AVX512
+    or an ARM machine; elsewhere it converts to float32 and back, which only torchvision's path does.
+    """
+    return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512") or platform.machine() in ("aarch64", "arm64")
 
 
 class _FlipStep:
