@@ -93,6 +93,20 @@ def test_direct_image_ops(shards):
 # -- rasters ---------------------------------------------------------------------------------------
 
 
+@compares("simplejpeg")
+def test_simplejpeg(shards):
+    pytest.importorskip("simplejpeg")
+    from pipekit import datasets
+
+    def run() -> list[Any]:
+        torch.manual_seed(0)
+        ds = datasets.TarShards([str(s) for s in shards], size=32, batch_size=8, shuffle_buffer=10)
+        return [batch for batch, _ in zip(ds, range(3))]
+
+    fast, reference = _both_ways("simplejpeg", run)
+    _assert_same(fast, reference)
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from pipekit.synthetic.geo import write_landsat_cdl_corpus

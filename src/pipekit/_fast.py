@@ -21,6 +21,8 @@ The registered ones (:data:`REGISTRY` holds the same with the reasons):
   filesystem; ``benchmarks/geo_sampling.py --s3-variants ... cached``).
 * ``prefetch_tiles``: a window's missing tiles fetched together before GDAL decodes them (reference: fetched
   as GDAL asks for them; same benchmark).
+* ``simplejpeg``: JPEGs without EXIF decoded by the optional ``simplejpeg`` package where it is installed
+  (reference: torchvision's ``decode_jpeg`` operator; ``benchmarks/shards.py --decode-ab``).
 * ``geo_batch``: a DataLoader batch of geo samples read straight into one tensor per key, which
   ``stack_samples`` returns without copying (reference: ``dataset[key]`` per sample, then ``torch.stack``;
   ``benchmarks/geo_sampling.py``).
@@ -95,6 +97,12 @@ REGISTRY: dict[str, FastPath] = {
             "botocore's signer over http.client costs ~0.7 ms of CPU a ranged GET against s3fs's 2.1",
             "the fsspec filesystem's ranged reads",
             "benchmarks/geo_sampling.py --s3-variants local cached",
+        ),
+        FastPath(
+            "simplejpeg",
+            "simplejpeg's libjpeg-turbo build decodes a 320x256 JPEG in ~10% less CPU than torchvision's, same pixels",
+            "torchvision's decode_jpeg operator",
+            "benchmarks/shards.py --decode-ab",
         ),
         FastPath(
             "geo_batch",
