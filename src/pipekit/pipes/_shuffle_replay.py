@@ -237,7 +237,7 @@ def check_stamps(stamps: list[tuple[Any, str, str]]) -> None:
     """
     for dp, url, stamp in stamps:
         stage = getattr(dp, "stage", type(dp).__name__)
-        now_url, now = getattr(dp, "_url", None), getattr(dp, "_stamp", None)
+        now_url, now = _reading(dp)
         if now_url != url:
             raise ArchiveError(
                 "resume archive", url, stage,
@@ -252,6 +252,23 @@ def check_stamps(stamps: list[tuple[Any, str, str]]) -> None:
                 "re-read from it would hold other samples; resume from a checkpoint taken on this file, or start "
                 "the epoch over",
             )
+
+
+def _reading(dp: Any) -> tuple[str | None, str | None]:
+    """The archive (URL, stamp) an archive loader is at after the re-read.
+
+    A loader the re-read never pulled (a ``header`` above had taken its items before the snapshot the
+    re-read starts from) was not started: it is still at the position the snapshot loaded (pending) or
+    the one its restore kept for its first pull, which is where it was at the checkpoint.
+    """
+    pending = getattr(dp, "_pending", None)
+    if isinstance(pending, dict):
+        url, stamp = pending.get("url"), pending.get("stamp")
+        return (url if isinstance(url, str) else None), (stamp if isinstance(stamp, str) else None)
+    resume = getattr(dp, "_resume", None)
+    if getattr(dp, "_url", None) is None and isinstance(resume, tuple) and len(resume) == 3:
+        return resume[0], resume[2]
+    return getattr(dp, "_url", None), getattr(dp, "_stamp", None)
 
 
 def refill(
