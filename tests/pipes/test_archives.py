@@ -766,6 +766,47 @@ class TestZipArchiveLoader:
             list(self.zip_chain([str(bad)]))
         assert info.value.url == str(bad)
 
+    @staticmethod
+    def damaged_zip(tmp_path: Path, damage: str) -> Path:
+        """A deflated zip of three members whose middle one's compressed data is damaged: ``"data"`` (deflate
+        fails: ``zlib.error``) or ``"crc"`` (one byte of a stored member changed: zipfile's ``Bad CRC-32``)."""
+        path = tmp_path / f"{damage}.zip"
+        kind = zipfile.ZIP_DEFLATED if damage == "data" else zipfile.ZIP_STORED
+        with zipfile.ZipFile(path, "w", compression=kind) as zf:
+            for name, data in (("a.txt", b"a" * 300), ("b.txt", bytes(range(256)) * 4), ("c.txt", b"c" * 300)):
+                zf.writestr(name, data)
+        with zipfile.ZipFile(path) as zf:
+            info = zf.getinfo("b.txt")
+        raw = bytearray(path.read_bytes())
+        start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+        if damage == "data":
+            raw[start:start + 8] = b"\xff" * 8  # an invalid deflate block type
+        else:
+            raw[start + 100] ^= 0x01
+        path.write_bytes(bytes(raw))
+        return path
+
+    @pytest.mark.parametrize("damage", ["data", "crc"])
+    def test_a_corrupt_member_raises_naming_archive_member_and_stage(self, tmp_path: Path, damage: str) -> None:
+        """Reading a damaged member raised a bare ``zlib.error`` (deflate) or ``BadZipFile`` (CRC)."""
+        path = str(self.damaged_zip(tmp_path, damage))
+        it = iter(self.zip_chain([path]))
+        assert next(it)[0] == f"{path}/a.txt"
+        with pytest.raises(ArchiveError) as info:
+            next(it)
+        err = info.value
+        assert err.stage == "load_from_zip" and err.url == f"{path}/b.txt", (err.url, err.stage)
+        assert "b.txt" in str(err) and "corrupt" in err.reason
+
+    @pytest.mark.parametrize("damage", ["data", "crc"])
+    def test_a_corrupt_member_is_skipped_and_counted(self, tmp_path: Path, damage: str) -> None:
+        path = str(self.damaged_zip(tmp_path, damage))
+        loader = IterableWrapper([path]).open_files_by_fsspec(mode="rb").load_from_zip(on_error="skip")
+        assert [read_item(i) for i in loader] == [(f"{path}/a.txt", b"a" * 300), (f"{path}/c.txt", b"c" * 300)]
+        assert loader.skip_log.count == 1
+        (skipped,) = loader.skip_log.skipped
+        assert "b.txt" in skipped.url and skipped.stage == "load_from_zip"
+
     def test_resume_mid_archive(self, tmp_path: Path) -> None:
         paths = [str(write_zip(tmp_path / f"z{i}.zip", MEMBERS, dirs=("d/",))) for i in range(2)]
 

@@ -29,10 +29,12 @@ or data.
 from __future__ import annotations
 
 import io
+import lzma
 import posixpath
 import tarfile
 import warnings
 import zipfile
+import zlib
 from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
@@ -41,7 +43,7 @@ import fsspec
 from pipekit import _fast
 from pipekit._redact import redact_url
 from pipekit._validate import check_int
-from pipekit.errors import ArchiveError, CheckpointError, SkipLog, check_on_error
+from pipekit.errors import ArchiveError, CheckpointError, PipekitError, SkipLog, check_on_error
 from pipekit.pipes._decompress import CompressionType, Decompressor, tar_stream_source
 from pipekit.pipes._fsspec_io import RetryingFile
 from pipekit.pipes._stamps import StampLog, file_stamp
@@ -522,14 +524,18 @@ class ZipArchiveLoader(ArchiveLoader):
     Member names that are absolute or contain a ``..`` component are refused
     with :class:`~pipekit.errors.ArchiveError`, as are corrupt archives; the
     error names the archive URL (and the member) and ``load_from_zip``.
-    Directories are not yielded.
+    Directories are not yielded.  A member whose data is damaged (deflate
+    data that does not decompress, a CRC-32 that does not match) raises
+    ``ArchiveError`` naming the member's URL when it is read; with
+    ``on_error="skip"`` each member is read whole before it is yielded, so a
+    damaged one is counted in ``self.skip_log`` and the others still come.
 
     Args:
         datapipe: a pipe yielding ``(url, binary stream)`` tuples.
         length: the nominal length reported by ``len()`` (``-1``: none).
-        on_error: ``"raise"`` (default), or ``"skip"``: refused members are
-            skipped and a corrupt archive's remaining members are dropped, each
-            recorded in ``self.skip_log``.
+        on_error: ``"raise"`` (default), or ``"skip"``: refused and damaged
+            members are skipped and a corrupt archive's remaining members are
+            dropped, each recorded in ``self.skip_log``.
         max_member_bytes: the most bytes a member may declare in the central
             directory (default :data:`MAX_MEMBER_BYTES`, 1 GiB; ``zipfile`` reads
             no more than a member declares): a larger one is refused before it
@@ -588,5 +594,45 @@ class ZipArchiveLoader(ArchiveLoader):
             except (*CORRUPT, NotImplementedError, RuntimeError) as exc:
                 raise ArchiveError("read archive", url, self.stage, f"member {info.filename!r}: {reason(exc)}") from exc
             member_url = self._member_url(url, info.filename)
+            fobj.__class__, fobj.where = _ZipMember, (member_url, self.stage)  # read errors name the member
+            if self.on_error == "skip":
+                # a damaged member shows only when it is decompressed: under skip it is read whole before it
+                # is yielded (one member in memory at a time), so it is counted instead of failing in the
+                # consumer's hands; zip members are independent, the archive goes on
+                try:
+                    fobj = io.BytesIO(fobj.read())
+                except ArchiveError as exc:
+                    self.skip_log.record(exc)
+                    continue
             note_opened(member_url, self.stage)
             yield member_url, StreamWrapper(fobj, parent, name=member_url)
+
+
+class _ZipMember(zipfile.ZipExtFile):
+    """A zip member stream whose read errors (damaged deflate data, a bad CRC-32) name the member and the stage.
+
+    ``zipfile`` raises a bare ``zlib.error`` or ``BadZipFile`` only when the member is read; here they
+    become :class:`~pipekit.errors.ArchiveError` (the class of the stream ``ZipFile.open`` returns is set).
+    """
+
+    where: tuple[str, str] = ("<zip member>", "load_from_zip")
+
+
+def _checked_zip_read(name: str) -> Any:
+    method = getattr(zipfile.ZipExtFile, name)
+
+    def call(self: _ZipMember, *args: Any) -> Any:
+        try:
+            return method(self, *args)
+        except PipekitError:
+            raise  # the archive's own read failed (a ReadError naming its URL): not a damaged member
+        except (zipfile.BadZipFile, zlib.error, EOFError, lzma.LZMAError, OSError) as exc:  # bz2: OSError
+            url, stage = self.where
+            raise ArchiveError("read member", url, stage, f"the member is corrupt ({reason(exc)})") from exc
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+for _name in ("read", "read1", "readinto", "readinto1", "readline", "readlines", "peek", "__next__", "seek"):
+    setattr(_ZipMember, _name, _checked_zip_read(_name))
