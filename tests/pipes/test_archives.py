@@ -10,6 +10,8 @@ import lzma
 import os
 import pickle
 import random
+import subprocess
+import sys
 import tarfile
 import zipfile
 from pathlib import Path
@@ -1062,3 +1064,25 @@ class TestRemoteTar:
         expected = read_samples([(url, PipekitStream(io.BytesIO(path.read_bytes())))])
         assert samples == expected
         assert len(gets) == 1  # before: ~2 per 64 KiB block (the look-back fetched blocks again): 43 here
+
+
+LEFT_OPEN_AT_EXIT = """
+import sys
+import pipekit
+from pipekit.pipes import IterableWrapper
+loader = pipekit.DataLoader(IterableWrapper(sys.argv[1:]).open_files_by_fsspec(mode="rb").load_from_tar())
+it = iter(loader)
+item = next(it)  # the archive loader's generator is left inside an archive, finalised at interpreter exit
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter importing torch: about 3 s
+@pytest.mark.timeout(60)
+def test_a_loader_left_inside_an_archive_exits_quietly(tmp_path: Path) -> None:
+    """Finalised at exit, once module globals are None, it printed "Exception ignored in ...: isinstance() arg 2
+    must be a type" (its cleanup looked up module globals)."""
+    paths = [str(write_tar(tmp_path / f"s{i}.tar", members_of(3))) for i in range(2)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", LEFT_OPEN_AT_EXIT, *paths], capture_output=True, text=True,
+                          env=env, timeout=50)
+    assert done.returncode == 0 and done.stderr == "", done.stderr

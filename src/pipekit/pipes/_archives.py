@@ -233,17 +233,22 @@ class ArchiveLoader(ResumablePipe):
                 raise
         note_opened(url, self.stage)
         skipped, yielded = self.skip_log.count, 0
+        # looked up now: a generator left inside an archive may be finalised at interpreter exit, once this
+        # module's globals are None, and its cleanup must not look them up (nor match ``except ArchiveError``)
+        autoclose = stream.autoclose if isinstance(stream, StreamWrapper) else None
         try:
             for member in self._members(url, stream, skip):
                 yielded += 1
                 yield member
             if not (yielded or skip or self.skip_log.count != skipped):
                 self._warn_empty(url)
+        except GeneratorExit:
+            raise
         except ArchiveError as exc:
             self._fail(exc)
         finally:
-            if isinstance(stream, StreamWrapper):
-                stream.autoclose()  # closes now, or when the last member stream is closed
+            if autoclose is not None:
+                autoclose()  # closes now, or when the last member stream is closed
         self._url, self._entries, self._stamp = None, 0, None
 
     def __iter__(self) -> Iterator[tuple[str, StreamWrapper]]:
