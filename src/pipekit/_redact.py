@@ -9,8 +9,9 @@ nothing of pipekit's, so :mod:`pipekit.errors` can use it.
 from __future__ import annotations
 
 import re
+from urllib.parse import quote, unquote
 
-__all__ = ["REDACTED", "SECRET_PARAMS", "redact_secrets", "redact_url"]
+__all__ = ["REDACTED", "SECRET_PARAMS", "redact_secrets", "redact_secrets_of", "redact_url", "secrets_of"]
 
 
 REDACTED = "***"
@@ -74,3 +75,42 @@ def redact_url(url: str) -> str:
         'https://b.s3.amazonaws.com/k?X-Amz-Expires=60&X-Amz-Signature=***'
     """
     return redact_secrets(url)
+
+
+def secrets_of(url: str) -> list[str]:
+    """The secrets ``url`` carries: its password (or a token as the user part) and its signed query values.
+
+    Example:
+        >>> secrets_of("s3://AKIA1:s3cr3t@b/k.tar?X-Amz-Signature=ab12&size=3")
+        ['s3cr3t', 'ab12']
+    """
+    if "@" not in url and "=" not in url:
+        return []
+    found = []
+    for match in _USERINFO.finditer(url):
+        user, colon, password = match["userinfo"].partition(":")
+        found.append(password if colon else user)
+    for match in _PARAM.finditer(url):
+        if match["name"].lower() in SECRET_PARAMS:
+            found.append(match["value"])
+    return [secret for secret in found if secret and secret != REDACTED]
+
+
+def redact_secrets_of(text: str, url: str | None) -> str:
+    """``text`` as :func:`redact_secrets` gives it, and without the secrets of ``url`` wherever they appear.
+
+    A cause's message may repeat the URL in a form no URL pattern recognises: a filesystem that strips the
+    scheme (``FileNotFoundError: /AKIA1:s3cr3t@b/k.tar``), a decoded or quoted copy.
+
+    Example:
+        >>> redact_secrets_of("FileNotFoundError: /AKIA1:s3cr3t@b/k.tar", "memory://AKIA1:s3cr3t@b/k.tar")
+        'FileNotFoundError: /AKIA1:***@b/k.tar'
+    """
+    text = redact_secrets(text)
+    if not url:
+        return text
+    for secret in secrets_of(url):
+        for form in {secret, unquote(secret), quote(secret, safe="")}:
+            if len(form) >= 3:  # never a character or two of ordinary text
+                text = text.replace(form, REDACTED)
+    return text
