@@ -8,10 +8,15 @@ nothing of pipekit's, so :mod:`pipekit.errors` can use it.
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections.abc import Iterable
 from urllib.parse import quote, unquote
 
-__all__ = ["REDACTED", "SECRET_PARAMS", "redact_secrets", "redact_secrets_of", "redact_url", "secrets_of"]
+__all__ = [
+    "REDACTED", "SECRET_PARAMS", "checkpoint_url", "redact_secrets", "redact_secrets_of", "redact_url",
+    "resolve_checkpoint_url", "secrets_of",
+]
 
 
 REDACTED = "***"
@@ -114,3 +119,52 @@ def redact_secrets_of(text: str, url: str | None) -> str:
             if len(form) >= 3:  # never a character or two of ordinary text
                 text = text.replace(form, REDACTED)
     return text
+
+
+_DIGEST = re.compile(r" \(blake2b ([0-9a-f]{32})\)$")
+
+
+def checkpoint_url(url: str) -> str:
+    """``url`` as a checkpoint may hold it: itself, or without its secrets and with a digest of the whole.
+
+    A position naming a file by its URL is compared with the file a resumed run reads; the digest keeps
+    that comparison exact without the credentials in clear in the checkpoint, and
+    :func:`resolve_checkpoint_url` finds the URL again among the pipeline's own.
+
+    Example:
+        >>> checkpoint_url("/data/a.tar")
+        '/data/a.tar'
+        >>> checkpoint_url("s3://AKIA1:s3cr3t@b/k.tar")[:40]
+        's3://AKIA1:***@b/k.tar (blake2b 78b40812'
+    """
+    redacted = redact_secrets(url)
+    if redacted == url:
+        return url
+    digest = hashlib.blake2b(url.encode("utf-8", "surrogateescape"), digest_size=16, person=b"pipekit-url")
+    return f"{redacted} (blake2b {digest.hexdigest()})"
+
+
+def resolve_checkpoint_url(key: str, candidates: Iterable[str]) -> str | None:
+    """The URL whose :func:`checkpoint_url` is ``key``: ``key`` itself when it holds no digest, else one of
+    ``candidates`` (URLs, or roots the URL is under), or ``None`` when none is.
+
+    Example:
+        >>> key = checkpoint_url("s3://AKIA1:s3cr3t@b/d/k.tar")
+        >>> resolve_checkpoint_url(key, ["s3://AKIA1:s3cr3t@b/d/"])
+        's3://AKIA1:s3cr3t@b/d/k.tar'
+    """
+    found = _DIGEST.search(key)
+    if found is None:
+        return key
+    redacted = key[: found.start()]
+    for candidate in candidates:
+        shown = redact_secrets(candidate)
+        if shown == redacted:
+            url = candidate
+        elif redacted.startswith(shown) and shown != candidate:
+            url = candidate + redacted[len(shown):]
+        else:
+            continue
+        if checkpoint_url(url) == key:
+            return url
+    return None

@@ -15,6 +15,7 @@ import sys
 import tarfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import fsspec
 import pytest
@@ -1086,3 +1087,44 @@ def test_a_loader_left_inside_an_archive_exits_quietly(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", LEFT_OPEN_AT_EXIT, *paths], capture_output=True, text=True,
                           env=env, timeout=50)
     assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+SECRET = "wJalrXUtnFEMIsecret"
+
+
+def no_report(state: Any) -> Any:
+    """``state`` without the DataLoader's report of the last file read (a message, redacted where it is made)."""
+    if isinstance(state, dict):
+        return {k: no_report(v) for k, v in state.items() if k != "report"}
+    if isinstance(state, list | tuple):
+        return [no_report(v) for v in state]
+    return state
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_checkpoint_inside_an_archive_holds_no_credentials_and_resumes_exactly(workers: int) -> None:
+    """The loader's position named the archive by its URL, credentials and all; it holds the URL without them
+    and a digest of the whole, and finds the URL again among the pipeline's own (the source's list)."""
+    import pipekit
+
+    root = f"memory://AKIAEXAMPLE:{SECRET}@bucket-{workers}"
+    urls = []
+    for i in range(2):
+        urls.append(f"{root}/s{i}.tar")
+        with fsspec.open(urls[-1], "wb") as f:
+            f.write(archive_bytes([(f"{i}-{k}.bin", bytes([k]) * 9) for k in range(3)]))
+
+    def build() -> Any:
+        return IterableWrapper(urls).open_files_by_fsspec(mode="rb").load_from_tar().map(read_item)
+
+    options: dict[str, Any] = {"num_workers": workers, "warn_unsharded": False}  # each worker reads both
+    full = list(pipekit.DataLoader(build(), **options))
+    loader = pipekit.DataLoader(build(), **options)
+    it = iter(loader)
+    head = [next(it) for _ in range(4 * max(1, workers))]  # inside the second archive
+    state = loader.state_dict()
+    loader.shutdown()
+    assert SECRET.encode() not in pickle.dumps(no_report(state))
+    resumed = pipekit.DataLoader(build(), **options)
+    resumed.load_state_dict(pickle.loads(pickle.dumps(state)))
+    assert head + list(resumed) == full and len(full) == 6 * max(1, workers)

@@ -41,12 +41,12 @@ from typing import Any, ClassVar
 import fsspec
 
 from pipekit import _fast
-from pipekit._redact import redact_url
+from pipekit._redact import checkpoint_url, redact_url, resolve_checkpoint_url
 from pipekit._validate import check_int
 from pipekit.errors import ArchiveError, CheckpointError, PipekitError, SkipLog, check_on_error
 from pipekit.pipes._decompress import CompressionType, Decompressor, tar_stream_source
 from pipekit.pipes._fsspec_io import RetryingFile
-from pipekit.pipes._stamps import StampLog, file_stamp
+from pipekit.pipes._stamps import StampLog, file_stamp, upstream_strings
 from pipekit.pipes._stream_items import (
     CORRUPT,
     ChunkedReader,
@@ -111,6 +111,9 @@ class ArchiveLoader(ResumablePipe):
 
     Resume: the checkpoint is ``{"url": archive being read or None,
     "entries": entries of it gone through, "stamp": what the archive was}``
+    (a URL with credentials or a signed query is kept without its secrets and
+    with a digest of the whole, :func:`pipekit._redact.checkpoint_url`; the
+    restored loader finds the URL again in the list of the pipes upstream)
     (``"size:ETag"``, ``"size:mtime"``... from the open stream, without a
     request or ``stat`` of its own; left out where the stream tells nothing,
     a decompressed or in-memory one).  A restored loader opens that archive
@@ -222,8 +225,23 @@ class ArchiveLoader(ResumablePipe):
             return url + "/" + name  # a plain file name: normpath would return it as it is
         return url + "/" + posixpath.normpath(name.replace("\\", "/")).lstrip("/")
 
+    def _url_of(self, key: str) -> str:
+        """The archive URL a checkpoint names by ``key`` (:func:`~pipekit._redact.checkpoint_url`).
+
+        A URL with credentials is kept without them in the checkpoint: it is found again among the URLs
+        and roots the pipes upstream hold (an ``IterableWrapper``'s list, a lister's roots).
+        """
+        url = resolve_checkpoint_url(key, upstream_strings(self.source_datapipe))
+        if url is None:
+            raise ArchiveError(
+                "reopen archive", key, self.stage,
+                "the checkpoint holds this URL without its credentials, and no URL or root of the pipeline's "
+                "source matches it: resume with the pipeline the checkpoint was taken from",
+            )
+        return url
+
     def _load(self, url: str, stream: Any, skip: int, stamp: str | None = None) -> Iterator[tuple[str, Any]]:
-        self._url, self._entries = url, skip
+        self._url, self._entries = checkpoint_url(url), skip  # the position: no credentials in clear
         self._stamp = stamp if stamp is not None else file_stamp(stream)
         if self._stamp_log is not None:
             try:
@@ -262,8 +280,9 @@ class ArchiveLoader(ResumablePipe):
         """
         resume, self._resume = self._resume, None  # the archive to continue, set by restore()
         if resume is not None:
-            url, entries, stamp = resume
+            key, entries, stamp = resume
             try:
+                url = self._url_of(key)
                 stream = reopen_stream(self.source_datapipe, url, self.stage)
             except ArchiveError as exc:
                 self._fail(exc)
