@@ -234,3 +234,26 @@ def test_a_header_that_stopped_the_archive_loader_before_the_re_read_resumes_exa
     full, resumed, _ = run_and_resume(build, take=3 * max(1, num_workers), num_workers=num_workers,
                                       warn_unsharded=False)  # each worker reads both shards
     assert resumed == full and len(full) == 3 * max(1, num_workers)
+
+
+def in_the_first_shard(sample: dict[str, Any]) -> bool:
+    return "shard-000000" in sample["__key__"]
+
+
+def test_a_checkpoint_after_the_shuffle_input_ended_resumes_exactly(tmp_path):
+    """The last pull ran the pipes above to their end (a filter dropping the items of the later shards), past
+    where the re-read of the buffer stops: the archive loader's position at the checkpoint is not the re-read's,
+    and the files have not changed (was refused: "reached the checkpoint in ..., not in this archive")."""
+    write_image_shards(tmp_path, shards=3, per_shard=2, size=8, progress=False)
+
+    def build() -> Any:
+        return (IterableWrapper(sorted(str(p) for p in tmp_path.glob("*.tar"))).open_files_by_fsspec(mode="rb")
+                .load_from_tar().webdataset().header(5).filter(in_the_first_shard)
+                .shuffle(buffer_size=4).map(sample_key))
+
+    full, resumed, _ = run_and_resume(build, take=2)
+    assert resumed == full and len(full) == 2
+
+
+def sample_key(sample: dict[str, Any]) -> str:
+    return sample["__key__"].rsplit("/", 1)[-1]
