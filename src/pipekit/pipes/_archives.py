@@ -29,12 +29,10 @@ or data.
 from __future__ import annotations
 
 import io
-import lzma
 import posixpath
 import tarfile
 import warnings
 import zipfile
-import zlib
 from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
@@ -43,7 +41,7 @@ import fsspec
 from pipekit import _fast
 from pipekit._redact import checkpoint_url, redact_url, resolve_checkpoint_url
 from pipekit._validate import check_int
-from pipekit.errors import ArchiveError, CheckpointError, PipekitError, SkipLog, check_on_error
+from pipekit.errors import ArchiveError, CheckpointError, SkipLog, check_on_error
 from pipekit.pipes._decompress import CompressionType, Decompressor, tar_stream_source
 from pipekit.pipes._fsspec_io import RetryingFile
 from pipekit.pipes._stamps import StampLog, file_stamp, upstream_strings
@@ -71,6 +69,7 @@ from pipekit.pipes._tar_headers import (  # noqa: F401  (importable here, as bef
     _unsafe_name,
     _with_count,
 )
+from pipekit.pipes._zip_members import ZipMember
 from pipekit.pipes.base import StreamWrapper, functional_datapipe
 from pipekit.pipes.state import ResumablePipe
 
@@ -618,7 +617,7 @@ class ZipArchiveLoader(ArchiveLoader):
             except (*CORRUPT, NotImplementedError, RuntimeError) as exc:
                 raise ArchiveError("read archive", url, self.stage, f"member {info.filename!r}: {reason(exc)}") from exc
             member_url = self._member_url(url, info.filename)
-            fobj.__class__, fobj.where = _ZipMember, (member_url, self.stage)  # read errors name the member
+            fobj.__class__, fobj.where = ZipMember, (member_url, self.stage)  # read errors name the member
             if self.on_error == "skip":
                 # a damaged member shows only when it is decompressed: under skip it is read whole before it
                 # is yielded (one member in memory at a time), so it is counted instead of failing in the
@@ -631,32 +630,3 @@ class ZipArchiveLoader(ArchiveLoader):
             note_opened(member_url, self.stage)
             yield member_url, StreamWrapper(fobj, parent, name=member_url)
 
-
-class _ZipMember(zipfile.ZipExtFile):
-    """A zip member stream whose read errors (damaged deflate data, a bad CRC-32) name the member and the stage.
-
-    ``zipfile`` raises a bare ``zlib.error`` or ``BadZipFile`` only when the member is read; here they
-    become :class:`~pipekit.errors.ArchiveError` (the class of the stream ``ZipFile.open`` returns is set).
-    """
-
-    where: tuple[str, str] = ("<zip member>", "load_from_zip")
-
-
-def _checked_zip_read(name: str) -> Any:
-    method = getattr(zipfile.ZipExtFile, name)
-
-    def call(self: _ZipMember, *args: Any) -> Any:
-        try:
-            return method(self, *args)
-        except PipekitError:
-            raise  # the archive's own read failed (a ReadError naming its URL): not a damaged member
-        except (zipfile.BadZipFile, zlib.error, EOFError, lzma.LZMAError, OSError) as exc:  # bz2: OSError
-            url, stage = self.where
-            raise ArchiveError("read member", url, stage, f"the member is corrupt ({reason(exc)})") from exc
-
-    call.__name__ = call.__qualname__ = name
-    return call
-
-
-for _name in ("read", "read1", "readinto", "readinto1", "readline", "readlines", "peek", "__next__", "seek"):
-    setattr(_ZipMember, _name, _checked_zip_read(_name))
