@@ -99,6 +99,19 @@ class TestSecretsInURLs:
             list(pipe)
         assert "missing.bin" in str(info.value) and "tok_abcdef123" not in str(info.value)
 
+    @pytest.mark.parametrize("url", ["memory://AKIAEXAMPLE:wJalrXUtnFEMIsecret@bucket/missing.bin",
+                                     "memory://bucket/missing.bin?X-Amz-Signature=wJalrXUtnFEMIsecret"])
+    def test_a_cause_repeating_the_path_without_its_scheme_is_redacted(self, url):
+        """The memory filesystem strips the scheme: its ``FileNotFoundError`` said
+        ``/AKIAEXAMPLE:wJalrXUtnFEMIsecret@bucket/missing.bin``, which no URL pattern recognises."""
+        with pytest.raises(ReadError) as info:
+            list(IterableWrapper([url]).open_files_by_fsspec(mode="rb"))
+        err = info.value
+        again = pickle.loads(pickle.dumps(err))
+        for shown in (str(err), repr(err), err.reason, str(again), repr(again), again.reason):
+            assert "wJalrXUtnFEMIsecret" not in shown, shown
+        assert "missing.bin" in str(err) and "open_files_by_fsspec" in str(err)
+
 
 def _fail_on_three(x: int) -> int:
     if x == 3:

@@ -8,9 +8,15 @@ nothing of pipekit's, so :mod:`pipekit.errors` can use it.
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections.abc import Iterable
+from urllib.parse import quote, unquote
 
-__all__ = ["REDACTED", "SECRET_PARAMS", "redact_secrets", "redact_url"]
+__all__ = [
+    "REDACTED", "SECRET_PARAMS", "checkpoint_url", "redact_secrets", "redact_secrets_of", "redact_url",
+    "resolve_checkpoint_url", "secrets_of",
+]
 
 
 REDACTED = "***"
@@ -74,3 +80,91 @@ def redact_url(url: str) -> str:
         'https://b.s3.amazonaws.com/k?X-Amz-Expires=60&X-Amz-Signature=***'
     """
     return redact_secrets(url)
+
+
+def secrets_of(url: str) -> list[str]:
+    """The secrets ``url`` carries: its password (or a token as the user part) and its signed query values.
+
+    Example:
+        >>> secrets_of("s3://AKIA1:s3cr3t@b/k.tar?X-Amz-Signature=ab12&size=3")
+        ['s3cr3t', 'ab12']
+    """
+    if "@" not in url and "=" not in url:
+        return []
+    found = []
+    for match in _USERINFO.finditer(url):
+        user, colon, password = match["userinfo"].partition(":")
+        found.append(password if colon else user)
+    for match in _PARAM.finditer(url):
+        if match["name"].lower() in SECRET_PARAMS:
+            found.append(match["value"])
+    return [secret for secret in found if secret and secret != REDACTED]
+
+
+def redact_secrets_of(text: str, url: str | None) -> str:
+    """``text`` as :func:`redact_secrets` gives it, and without the secrets of ``url`` wherever they appear.
+
+    A cause's message may repeat the URL in a form no URL pattern recognises: a filesystem that strips the
+    scheme (``FileNotFoundError: /AKIA1:s3cr3t@b/k.tar``), a decoded or quoted copy.
+
+    Example:
+        >>> redact_secrets_of("FileNotFoundError: /AKIA1:s3cr3t@b/k.tar", "memory://AKIA1:s3cr3t@b/k.tar")
+        'FileNotFoundError: /AKIA1:***@b/k.tar'
+    """
+    text = redact_secrets(text)
+    if not url:
+        return text
+    for secret in secrets_of(url):
+        for form in {secret, unquote(secret), quote(secret, safe="")}:
+            if len(form) >= 3:  # never a character or two of ordinary text
+                text = text.replace(form, REDACTED)
+    return text
+
+
+_DIGEST = re.compile(r" \(blake2b ([0-9a-f]{32})\)$")
+
+
+def checkpoint_url(url: str) -> str:
+    """``url`` as a checkpoint may hold it: itself, or without its secrets and with a digest of the whole.
+
+    A position naming a file by its URL is compared with the file a resumed run reads; the digest keeps
+    that comparison exact without the credentials in clear in the checkpoint, and
+    :func:`resolve_checkpoint_url` finds the URL again among the pipeline's own.
+
+    Example:
+        >>> checkpoint_url("/data/a.tar")
+        '/data/a.tar'
+        >>> checkpoint_url("s3://AKIA1:s3cr3t@b/k.tar")[:40]
+        's3://AKIA1:***@b/k.tar (blake2b 78b40812'
+    """
+    redacted = redact_secrets(url)
+    if redacted == url:
+        return url
+    digest = hashlib.blake2b(url.encode("utf-8", "surrogateescape"), digest_size=16, person=b"pipekit-url")
+    return f"{redacted} (blake2b {digest.hexdigest()})"
+
+
+def resolve_checkpoint_url(key: str, candidates: Iterable[str]) -> str | None:
+    """The URL whose :func:`checkpoint_url` is ``key``: ``key`` itself when it holds no digest, else one of
+    ``candidates`` (URLs, or roots the URL is under), or ``None`` when none is.
+
+    Example:
+        >>> key = checkpoint_url("s3://AKIA1:s3cr3t@b/d/k.tar")
+        >>> resolve_checkpoint_url(key, ["s3://AKIA1:s3cr3t@b/d/"])
+        's3://AKIA1:s3cr3t@b/d/k.tar'
+    """
+    found = _DIGEST.search(key)
+    if found is None:
+        return key
+    redacted = key[: found.start()]
+    for candidate in candidates:
+        shown = redact_secrets(candidate)
+        if shown == redacted:
+            url = candidate
+        elif redacted.startswith(shown) and shown != candidate:
+            url = candidate + redacted[len(shown):]
+        else:
+            continue
+        if checkpoint_url(url) == key:
+            return url
+    return None

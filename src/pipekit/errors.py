@@ -72,7 +72,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipekit._redact import redact_secrets
+from pipekit._redact import redact_secrets, redact_secrets_of
 
 __all__ = [
     "PipekitError",
@@ -151,7 +151,9 @@ class StageError(PipekitError):
         self.action = action
         self.url = url  # type: ignore[assignment]
         self.stage = stage  # type: ignore[assignment]
-        self.reason = str(reason) if not isinstance(reason, str) else reason
+        # a cause may repeat the URL in a form no URL pattern recognises (a filesystem that strips the scheme)
+        text = str(reason) if not isinstance(reason, str) else reason
+        self.reason = redact_secrets_of(text, url) if isinstance(url, str) else text
         super().__init__(f"cannot {action} {url!r} in {stage}: {self.reason}")
 
     def _from_message(self, message: str) -> None:

@@ -10,9 +10,12 @@ import lzma
 import os
 import pickle
 import random
+import subprocess
+import sys
 import tarfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import fsspec
 import pytest
@@ -766,6 +769,47 @@ class TestZipArchiveLoader:
             list(self.zip_chain([str(bad)]))
         assert info.value.url == str(bad)
 
+    @staticmethod
+    def damaged_zip(tmp_path: Path, damage: str) -> Path:
+        """A deflated zip of three members whose middle one's compressed data is damaged: ``"data"`` (deflate
+        fails: ``zlib.error``) or ``"crc"`` (one byte of a stored member changed: zipfile's ``Bad CRC-32``)."""
+        path = tmp_path / f"{damage}.zip"
+        kind = zipfile.ZIP_DEFLATED if damage == "data" else zipfile.ZIP_STORED
+        with zipfile.ZipFile(path, "w", compression=kind) as zf:
+            for name, data in (("a.txt", b"a" * 300), ("b.txt", bytes(range(256)) * 4), ("c.txt", b"c" * 300)):
+                zf.writestr(name, data)
+        with zipfile.ZipFile(path) as zf:
+            info = zf.getinfo("b.txt")
+        raw = bytearray(path.read_bytes())
+        start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+        if damage == "data":
+            raw[start:start + 8] = b"\xff" * 8  # an invalid deflate block type
+        else:
+            raw[start + 100] ^= 0x01
+        path.write_bytes(bytes(raw))
+        return path
+
+    @pytest.mark.parametrize("damage", ["data", "crc"])
+    def test_a_corrupt_member_raises_naming_archive_member_and_stage(self, tmp_path: Path, damage: str) -> None:
+        """Reading a damaged member raised a bare ``zlib.error`` (deflate) or ``BadZipFile`` (CRC)."""
+        path = str(self.damaged_zip(tmp_path, damage))
+        it = iter(self.zip_chain([path]))
+        assert next(it)[0] == f"{path}/a.txt"
+        with pytest.raises(ArchiveError) as info:
+            next(it)
+        err = info.value
+        assert err.stage == "load_from_zip" and err.url == f"{path}/b.txt", (err.url, err.stage)
+        assert "b.txt" in str(err) and "corrupt" in err.reason
+
+    @pytest.mark.parametrize("damage", ["data", "crc"])
+    def test_a_corrupt_member_is_skipped_and_counted(self, tmp_path: Path, damage: str) -> None:
+        path = str(self.damaged_zip(tmp_path, damage))
+        loader = IterableWrapper([path]).open_files_by_fsspec(mode="rb").load_from_zip(on_error="skip")
+        assert [read_item(i) for i in loader] == [(f"{path}/a.txt", b"a" * 300), (f"{path}/c.txt", b"c" * 300)]
+        assert loader.skip_log.count == 1
+        (skipped,) = loader.skip_log.skipped
+        assert "b.txt" in skipped.url and skipped.stage == "load_from_zip"
+
     def test_resume_mid_archive(self, tmp_path: Path) -> None:
         paths = [str(write_zip(tmp_path / f"z{i}.zip", MEMBERS, dirs=("d/",))) for i in range(2)]
 
@@ -1021,3 +1065,66 @@ class TestRemoteTar:
         expected = read_samples([(url, PipekitStream(io.BytesIO(path.read_bytes())))])
         assert samples == expected
         assert len(gets) == 1  # before: ~2 per 64 KiB block (the look-back fetched blocks again): 43 here
+
+
+LEFT_OPEN_AT_EXIT = """
+import sys
+import pipekit
+from pipekit.pipes import IterableWrapper
+loader = pipekit.DataLoader(IterableWrapper(sys.argv[1:]).open_files_by_fsspec(mode="rb").load_from_tar())
+it = iter(loader)
+item = next(it)  # the archive loader's generator is left inside an archive, finalised at interpreter exit
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter importing torch: about 3 s
+@pytest.mark.timeout(60)
+def test_a_loader_left_inside_an_archive_exits_quietly(tmp_path: Path) -> None:
+    """Finalised at exit, once module globals are None, it printed "Exception ignored in ...: isinstance() arg 2
+    must be a type" (its cleanup looked up module globals)."""
+    paths = [str(write_tar(tmp_path / f"s{i}.tar", members_of(3))) for i in range(2)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", LEFT_OPEN_AT_EXIT, *paths], capture_output=True, text=True,
+                          env=env, timeout=50)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+SECRET = "wJalrXUtnFEMIsecret"
+
+
+def no_report(state: Any) -> Any:
+    """``state`` without the DataLoader's report of the last file read (a message, redacted where it is made)."""
+    if isinstance(state, dict):
+        return {k: no_report(v) for k, v in state.items() if k != "report"}
+    if isinstance(state, list | tuple):
+        return [no_report(v) for v in state]
+    return state
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_checkpoint_inside_an_archive_holds_no_credentials_and_resumes_exactly(workers: int) -> None:
+    """The loader's position named the archive by its URL, credentials and all; it holds the URL without them
+    and a digest of the whole, and finds the URL again among the pipeline's own (the source's list)."""
+    import pipekit
+
+    root = f"memory://AKIAEXAMPLE:{SECRET}@bucket-{workers}"
+    urls = []
+    for i in range(2):
+        urls.append(f"{root}/s{i}.tar")
+        with fsspec.open(urls[-1], "wb") as f:
+            f.write(archive_bytes([(f"{i}-{k}.bin", bytes([k]) * 9) for k in range(3)]))
+
+    def build() -> Any:
+        return IterableWrapper(urls).open_files_by_fsspec(mode="rb").load_from_tar().map(read_item)
+
+    options: dict[str, Any] = {"num_workers": workers, "warn_unsharded": False}  # each worker reads both
+    full = list(pipekit.DataLoader(build(), **options))
+    loader = pipekit.DataLoader(build(), **options)
+    it = iter(loader)
+    head = [next(it) for _ in range(4 * max(1, workers))]  # inside the second archive
+    state = loader.state_dict()
+    loader.shutdown()
+    assert SECRET.encode() not in pickle.dumps(no_report(state))
+    resumed = pipekit.DataLoader(build(), **options)
+    resumed.load_state_dict(pickle.loads(pickle.dumps(state)))
+    assert head + list(resumed) == full and len(full) == 6 * max(1, workers)

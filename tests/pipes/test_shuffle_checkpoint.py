@@ -33,16 +33,16 @@ def saved_and_loaded(state: dict[str, Any]) -> tuple[dict[str, Any], int]:
     return torch.load(buffer, weights_only=True), size
 
 
-def run_and_resume(build, take: int, num_workers: int = 0) -> tuple[list[Any], list[Any], int]:
+def run_and_resume(build, take: int, num_workers: int = 0, **options: Any) -> tuple[list[Any], list[Any], int]:
     """The uninterrupted run, a run checkpointed after ``take`` items and resumed, and the checkpoint's size."""
     torch.manual_seed(0)
-    full = list(pipekit.DataLoader(build(), num_workers=num_workers))
+    full = list(pipekit.DataLoader(build(), num_workers=num_workers, **options))
     torch.manual_seed(0)
-    loader = pipekit.DataLoader(build(), num_workers=num_workers)
+    loader = pipekit.DataLoader(build(), num_workers=num_workers, **options)
     it = iter(loader)
     head = [next(it) for _ in range(take)]
     state, size = saved_and_loaded(loader.state_dict())
-    resumed = pipekit.DataLoader(build(), num_workers=num_workers)
+    resumed = pipekit.DataLoader(build(), num_workers=num_workers, **options)
     resumed.load_state_dict(state)
     return full, head + list(resumed), size
 
@@ -207,3 +207,53 @@ def test_an_archive_read_through_in_the_re_read_window_replaced_is_refused_namin
 
 def key_and_jpeg(sample: dict[str, Any]) -> tuple[str, bytes]:
     return sample["__key__"], sample[".jpg"].read()
+
+
+
+def one_token(sample: dict[str, Any]) -> int:
+    return 1
+
+
+def bucket_keys(bucket: list[dict[str, Any]]) -> list[str]:
+    return [sample["__key__"].rsplit("/", 1)[-1] for sample in bucket]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_header_that_stopped_the_archive_loader_before_the_re_read_resumes_exactly(tmp_path, num_workers):
+    """``header`` has taken its items before the shuffle's oldest snapshot: the re-read never pulls the archive
+    loader, which stays at its restored position in the archive; that is the checkpoint's archive, not a
+    changed file (was refused: "reached the checkpoint in None, not in this archive")."""
+    write_image_shards(tmp_path, shards=2, per_shard=4, size=8, progress=False)
+
+    def build() -> Any:  # the bucketizer's buffer takes all of header's items before the shuffle's first pull
+        return (IterableWrapper(sorted(str(p) for p in tmp_path.glob("*.tar"))).open_files_by_fsspec(mode="rb")
+                .load_from_tar().webdataset().header(5)
+                .max_token_bucketize(max_token_count=2, len_fn=one_token, buffer_size=6)
+                .shuffle(buffer_size=4).map(bucket_keys))
+
+    full, resumed, _ = run_and_resume(build, take=3 * max(1, num_workers), num_workers=num_workers,
+                                      warn_unsharded=False)  # each worker reads both shards
+    assert resumed == full and len(full) == 3 * max(1, num_workers)
+
+
+def in_the_first_shard(sample: dict[str, Any]) -> bool:
+    return "shard-000000" in sample["__key__"]
+
+
+def test_a_checkpoint_after_the_shuffle_input_ended_resumes_exactly(tmp_path):
+    """The last pull ran the pipes above to their end (a filter dropping the items of the later shards), past
+    where the re-read of the buffer stops: the archive loader's position at the checkpoint is not the re-read's,
+    and the files have not changed (was refused: "reached the checkpoint in ..., not in this archive")."""
+    write_image_shards(tmp_path, shards=3, per_shard=2, size=8, progress=False)
+
+    def build() -> Any:
+        return (IterableWrapper(sorted(str(p) for p in tmp_path.glob("*.tar"))).open_files_by_fsspec(mode="rb")
+                .load_from_tar().webdataset().header(5).filter(in_the_first_shard)
+                .shuffle(buffer_size=4).map(sample_key))
+
+    full, resumed, _ = run_and_resume(build, take=2)
+    assert resumed == full and len(full) == 2
+
+
+def sample_key(sample: dict[str, Any]) -> str:
+    return sample["__key__"].rsplit("/", 1)[-1]

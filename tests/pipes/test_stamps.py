@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import zlib
 
 import pytest
 
@@ -91,3 +92,17 @@ def test_after_a_replay_a_local_file_not_read_again_is_looked_at(tmp_path):
     gone.unlink()
     with pytest.raises(CheckpointError, match=r"gone\.bin' is gone"):
         log.check_replayed(2)
+
+
+def test_a_record_holds_no_secret_of_the_urls_and_still_checks_them():
+    url = "s3://AKIAEXAMPLE:wJalrXUtnFEMIsecret@bucket/a.tar"
+    signed = "https://h/b.tar?X-Amz-Signature=deadbeef0123"
+    record = _log_of([(url, "3:1"), (signed, "4:1")]).at(lazy=False)
+    raw = pickle.dumps(record) + zlib.decompress(record["names"])
+    assert b"wJalrXUtnFEMIsecret" not in raw and b"deadbeef0123" not in raw
+    log = StampLog()
+    log.expect(record, carry=False)
+    log.note(signed, "4:1", "open_files_by_fsspec")  # unchanged
+    with pytest.raises(CheckpointError, match=r"'s3://AKIAEXAMPLE:\*\*\*@bucket/a\.tar.*changed") as info:
+        log.note(url, "5:2", "load_from_tar")
+    assert "wJalrXUtnFEMIsecret" not in str(info.value)

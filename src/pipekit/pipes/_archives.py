@@ -39,12 +39,12 @@ from typing import Any, ClassVar
 import fsspec
 
 from pipekit import _fast
-from pipekit._redact import redact_url
+from pipekit._redact import checkpoint_url, redact_url, resolve_checkpoint_url
 from pipekit._validate import check_int
 from pipekit.errors import ArchiveError, CheckpointError, SkipLog, check_on_error
 from pipekit.pipes._decompress import CompressionType, Decompressor, tar_stream_source
 from pipekit.pipes._fsspec_io import RetryingFile
-from pipekit.pipes._stamps import StampLog, file_stamp
+from pipekit.pipes._stamps import StampLog, file_stamp, upstream_strings
 from pipekit.pipes._stream_items import (
     CORRUPT,
     ChunkedReader,
@@ -69,6 +69,7 @@ from pipekit.pipes._tar_headers import (  # noqa: F401  (importable here, as bef
     _unsafe_name,
     _with_count,
 )
+from pipekit.pipes._zip_members import ZipMember
 from pipekit.pipes.base import StreamWrapper, functional_datapipe
 from pipekit.pipes.state import ResumablePipe
 
@@ -109,6 +110,9 @@ class ArchiveLoader(ResumablePipe):
 
     Resume: the checkpoint is ``{"url": archive being read or None,
     "entries": entries of it gone through, "stamp": what the archive was}``
+    (a URL with credentials or a signed query is kept without its secrets and
+    with a digest of the whole, :func:`pipekit._redact.checkpoint_url`; the
+    restored loader finds the URL again in the list of the pipes upstream)
     (``"size:ETag"``, ``"size:mtime"``... from the open stream, without a
     request or ``stat`` of its own; left out where the stream tells nothing,
     a decompressed or in-memory one).  A restored loader opens that archive
@@ -220,8 +224,23 @@ class ArchiveLoader(ResumablePipe):
             return url + "/" + name  # a plain file name: normpath would return it as it is
         return url + "/" + posixpath.normpath(name.replace("\\", "/")).lstrip("/")
 
+    def _url_of(self, key: str) -> str:
+        """The archive URL a checkpoint names by ``key`` (:func:`~pipekit._redact.checkpoint_url`).
+
+        A URL with credentials is kept without them in the checkpoint: it is found again among the URLs
+        and roots the pipes upstream hold (an ``IterableWrapper``'s list, a lister's roots).
+        """
+        url = resolve_checkpoint_url(key, upstream_strings(self.source_datapipe))
+        if url is None:
+            raise ArchiveError(
+                "reopen archive", key, self.stage,
+                "the checkpoint holds this URL without its credentials, and no URL or root of the pipeline's "
+                "source matches it: resume with the pipeline the checkpoint was taken from",
+            )
+        return url
+
     def _load(self, url: str, stream: Any, skip: int, stamp: str | None = None) -> Iterator[tuple[str, Any]]:
-        self._url, self._entries = url, skip
+        self._url, self._entries = checkpoint_url(url), skip  # the position: no credentials in clear
         self._stamp = stamp if stamp is not None else file_stamp(stream)
         if self._stamp_log is not None:
             try:
@@ -231,17 +250,22 @@ class ArchiveLoader(ResumablePipe):
                 raise
         note_opened(url, self.stage)
         skipped, yielded = self.skip_log.count, 0
+        # looked up now: a generator left inside an archive may be finalised at interpreter exit, once this
+        # module's globals are None, and its cleanup must not look them up (nor match ``except ArchiveError``)
+        autoclose = stream.autoclose if isinstance(stream, StreamWrapper) else None
         try:
             for member in self._members(url, stream, skip):
                 yielded += 1
                 yield member
             if not (yielded or skip or self.skip_log.count != skipped):
                 self._warn_empty(url)
+        except GeneratorExit:
+            raise
         except ArchiveError as exc:
             self._fail(exc)
         finally:
-            if isinstance(stream, StreamWrapper):
-                stream.autoclose()  # closes now, or when the last member stream is closed
+            if autoclose is not None:
+                autoclose()  # closes now, or when the last member stream is closed
         self._url, self._entries, self._stamp = None, 0, None
 
     def __iter__(self) -> Iterator[tuple[str, StreamWrapper]]:
@@ -255,8 +279,9 @@ class ArchiveLoader(ResumablePipe):
         """
         resume, self._resume = self._resume, None  # the archive to continue, set by restore()
         if resume is not None:
-            url, entries, stamp = resume
+            key, entries, stamp = resume
             try:
+                url = self._url_of(key)
                 stream = reopen_stream(self.source_datapipe, url, self.stage)
             except ArchiveError as exc:
                 self._fail(exc)
@@ -522,14 +547,18 @@ class ZipArchiveLoader(ArchiveLoader):
     Member names that are absolute or contain a ``..`` component are refused
     with :class:`~pipekit.errors.ArchiveError`, as are corrupt archives; the
     error names the archive URL (and the member) and ``load_from_zip``.
-    Directories are not yielded.
+    Directories are not yielded.  A member whose data is damaged (deflate
+    data that does not decompress, a CRC-32 that does not match) raises
+    ``ArchiveError`` naming the member's URL when it is read; with
+    ``on_error="skip"`` each member is read whole before it is yielded, so a
+    damaged one is counted in ``self.skip_log`` and the others still come.
 
     Args:
         datapipe: a pipe yielding ``(url, binary stream)`` tuples.
         length: the nominal length reported by ``len()`` (``-1``: none).
-        on_error: ``"raise"`` (default), or ``"skip"``: refused members are
-            skipped and a corrupt archive's remaining members are dropped, each
-            recorded in ``self.skip_log``.
+        on_error: ``"raise"`` (default), or ``"skip"``: refused and damaged
+            members are skipped and a corrupt archive's remaining members are
+            dropped, each recorded in ``self.skip_log``.
         max_member_bytes: the most bytes a member may declare in the central
             directory (default :data:`MAX_MEMBER_BYTES`, 1 GiB; ``zipfile`` reads
             no more than a member declares): a larger one is refused before it
@@ -588,5 +617,16 @@ class ZipArchiveLoader(ArchiveLoader):
             except (*CORRUPT, NotImplementedError, RuntimeError) as exc:
                 raise ArchiveError("read archive", url, self.stage, f"member {info.filename!r}: {reason(exc)}") from exc
             member_url = self._member_url(url, info.filename)
+            fobj.__class__, fobj.where = ZipMember, (member_url, self.stage)  # read errors name the member
+            if self.on_error == "skip":
+                # a damaged member shows only when it is decompressed: under skip it is read whole before it
+                # is yielded (one member in memory at a time), so it is counted instead of failing in the
+                # consumer's hands; zip members are independent, the archive goes on
+                try:
+                    fobj = io.BytesIO(fobj.read())
+                except ArchiveError as exc:
+                    self.skip_log.record(exc)
+                    continue
             note_opened(member_url, self.stage)
             yield member_url, StreamWrapper(fobj, parent, name=member_url)
+

@@ -215,7 +215,7 @@ def restore_upstream(pipe: Any, snapshot: dict[str, Any]) -> list[tuple[Any, str
     for dp in pipes:
         pending = getattr(dp, "_pending", None)
         if isinstance(pending, dict) and isinstance(pending.get("url"), str) and isinstance(pending.get("stamp"), str):
-            stamps.append((dp, pending["url"], pending["stamp"]))
+            stamps.append((dp, pending["url"], pending["stamp"], pipe))
     for dp, state in zip(pipes, snapshot["states"], strict=True):
         if state is None:
             continue
@@ -232,12 +232,17 @@ def restore_upstream(pipe: Any, snapshot: dict[str, Any]) -> list[tuple[Any, str
 def check_stamps(stamps: list[tuple[Any, str, str]]) -> None:
     """Refuse a re-read that reached the checkpoint inside an archive other than the one it recorded.
 
-    Each ``(pipe, url, stamp)`` is an archive loader the checkpoint found reading ``url`` with that stamp
-    (size and version); after the re-read the loader must be reading the same file, unchanged.
+    Each ``(pipe, url, stamp, shuffle)`` is an archive loader the checkpoint found reading ``url`` with that
+    stamp (size and version); after the re-read the loader must be reading the same file, unchanged.  Unless
+    the shuffle's input had ended at the checkpoint (it was emptying its buffer): its last pull ran the pipes
+    above to their end (a filter or ``sharding_filter`` dropping the items after the last it passed), past the
+    item the re-read stops at, and the re-read cannot reach that position, nor needs to.
     """
-    for dp, url, stamp in stamps:
+    for dp, url, stamp, *shuffle in stamps:
         stage = getattr(dp, "stage", type(dp).__name__)
-        now_url, now = getattr(dp, "_url", None), getattr(dp, "_stamp", None)
+        now_url, now = _reading(dp)
+        if now_url != url and shuffle and _input_ended(shuffle[0]):
+            continue
         if now_url != url:
             raise ArchiveError(
                 "resume archive", url, stage,
@@ -252,6 +257,35 @@ def check_stamps(stamps: list[tuple[Any, str, str]]) -> None:
                 "re-read from it would hold other samples; resume from a checkpoint taken on this file, or start "
                 "the epoch over",
             )
+
+
+def _input_ended(shuffle: Any) -> bool:
+    """Whether the refilled ``shuffle`` was emptying its buffer at the checkpoint (its input had ended).
+
+    Checkpoints are taken between the items a shuffle yields: while its input lasts a full buffer stays
+    full (each item yielded is replaced by the one pulled); with fewer items than pulls, it has yielded
+    some of its last buffer after its input ended.
+    """
+    buffer, pulled = getattr(shuffle, "_buffer", None), getattr(shuffle, "_pulled", 0)
+    size = getattr(shuffle, "buffer_size", 0)
+    return isinstance(buffer, list) and len(buffer) < size and pulled > len(buffer)
+
+
+def _reading(dp: Any) -> tuple[str | None, str | None]:
+    """The archive (URL, stamp) an archive loader is at after the re-read.
+
+    A loader the re-read never pulled (a ``header`` above had taken its items before the snapshot the
+    re-read starts from) was not started: it is still at the position the snapshot loaded (pending) or
+    the one its restore kept for its first pull, which is where it was at the checkpoint.
+    """
+    pending = getattr(dp, "_pending", None)
+    if isinstance(pending, dict):
+        url, stamp = pending.get("url"), pending.get("stamp")
+        return (url if isinstance(url, str) else None), (stamp if isinstance(stamp, str) else None)
+    resume = getattr(dp, "_resume", None)
+    if getattr(dp, "_url", None) is None and isinstance(resume, tuple) and len(resume) == 3:
+        return resume[0], resume[2]
+    return getattr(dp, "_url", None), getattr(dp, "_stamp", None)
 
 
 def refill(

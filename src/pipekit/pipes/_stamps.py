@@ -12,11 +12,12 @@ So, in such pipelines, :class:`pipekit.DataLoader` gives the pipes that open fil
 ``"size:ETag"``, ``"size:mtime"``... from the open stream, without a request or ``stat`` of its own), a
 position records how many files were stamped by then, and a checkpoint holds their :func:`stamp_record`
 (a digest and a count, plus the ``(url, stamp)`` pairs zlib-compressed while they fit in
-:data:`STAMP_NAMES_LIMIT`).  A resumed epoch's log :meth:`~StampLog.expect`\\ s the checkpoint's stamps: a
-file opened again with another stamp raises :class:`~pipekit.errors.CheckpointError` naming it, both
-stamps and the stage, whatever ``on_error`` says; after a replay, the files read before the checkpoint
-that the replay did not open again are looked at (local ones: gone, or changed) by
-:meth:`~StampLog.check_replayed`.
+:data:`STAMP_NAMES_LIMIT`; a URL with credentials as :func:`~pipekit._redact.checkpoint_url` gives
+it, without them and with a digest of the whole).  A resumed epoch's log
+:meth:`~StampLog.expect`\\ s the checkpoint's stamps: a file opened again with another stamp raises
+:class:`~pipekit.errors.CheckpointError` naming it, both stamps and the stage, whatever ``on_error``
+says; after a replay, the files read before the checkpoint that the replay did not open again are
+looked at (local ones: gone, or changed) by :meth:`~StampLog.check_replayed`.
 
 A pipeline that neither replays nor cycles gets no log: its pipes stamp nothing, and pay one ``is None``
 test per file.
@@ -29,14 +30,15 @@ import io
 import os
 import stat
 import zlib
+from collections.abc import Iterator
 from typing import Any
 
 from pipekit._fs import local_path
-from pipekit._redact import redact_url
+from pipekit._redact import checkpoint_url, redact_url
 from pipekit.errors import CheckpointError
 from pipekit.pipes.base import StreamWrapper
 
-__all__ = ["STAMP_NAMES_LIMIT", "StampLog", "StampsAt", "file_stamp", "stamp_record"]
+__all__ = ["STAMP_NAMES_LIMIT", "StampLog", "StampsAt", "file_stamp", "stamp_record", "upstream_strings"]
 
 #: The most bytes a checkpoint keeps of the compressed ``(url, stamp)`` pairs of the files opened before its
 #: position, per process (10,000 local files take about 90 kB); past it only their digest and count.
@@ -76,6 +78,19 @@ def file_stamp(stream: Any) -> str | None:
             return None
         obj = inner
     return None
+
+
+def upstream_strings(pipe: Any, most: int = 32) -> Iterator[str]:
+    """The strings held by the lists of the pipes upstream of ``pipe`` (URLs, roots), lazily: where a URL a
+    checkpoint keeps without its credentials is found again (:func:`~pipekit._redact.resolve_checkpoint_url`)."""
+    for _ in range(most):
+        if pipe is None:
+            return
+        iterable = getattr(pipe, "iterable", None)
+        if isinstance(iterable, list | tuple):
+            yield from (item for item in iterable if isinstance(item, str))
+        state = getattr(pipe, "__dict__", {})
+        pipe = state.get("source_datapipe", state.get("datapipe"))
 
 
 def _path_stamp(url: str) -> str | None:
@@ -153,6 +168,7 @@ class StampLog:
             stamp = file_stamp(stream)
         if stamp is None:
             return
+        url = checkpoint_url(url)  # the record is kept with checkpoints: a URL's credentials are not
         if url not in self._index:
             self._index[url] = stamp
             self._entries.append((url, stamp))
@@ -167,6 +183,7 @@ class StampLog:
         """Log ``url`` with ``stamp`` (``None``: nothing to tell, not logged); raises if the checkpoint's differs."""
         if stamp is None:
             return
+        url = checkpoint_url(url)
         if url not in self._index:
             self._index[url] = stamp
             self._entries.append((url, stamp))
