@@ -355,7 +355,8 @@ class _CheckpointedPipe(LoaderPipeWrapper):
         """The skip counts and last file of this process, as plain data (see :meth:`DataLoader.skip_report`)."""
         skips = {i: log.summary(REPORT_ITEMS) for i, log in self._logs if log.count}
         last = last_opened()
-        return {"skips": skips, "last": list(last) if last is not None else None}
+        # a message (which file a dead worker read last): its URL without secrets, as every message has it
+        return {"skips": skips, "last": [redact_secrets(str(last[0])), *last[1:]] if last is not None else None}
 
     def state_dict(self) -> dict[str, Any]:
         # StatefulDataLoader asks twice per batch (for the dataset and for its iterator, which
