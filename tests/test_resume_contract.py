@@ -84,6 +84,7 @@ def cases(draw: Callable[..., Any], faults: tuple[str | None, ...] = (None,), wo
         victim=draw(st.integers(0, 15)) if fault in ("delete", "replace", "read_error") else 0,
         on_error=draw(st.sampled_from(["raise", "skip"])) if fault == "read_error" else "raise",
         seed=draw(st.integers(0, 3)),
+        reseed=draw(st.booleans()),
     )
 
 

@@ -6,7 +6,9 @@ that checkpoint (the rest of the epoch, then the next epoch), or ``state_dict()`
 :data:`BOUND_S` seconds; never a hang, never an item missing, duplicated or empty.
 
 Both runs follow a training loop that seeds the DataLoader's ``generator=`` at the start of each epoch
-(``generator.manual_seed(seed + epoch)``) and keeps torch's RNG state with the loader's in its checkpoints
+(``generator.manual_seed(seed + epoch)``), or only once, when the loader is made (``Case.reseed=False``: the
+epochs after the resumed one then come only from what the checkpoint kept of the generator), and keeps torch's
+RNG state with the loader's in its checkpoints
 (pipes draw the seeds of later passes, a ``shuffle`` under ``cycle``, from it); the resumed epoch itself
 gets another generator seed, so its order can come only from the checkpoint.
 """
@@ -173,12 +175,14 @@ def reference_run(case: Case, corpus: Corpus) -> Reference:
     """Two uninterrupted epochs (the second only when the first ended without an error)."""
     torch.manual_seed(case.seed)
     generator = torch.Generator()
+    generator.manual_seed(case.seed)
     loader = make_loader(case, corpus, generator)
     epochs: list[Outcome] = []
     try:
         with watchdog("uninterrupted run"):
             for epoch in range(2):
-                generator.manual_seed(case.seed + epoch)
+                if case.reseed:
+                    generator.manual_seed(case.seed + epoch)
                 epochs.append(drain(loader))
                 if epochs[-1].error is not None:
                     break
@@ -257,6 +261,7 @@ def run_case(case: Case, corpus: Corpus, scratch: Any) -> None:
     # the resumed run
     torch.manual_seed(case.seed + 1000)
     generator = torch.Generator()
+    generator.manual_seed(case.seed)  # a new process makes its loader as the first one did
     loader = make_loader(case, corpus, generator)
     resumed: list[Outcome] = []
     try:
@@ -271,7 +276,8 @@ def run_case(case: Case, corpus: Corpus, scratch: Any) -> None:
             for epoch in epochs:
                 # a resumed epoch's order comes from the checkpoint; a fresh epoch's from the loop's seed
                 fresh = epoch == 1 or case.point == "before"
-                generator.manual_seed(case.seed + epoch if fresh else 987654321)
+                if case.reseed:
+                    generator.manual_seed(case.seed + epoch if fresh else 987654321)
                 resumed.append(drain(loader))
                 if resumed[-1].error is not None or case.fault in ("delete", "replace"):
                     break

@@ -63,6 +63,9 @@ class Case:
     victim: int = 0  # which file the fault hits
     on_error: str = "raise"
     seed: int = 0
+    # the training loop seeds the DataLoader's generator= at each epoch's start (True), or once, when it is made
+    # (False: the epochs after a resumed one then come only from what the checkpoint kept of the generator)
+    reseed: bool = True
 
     def short(self) -> str:
         return ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if v != _DEFAULTS.get(k))
