@@ -581,19 +581,8 @@ def run_peers(args: argparse.Namespace, paths: list[Path], root: Path) -> None:
                    args.epochs)
     if args.skip_s3:
         return
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from s3server import start_s3_server  # the tests' real S3 server (SeaweedFS on loopback)
-
-    server = start_s3_server()
+    server, fs, remote = shards_on_s3(paths)
     try:
-        import s3fs
-
-        fs = s3fs.S3FileSystem(**server.storage_options, skip_instance_cache=True)
-        fs.mkdir("shards")
-        for p in paths:
-            fs.put_file(str(p), f"shards/{p.name}")
-        remote = [f"s3://shards/{p.name}" for p in paths]
-        datasets.index_shards(remote, server.storage_options)
         fs.put(f"{spec['convert_root']}/litdata/", "shards/litdata/", recursive=True)
         s3 = {**spec, "shards": remote, "storage_options": server.storage_options, "litdata_url": "s3://shards/litdata"}
         for workers in args.workers:
@@ -601,6 +590,30 @@ def run_peers(args: argparse.Namespace, paths: list[Path], root: Path) -> None:
                        args.epochs)
     finally:
         server.stop()
+
+
+def shards_on_s3(paths: list[Path]) -> tuple[Any, Any, list[str]]:
+    """The tests' real S3 server (SeaweedFS on loopback) holding ``paths`` under ``s3://shards/``, indexed.
+
+    Returns the server (the caller stops it), an s3fs filesystem on it and the shards' URLs.
+    """
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    import s3fs
+
+    from s3server import start_s3_server
+
+    server = start_s3_server()
+    try:
+        fs = s3fs.S3FileSystem(**server.storage_options, skip_instance_cache=True)
+        fs.mkdir("shards")
+        for p in paths:
+            fs.put_file(str(p), f"shards/{p.name}")
+        remote = [f"s3://shards/{p.name}" for p in paths]
+        datasets.index_shards(remote, server.storage_options)  # a scan of the shards' headers on S3
+    except BaseException:
+        server.stop()
+        raise
+    return server, fs, remote
 
 
 def main() -> None:
@@ -673,19 +686,8 @@ def main() -> None:
             checkpoint_cost(local, args, None)
     if args.skip_s3:
         return
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from s3server import start_s3_server  # the tests' real S3 server (SeaweedFS on loopback)
-
-    server = start_s3_server()
+    server, fs, remote = shards_on_s3(paths)
     try:
-        import s3fs
-
-        fs = s3fs.S3FileSystem(**server.storage_options, skip_instance_cache=True)
-        fs.mkdir("shards")
-        for p in paths:
-            fs.put_file(str(p), f"shards/{p.name}")
-        remote = [f"s3://shards/{p.name}" for p in paths]
-        datasets.index_shards(remote, server.storage_options)  # a scan of the shards' headers on S3
         remote_lit = None
         if lit_dir is not None:
             fs.put(f"{lit_dir}/", "shards/litdata/", recursive=True)
