@@ -413,6 +413,14 @@ class DataLoader(LoaderBase):
         what pipes keep across epochs (``in_memory_cache``'s frozen cache, per
         worker with persistent workers).
         """
+        return self._resolved(self._deferred_state())
+
+    def _deferred_state(self) -> dict[str, Any]:
+        """:meth:`state_dict` with the workers' tokens left in (cheap: the workers are not asked).
+
+        A worker keeps the positions of its last ``prefetch_factor + 2`` batches, so such a state can be
+        resolved (:meth:`_resolved`) a batch later.
+        """
         with self._next_epoch_seeded():
             state = super().state_dict()
         record = self._record()
@@ -431,10 +439,13 @@ class DataLoader(LoaderBase):
             if carries is not None:
                 record["carry"] = carries
             return {ITERATOR_FINISHED: True, CHECKPOINT_KEY: record}
-        state = resolve_deferred(state, getattr(self, "_state_channel", None), self._worker_alive, self.state_timeout)
         if self.generator is not None:
             record["generator"] = self.generator.get_state()  # where the next epoch's draws come from
         return {**state, CHECKPOINT_KEY: record}
+
+    def _resolved(self, state: dict[str, Any]) -> dict[str, Any]:
+        """``state`` with each worker token replaced by the position the worker kept for it."""
+        return resolve_deferred(state, getattr(self, "_state_channel", None), self._worker_alive, self.state_timeout)
 
     def _persistent_worker_rngs(self) -> list[Any] | None:
         """The global generators each persistent worker ended the epoch with (as it carries them on), or None."""

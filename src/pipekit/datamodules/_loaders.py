@@ -158,7 +158,8 @@ class LightningDataLoader(DataLoader):
             return None
 
     def _position(self) -> dict[str, Any]:
-        return {**super().state_dict(), _BATCHES: self._batches}
+        # the workers' tokens, not their positions: this runs before every batch of a loader without a length
+        return {**self._deferred_state(), _BATCHES: self._batches}
 
     def __iter__(self) -> Any:
         it = super().__iter__()
@@ -166,7 +167,7 @@ class LightningDataLoader(DataLoader):
         return _Counting(it, self)
 
     def state_dict(self) -> dict[str, Any]:
-        return self._behind if self._behind is not None else self._position()
+        return self._resolved(self._behind if self._behind is not None else self._position())
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         batches = state_dict.get(_BATCHES) if isinstance(state_dict, dict) else None
