@@ -1015,6 +1015,8 @@ def child_s3(spec: dict[str, Any]) -> dict[str, Any]:
     from pipekit.geo._bbox import from_slices
 
     variant = spec["variant"]
+    if spec.get("cpus"):  # --s3-pin: before any thread or worker starts, so that all of them inherit it
+        os.sched_setaffinity(0, spec["cpus"])
     caches_off = variant.endswith("-nocache")
     configure_gdal(spec["small_cachemax"] if caches_off else spec["cachemax"])
     if variant.endswith("-serial"):  # pipekit before issue 12: a sample's band files read one after another
@@ -1126,6 +1128,22 @@ def _median(values: list[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
+def parse_cpus(text: str) -> list[int]:
+    """``"0,2-3"`` -> ``[0, 2, 3]``."""
+    cpus: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        cpus.extend(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def pin_process(pid: int, cpus: list[int]) -> None:
+    """Every thread of ``pid`` onto ``cpus`` (threads it starts later inherit the mask of the one starting them)."""
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(int(task), cpus)
+
+
 def s3_section(args: argparse.Namespace, root: Path) -> None:
     variants = [v for v in S3_LABELS if v in args.s3_variants]
     gdal_options = dict(item.split("=", 1) for item in args.s3_gdal)
@@ -1156,6 +1174,12 @@ def s3_section(args: argparse.Namespace, root: Path) -> None:
             fs.put_file(str(path), f"{bucket}/{path.relative_to(cog_root).as_posix()}")
         total = sum(p.stat().st_size for p in cog_root.rglob("*.*") if p.is_file())
         print(f"  uploaded {total / MIB:.0f} MiB in {time.perf_counter() - start:.1f} s to s3://{bucket}/", flush=True)
+        reader_cpus = None
+        if args.s3_pin:
+            server_text, _, reader_text = args.s3_pin.partition(":")
+            reader_cpus = parse_cpus(reader_text)
+            pin_process(server.process.pid, parse_cpus(server_text))
+            print(f"  --s3-pin: the S3 server on CPUs {server_text}, each reader and its workers on CPUs {reader_text}")
         port = int(server.endpoint_url.rsplit(":", 1)[1])
         for _ in range(args.s3_repeat):  # the variants side by side, round after round: load shifts hit them all
             results = {}
@@ -1180,6 +1204,7 @@ def s3_section(args: argparse.Namespace, root: Path) -> None:
                     "server_pid": server.process.pid,
                     "direct": args.s3_direct,
                     "cache_dir": cache_dir,
+                    "cpus": reader_cpus,
                 }
                 results[variant] = run_child(spec, timeout=args.child_timeout)
                 if "error" in results[variant]:
@@ -1346,6 +1371,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--s3-repeat", type=int, default=1, help="rounds of the S3 variants, side by side (default 1)")
     p.add_argument("--s3-workers", type=int, default=0, help="DataLoader workers in the S3 section (default 0)")
+    p.add_argument(
+        "--s3-pin",
+        metavar="SERVER:READERS",
+        help="CPU lists, e.g. 1:0: the S3 server on CPU 1, every variant's reader (and its workers) on CPU 0, so "
+        "the server's CPU does not share the readers' cores (as a remote server would not); local disk's reader "
+        "gets the same CPUs",
+    )
     p.add_argument(
         "--s3-direct",
         action="store_true",
