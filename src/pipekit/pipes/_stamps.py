@@ -7,7 +7,7 @@ before it again.  A file read before the checkpoint and replaced since would be 
 next pass, with its new contents, where the run the checkpoint was taken from read the old ones.
 
 So, in such pipelines, :class:`pipekit.DataLoader` gives the pipes that open files
-(``open_files_by_fsspec``, the archive loaders: their class sets ``stamps_files = True``) a
+(``open_files_by_fsspec``, ``read_from_http``, the archive loaders: their class sets ``stamps_files = True``) a
 :class:`StampLog` for the epoch.  Each file opened is *stamped* (:func:`file_stamp`:
 ``"size:ETag"``, ``"size:mtime"``... from the open stream, without a request or ``stat`` of its own), a
 position records how many files were stamped by then, and a checkpoint holds their :func:`stamp_record`
@@ -51,7 +51,8 @@ def file_stamp(stream: Any) -> str | None:
     """``"size:version"`` of the file under ``stream``, from what its open already knows, or ``None``.
 
     fsspec's remote files (s3fs, HTTP, GCS...) carry the ``info()`` their open fetched: the size and the
-    ETag (else the modification time); a local file gets one ``fstat`` of its descriptor.  Wrappers
+    ETag (else the modification time), and ``read_from_http``'s streams those of their response's headers;
+    a local file gets one ``fstat`` of its descriptor.  Wrappers
     (:class:`StreamWrapper`, buffered and text readers, :class:`~pipekit.pipes._retrying_file.RetryingFile`)
     are looked through.  ``None`` where the stream tells nothing (an in-memory or decompressed one).
     """
@@ -161,9 +162,14 @@ class StampLog:
     def opened(self, url: str, stream: Any, stage: str) -> None:
         """Log ``url``, just opened as ``stream`` by ``stage`` (closed if its stamp is not the checkpoint's: raises)."""
         file = stream.file_obj if type(stream) is StreamWrapper else stream
+        stamp: str | None = None
         if type(file) is io.BufferedReader:  # a local file opened with open(): one fstat, few calls (per file)
-            st = os.fstat(file.fileno())
-            stamp = f"{st.st_size}:{st.st_mtime_ns}" if st.st_mode & _S_IFMT == _S_IFREG else None
+            try:
+                st = os.fstat(file.fileno())
+            except (OSError, ValueError):  # a buffered reader over another raw stream (HTTP's): no descriptor
+                stamp = file_stamp(stream)
+            else:
+                stamp = f"{st.st_size}:{st.st_mtime_ns}" if st.st_mode & _S_IFMT == _S_IFREG else None
         else:
             stamp = file_stamp(stream)
         if stamp is None:
