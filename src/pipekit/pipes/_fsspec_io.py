@@ -26,11 +26,12 @@ from typing import Any
 from fsspec.implementations.local import LocalFileSystem as _LocalFileSystem
 
 from pipekit._fs import fs_is_local, listing_change, listing_record, local_path, url_to_fs
+from pipekit._redact import checkpoint_url, redact_secrets, resolve_checkpoint_url
 from pipekit.errors import ReadError, SkipLog, check_on_error
 from pipekit.pipes._builtin import IterableWrapper
 from pipekit.pipes._list_match import _join_url, _matcher, _scan_local
 from pipekit.pipes._retrying_file import RetryingFile
-from pipekit.pipes._stamps import StampLog
+from pipekit.pipes._stamps import StampLog, upstream_strings
 from pipekit.pipes._stream_items import note_opened
 from pipekit.pipes.base import IterDataPipe, StreamWrapper, functional_datapipe
 from pipekit.pipes.state import ResumablePipe
@@ -168,7 +169,11 @@ class FSSpecFileLister(ResumablePipe):
     shuffle's, each DataLoader worker's share of the files) count files of
     that listing, and would repeat some and skip others.  A checkpoint
     without a digest (taken before it was recorded) resumes by name, as
-    before.
+    before.  A root with credentials (``http://user:password@host/dir/``,
+    a signed URL) is kept, with its files, as
+    :func:`~pipekit._redact.checkpoint_url` gives it: without them, with a
+    digest of the whole; the resumed copy finds it again among the roots of
+    its source (a root none matches is refused, naming it).
 
     Example:
         >>> import fsspec
@@ -300,8 +305,9 @@ class FSSpecFileLister(ResumablePipe):
         if self._root is None:
             return {"root": None, "last": None}
         if self._record is None:  # once per root: later checkpoints of the same listing reuse it
-            self._record = listing_record(self._urls)
-        return {"root": self._root, "last": self._last, **self._record}
+            self._record = listing_record(_kept(self._root, self._urls))
+        last = self._last if self._last is None else checkpoint_url(self._last)
+        return {"root": checkpoint_url(self._root), "last": last, **self._record}
 
     def restore(self, state: dict[str, Any] | None) -> None:
         self._root = self._last = None
@@ -315,11 +321,22 @@ class FSSpecFileLister(ResumablePipe):
     def __iter__(self) -> Iterator[str]:
         resume, self._resume = self._resume, None  # the root to continue, set by restore()
         if resume is not None:
-            yield from self._yield_root(resume[0], after=resume[1], expected=resume[2])
+            yield from self._yield_root(self._root_of(resume[0]), after=resume[1], expected=resume[2])
         for root in self.source_datapipe:
             yield from self._yield_root(root, after=None)
         self._root = self._last = None
         self._urls, self._record = [], None
+
+    def _root_of(self, key: str) -> str:
+        """The root a checkpoint names by ``key`` (:func:`~pipekit._redact.checkpoint_url`): one of the source's."""
+        root = resolve_checkpoint_url(key, upstream_strings(self.source_datapipe))
+        if root is None:
+            raise ReadError(
+                "resume listing", key, "list_files_by_fsspec",
+                "the checkpoint holds this root without its credentials, and no root of the pipeline's source "
+                "matches it: resume with the pipeline the checkpoint was taken from",
+            )
+        return root
 
     def _yield_root(self, root: str, after: str | None, expected: dict[str, Any] | None = None) -> Iterator[str]:
         self._root, self._last = root, after
@@ -334,6 +351,13 @@ class FSSpecFileLister(ResumablePipe):
         self._urls = urls
         if expected is not None and expected.get("digest") is not None:
             self._check_listing(root, after, urls, expected)
+        if after is not None:  # kept without its credentials (a digest at its end): the file listed
+            found = resolve_checkpoint_url(after, urls)
+            if found is None:
+                raise ReadError("resume listing", root, "list_files_by_fsspec",
+                                f"{after!r}, the last file read, is gone; resume from a checkpoint taken on these "
+                                "files, or start the epoch over")
+            self._last = after = found
         if not urls and root not in self._warned_empty:
             self._warned_empty.add(root)
             matching = f" matching masks {self.masks}" if self.masks else ""
@@ -351,10 +375,11 @@ class FSSpecFileLister(ResumablePipe):
 
     def _check_listing(self, root: str, last: str | None, urls: list[str], expected: dict[str, Any]) -> None:
         """Refuse to resume ``root`` when its listing is not the one the checkpoint's positions count."""
-        change = listing_change(expected, urls)
-        if change is None:
+        kept = _kept(root, urls)
+        change = listing_change(expected, kept)
+        if change is None or (kept is not urls and listing_change(expected, urls) is None):  # (taken with them)
             return
-        gone = f"; {last!r}, the last file read, is gone" if last is not None and last not in set(urls) else ""
+        gone = f"; {last!r}, the last file read, is gone" if last is not None and last not in set(kept) else ""
         raise ReadError(
             "resume listing", root, "list_files_by_fsspec",
             f"the files under it changed since the checkpoint ({change}{gone}): the positions "
@@ -362,6 +387,14 @@ class FSSpecFileLister(ResumablePipe):
             "repeat some files and skip others; resume from a checkpoint taken on these files, or start the "
             "epoch over",
         )
+
+
+def _kept(root: str, urls: list[str]) -> list[str]:
+    """The listing as a checkpoint keeps it: ``urls`` itself, or, under a root with credentials, each URL
+    without them (:func:`~pipekit._redact.checkpoint_url`)."""
+    if redact_secrets(root) == root:
+        return urls
+    return [checkpoint_url(url) for url in urls]
 
 
 _BUILTIN_OPEN_KWARGS = {"encoding", "errors", "newline"}
