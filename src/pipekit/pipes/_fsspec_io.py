@@ -20,7 +20,7 @@ import os
 import stat
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from fsspec.implementations.local import LocalFileSystem as _LocalFileSystem
@@ -30,14 +30,15 @@ from pipekit._redact import checkpoint_url, redact_secrets, resolve_checkpoint_u
 from pipekit.errors import ReadError, SkipLog, check_on_error
 from pipekit.pipes._builtin import IterableWrapper
 from pipekit.pipes._list_match import _join_url, _matcher, _scan_local
+from pipekit.pipes._opening import is_http, open_each, open_http
 from pipekit.pipes._retrying_file import RetryingFile
 from pipekit.pipes._stamps import StampLog, upstream_strings
-from pipekit.pipes._stream_items import note_opened
 from pipekit.pipes.base import IterDataPipe, StreamWrapper, functional_datapipe
 from pipekit.pipes.state import ResumablePipe
 from pipekit.retry import RetryPolicy, resolve_retry, with_timeouts
 
-# RetryingFile is imported from this module, not re-exported by pipekit.pipes (whose export list is locked)
+# RetryingFile is imported from this module, not re-exported by pipekit.pipes (whose export list is locked);
+# open_each (the loop of the opening pipes) too, from pipekit.pipes._opening
 __all__ = ["FSSpecFileLister", "FSSpecFileOpener", "FSSpecSaver", "Saver", "StreamWrapper"]
 
 # Object stores write an object only when the file is closed (a single PUT or a
@@ -502,7 +503,10 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
                 fs, path = _remote_fs(url, self.kwargs_for_connection)
                 if (fs_is_local(fs) or "memory" in _protocols(fs) or self.retry.attempts == 1
                         or "compression" in self.kwargs_for_open):
-                    file = fs.open(path, self.mode, **self.kwargs_for_open)
+                    if self.mode == "rb" and "compression" not in self.kwargs_for_open and is_http(fs):
+                        file = open_http(fs, path, self.kwargs_for_open)
+                    else:
+                        file = fs.open(path, self.mode, **self.kwargs_for_open)
                 else:
                     file = self._open_retrying(fs, path, url)
         except ReadError:
@@ -517,6 +521,10 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
 
         def open_fn() -> Any:
             return fs.open(path, "rb", **binary_kwargs)
+
+        if is_http(fs):
+            def open_fn() -> Any:
+                return open_http(fs, path, binary_kwargs)
 
         raw = RetryingFile(open_fn, url, "open_files_by_fsspec", self.retry)
         if "b" in self.mode:
@@ -558,57 +566,6 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
 
     def __len__(self) -> int:
         return len(self.source_datapipe)  # type: ignore[arg-type]
-
-
-# open_each keeps weak references to the streams it opened, to close those still open if the
-# iteration fails; it drops the dead ones whenever the list has doubled since the last time.
-_PRUNE_AT = 64
-
-
-def open_each(
-    urls: Iterable[str], reopen: Callable[[str], StreamWrapper], on_error: str, skip_log: SkipLog,
-    stamps: StampLog | None = None,
-) -> Iterator[tuple[str, StreamWrapper]]:
-    """Yield ``(url, reopen(url))`` for each URL: the loop shared by the opening pipes.
-
-    A :class:`~pipekit.errors.ReadError` from ``reopen`` is raised, or recorded
-    in ``skip_log`` when ``on_error == "skip"``.  ``stamps`` (a
-    :class:`~pipekit.pipes._stamps.StampLog`, or ``None``) logs each file
-    opened, and raises :class:`~pipekit.errors.CheckpointError` for one that
-    changed since the checkpoint a resumed run reads again.  If the iteration fails, every
-    stream opened here that is still open is closed before the error
-    propagates; streams handed out stay open otherwise (see
-    :class:`FSSpecFileOpener`).
-    """
-    # A list of weak references (pruned now and then) rather than a WeakSet: the same streams,
-    # without a Python-level add and removal callback per stream.
-    opened: list[weakref.ref[StreamWrapper]] = []
-    prune_at = _PRUNE_AT
-    stage = skip_log.stage
-    try:
-        for url in urls:
-            try:
-                stream = reopen(url)
-            except ReadError as exc:
-                if on_error == "raise":
-                    raise
-                skip_log.record(exc)
-                continue
-            if stamps is not None:
-                stamps.opened(url, stream, stage)
-            opened.append(weakref.ref(stream))
-            if len(opened) >= prune_at:
-                opened = [ref for ref in opened if (s := ref()) is not None and not s.closed]
-                prune_at = max(_PRUNE_AT, 2 * len(opened))
-            note_opened(url, stage)
-            yield url, stream
-            del stream
-    except Exception:  # the pipeline is broken: close what is still open
-        for ref in opened:
-            stream = ref()
-            if stream is not None and not stream.closed:
-                stream.close()
-        raise
 
 
 # The savers live in their own module (this one was past 880 lines), importable from here as before; and

@@ -24,7 +24,7 @@ import fsspec
 from fsspec.asyn import sync
 
 from pipekit.errors import ReadError, SkipLog, check_on_error
-from pipekit.pipes._fsspec_io import open_each
+from pipekit.pipes._opening import open_each
 from pipekit.pipes._stamps import StampLog
 from pipekit.pipes.base import IterDataPipe, StreamWrapper, functional_datapipe
 from pipekit.retry import default_timeouts
