@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import functools
 import http.server
+import os
 import pickle
 import threading
 import zlib
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import pipekit
-from pipekit.errors import ReadError
+from pipekit.errors import CheckpointError, ReadError
 from pipekit.pipes import IterableWrapper
 
 SECRET = "s3cr3t-pw"
@@ -126,3 +127,41 @@ def test_a_root_not_in_the_resumed_pipeline_is_named(private_root):
     resumed.load_state_dict(state)
     with pytest.raises(ReadError, match=r"http://user:\*\*\*@127\.0\.0\.1:\d+/.*without its credentials"):
         list(resumed)
+
+
+def _read(item: tuple) -> tuple:
+    url, stream = item
+    try:
+        return url.rsplit("/", 1)[-1], stream.read()
+    finally:
+        stream.close()
+
+
+def _replayed(root: str):
+    """fork cannot report its position: the resume replays the listing and opens the files read before again."""
+    a, b = _listing(root).open_files_by_fsspec(mode="rb").map(_read).fork(2)
+    return a.zip(b)
+
+
+@pytest.mark.timeout(60)
+def test_a_replayed_pipeline_over_the_listing_keeps_no_password_and_refuses_a_changed_file(private_root):
+    """The replay's checks (the listing's position, the stamps of the files opened) hold the URLs without the
+    password too; an unchanged replay is exact, a file replaced since is refused naming it without the password."""
+    folder, root = private_root
+    full = list(pipekit.DataLoader(_replayed(root)))
+    loader = pipekit.DataLoader(_replayed(root))
+    it = iter(loader)
+    head = [next(it) for _ in range(2)]
+    state = pickle.loads(pickle.dumps(loader.state_dict()))
+    _secret_free(state)
+    resumed = pipekit.DataLoader(_replayed(root))
+    resumed.load_state_dict(state)
+    assert head + list(resumed) == full
+    path = folder / "f1.txt"
+    path.write_bytes(b"y" * path.stat().st_size)
+    os.utime(path, (path.stat().st_atime, path.stat().st_mtime + 10))  # Last-Modified counts whole seconds
+    resumed = pipekit.DataLoader(_replayed(root))
+    resumed.load_state_dict(state)
+    with pytest.raises(CheckpointError, match=r"'http://user:\*\*\*@127\.0\.0\.1:\d+/f1\.txt.*changed") as info:
+        list(resumed)
+    assert SECRET not in str(info.value)

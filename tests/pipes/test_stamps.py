@@ -53,6 +53,16 @@ def test_a_file_opened_again_with_another_stamp_is_refused_naming_it():
         log.note("/d/b.bin", "5:2", "open_files_by_fsspec")
 
 
+def test_a_stamp_that_told_the_size_alone_matches_a_version_of_that_size():
+    """HTTP files were stamped ``size:None`` before their servers' ETag was read: a checkpoint taken then still
+    resumes on the same size, and refuses another."""
+    log = StampLog()
+    log.expect(stamp_record([("http://h/a.bin", "3:None"), ("http://h/b.bin", "4:None")]), carry=False)
+    log.note("http://h/a.bin", '3:"etag-1"', "open_files_by_fsspec")
+    with pytest.raises(CheckpointError, match=r"b\.bin' changed.*4:None then, 5:"):
+        log.note("http://h/b.bin", '5:"etag-2"', "open_files_by_fsspec")
+
+
 def test_a_refused_stream_is_closed(tmp_path):
     path = tmp_path / "a.bin"
     path.write_bytes(b"abc")
