@@ -519,12 +519,10 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
         text_kwargs = {k: v for k, v in self.kwargs_for_open.items() if k in _BUILTIN_OPEN_KWARGS}
         binary_kwargs = {k: v for k, v in self.kwargs_for_open.items() if k not in _BUILTIN_OPEN_KWARGS}
 
-        def open_fn() -> Any:
-            return fs.open(path, "rb", **binary_kwargs)
+        http = is_http(fs)
 
-        if is_http(fs):
-            def open_fn() -> Any:
-                return open_http(fs, path, binary_kwargs)
+        def open_fn() -> Any:
+            return open_http(fs, path, binary_kwargs) if http else fs.open(path, "rb", **binary_kwargs)
 
         raw = RetryingFile(open_fn, url, "open_files_by_fsspec", self.retry)
         if "b" in self.mode:
