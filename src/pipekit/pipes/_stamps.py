@@ -38,7 +38,9 @@ from pipekit._redact import checkpoint_url, redact_url
 from pipekit.errors import CheckpointError
 from pipekit.pipes.base import StreamWrapper
 
-__all__ = ["STAMP_NAMES_LIMIT", "StampLog", "StampsAt", "file_stamp", "stamp_record", "upstream_strings"]
+__all__ = [
+    "STAMP_NAMES_LIMIT", "StampLog", "StampsAt", "file_stamp", "same_file", "stamp_record", "upstream_strings",
+]
 
 #: The most bytes a checkpoint keeps of the compressed ``(url, stamp)`` pairs of the files opened before its
 #: position, per process (10,000 local files take about 90 kB); past it only their digest and count.
@@ -131,10 +133,15 @@ def stamp_record(entries: list[tuple[str, str]], limit: int = STAMP_NAMES_LIMIT)
     return record
 
 
-def _same_size(then: str, now: str) -> bool:
-    """``then`` told the size alone (``"size:None"``: an HTTP file stamped before its server's version was read)
-    and ``now`` is of that size: nothing says the file changed."""
-    return then.endswith(":None") and now.startswith(then[:-4])  # "3:" (a size holds no colon)
+def same_file(then: str, now: str) -> bool:
+    """Whether stamp ``now`` may be of the file stamped ``then``: the same stamp, or ``then`` told the size alone
+    (``"size:None"``: an HTTP file stamped before its server's version was read) and ``now`` is of that size.
+
+    Example:
+        >>> same_file("3:17", "3:17"), same_file("3:None", '3:"etag"'), same_file("3:None", '4:"etag"')
+        (True, True, False)
+    """
+    return then == now or (then.endswith(":None") and now.startswith(then[:-4]))  # "3:" (a size holds no colon)
 
 
 def _some(items: list[str], most: int = 5) -> str:
@@ -204,7 +211,7 @@ class StampLog:
 
     def _check(self, url: str, stamp: str, stage: str) -> None:
         then = self._expected.get(url) if self._expected is not None else None
-        if then is not None and then != stamp and not _same_size(then, stamp):
+        if then is not None and not same_file(then, stamp):
             raise CheckpointError(
                 f"{stage}: {redact_url(url)!r} changed since the checkpoint (size:version {then} then, {stamp} "
                 "now): it was read before the checkpoint and is read again after it (by the replay that "
