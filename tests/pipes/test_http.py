@@ -42,6 +42,7 @@ class Server:
     base: str
     release: threading.Event
     requests: list[str] = field(default_factory=list)
+    files: dict[str, bytes] = field(default_factory=dict)  # served by name; a test may replace one
 
     def url(self, path: str) -> str:
         return f"{self.base}/{path.lstrip('/')}"
@@ -91,7 +92,12 @@ def make_handler(files: dict[str, bytes], release: threading.Event, log: list[st
             body = files.get(path.lstrip("/"))
             if body is None:
                 return self._send(404, b"not found")
-            return self._send(200, body)
+            if path == "/private.bin":  # a file behind basic auth, as a user's URL would carry it
+                expected = "Basic " + base64.b64encode(b"user:secret").decode()
+                if self.headers.get("Authorization") != expected:
+                    return self._send(401, b"no", {"WWW-Authenticate": 'Basic realm="t"'})
+            # a version of the body, as web servers and object stores send it
+            return self._send(200, body, {"ETag": f'"{hashlib.sha1(body).hexdigest()[:16]}"'})
 
     return Handler
 
@@ -111,7 +117,7 @@ def server() -> Iterator[Server]:
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), make_handler(files, release, log))
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
-    srv = Server(f"http://127.0.0.1:{httpd.server_address[1]}", release, log)
+    srv = Server(f"http://127.0.0.1:{httpd.server_address[1]}", release, log, files)
     yield srv
     release.set()
     httpd.shutdown()
@@ -314,3 +320,88 @@ class TestHttpReader:
             return IterableWrapper(urls).read_from_http(timeout=10).readlines()
 
         assert_resumes(make, n)
+
+
+# -- files read again by a resume (a replay, a later pass of a cycle): stamped by their ETag ---------------
+
+
+def _forked_http(urls: list[str]):
+    """fork cannot report its position: pipekit.DataLoader resumes it by replaying, fetching the files again."""
+    a, b = IterableWrapper(urls).read_from_http(timeout=10).map(read_all).fork(2)
+    return a.zip(b)
+
+
+def _served(server: Server, names: list[str]) -> list[str]:
+    for i, name in enumerate(names):
+        server.files[name] = bytes([i]) * (10 + i)
+    return [server.url(name) for name in names]
+
+
+def _checkpoint(make, take: int) -> tuple[list, dict]:
+    import pipekit
+
+    loader = pipekit.DataLoader(make())
+    it = iter(loader)
+    head = [next(it) for _ in range(take)]
+    return head, pickle.loads(pickle.dumps(loader.state_dict()))
+
+
+def _resumed(make, state: dict) -> list:
+    import pipekit
+
+    loader = pipekit.DataLoader(make())
+    loader.load_state_dict(state)
+    return list(loader)
+
+
+class TestHttpStamps:
+    @pytest.mark.timeout(60)
+    def test_a_replayed_resume_refuses_a_file_changed_on_the_server(self, server: Server) -> None:
+        """Replaced on the server (same size, another ETag) after the checkpoint, a file read before it used to be
+        replayed with its new bytes: the resumed run silently differed from the run the checkpoint was taken from."""
+        from pipekit.errors import CheckpointError
+
+        urls = _served(server, ["a.bin", "b.bin", "c.bin"])
+        _, state = _checkpoint(lambda: _forked_http(urls), 2)
+        server.files["b.bin"] = b"\xff" * len(server.files["b.bin"])
+        with pytest.raises(CheckpointError, match=r"read_from_http: '" + urls[1] + "' changed since the checkpoint"):
+            _resumed(lambda: _forked_http(urls), state)
+
+    @pytest.mark.timeout(60)
+    def test_a_replayed_resume_of_unchanged_files_is_exact(self, server: Server) -> None:
+        import pipekit
+
+        urls = _served(server, ["a.bin", "b.bin", "c.bin"])
+        full = list(pipekit.DataLoader(_forked_http(urls)))
+        head, state = _checkpoint(lambda: _forked_http(urls), 2)
+        assert head + _resumed(lambda: _forked_http(urls), state) == full
+
+    @pytest.mark.timeout(60)
+    def test_a_url_with_credentials_is_stamped_without_them(self, server: Server) -> None:
+        """The stamps travel in every checkpoint: a password in the URL must not (and still resumes exactly)."""
+        import pipekit
+        from pipekit.errors import CheckpointError
+
+        server.files["private.bin"] = b"private bytes"
+        urls = _served(server, ["a.bin", "b.bin"])
+        urls.insert(1, server.url("private.bin").replace("://", "://user:secret@"))
+        full = list(pipekit.DataLoader(_forked_http(urls)))
+        assert full[1][0][1] == b"private bytes"  # the URL's credentials were sent
+        head, state = _checkpoint(lambda: _forked_http(urls), 2)
+        assert b"secret" not in pickle.dumps(state)
+        assert head + _resumed(lambda: _forked_http(urls), state) == full
+        server.files["private.bin"] = b"PRIVATE BYTES"
+        with pytest.raises(CheckpointError, match=r"'http://user:\*\*\*@127\.0\.0\.1:\d+/private\.bin") as info:
+            _resumed(lambda: _forked_http(urls), state)
+        assert "secret" not in str(info.value)
+
+    def test_a_stream_is_stamped_from_its_response_headers(self, server: Server) -> None:
+        from pipekit.pipes._stamps import file_stamp
+
+        etag = f'"{hashlib.sha1(LICENSE).hexdigest()[:16]}"'
+        (_, stream), (_, unsized) = IterableWrapper([server.url("LICENSE"), server.url("unsized")]).read_from_http()
+        assert file_stamp(stream) == f"{len(LICENSE)}:{etag}"
+        assert file_stamp(unsized) is None  # neither a size nor a version: nothing to stamp
+        assert server.requests == ["/LICENSE", "/unsized"]  # from the GET's headers: no request of its own
+        stream.close()
+        unsized.close()

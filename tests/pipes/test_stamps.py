@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import functools
+import http.server
 import io
+import os
 import pickle
+import threading
 import zlib
+from collections.abc import Iterator
 
 import pytest
 
+import pipekit
 from pipekit.errors import CheckpointError
+from pipekit.pipes import IterableWrapper
 from pipekit.pipes._stamps import StampLog, file_stamp, stamp_record
 
 
@@ -44,6 +51,16 @@ def test_a_file_opened_again_with_another_stamp_is_refused_naming_it():
     log.note("/d/c.bin", "9:9", "open_files_by_fsspec")  # not read before the checkpoint: anything goes
     with pytest.raises(CheckpointError, match=r"open_files_by_fsspec: '/d/b\.bin' changed.*4:1 then, 5:2 now"):
         log.note("/d/b.bin", "5:2", "open_files_by_fsspec")
+
+
+def test_a_stamp_that_told_the_size_alone_matches_a_version_of_that_size():
+    """HTTP files were stamped ``size:None`` before their servers' ETag was read: a checkpoint taken then still
+    resumes on the same size, and refuses another."""
+    log = StampLog()
+    log.expect(stamp_record([("http://h/a.bin", "3:None"), ("http://h/b.bin", "4:None")]), carry=False)
+    log.note("http://h/a.bin", '3:"etag-1"', "open_files_by_fsspec")
+    with pytest.raises(CheckpointError, match=r"b\.bin' changed.*4:None then, 5:"):
+        log.note("http://h/b.bin", '5:"etag-2"', "open_files_by_fsspec")
 
 
 def test_a_refused_stream_is_closed(tmp_path):
@@ -106,3 +123,61 @@ def test_a_record_holds_no_secret_of_the_urls_and_still_checks_them():
     with pytest.raises(CheckpointError, match=r"'s3://AKIAEXAMPLE:\*\*\*@bucket/a\.tar.*changed") as info:
         log.note(url, "5:2", "load_from_tar")
     assert "wJalrXUtnFEMIsecret" not in str(info.value)
+
+
+# -- files read over HTTP by open_files_by_fsspec: stamped by the version the server tells --------------------
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # keep the test output clean
+        pass
+
+
+@pytest.fixture
+def web_folder(tmp_path) -> Iterator[tuple[object, str]]:
+    """Three files served by Python's file server (Content-Length and Last-Modified, no ETag), and its URL."""
+    for i in range(3):
+        (tmp_path / f"f{i}.bin").write_bytes(bytes([i]) * (10 + i))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(tmp_path)))
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread.start()
+    yield tmp_path, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def _read(item: tuple) -> tuple:
+    url, stream = item
+    try:
+        return url, stream.read()
+    finally:
+        stream.close()
+
+
+def _forked_over_http(urls: list[str], retry: int | None):
+    a, b = IterableWrapper(urls).open_files_by_fsspec(mode="rb", retry=retry).map(_read).fork(2)
+    return a.zip(b)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("retry", [None, 1])
+def test_a_replayed_resume_refuses_a_file_replaced_on_a_web_server_by_one_of_the_same_size(web_folder, retry):
+    """open_files_by_fsspec's HTTP files were stamped by their size alone (fsspec keeps the Last-Modified of the
+    request it opens with to itself): a file replaced by one of the same size was replayed with its new bytes."""
+    folder, base = web_folder
+    urls = [f"{base}/f{i}.bin" for i in range(3)]
+    full = list(pipekit.DataLoader(_forked_over_http(urls, retry)))
+    loader = pipekit.DataLoader(_forked_over_http(urls, retry))
+    it = iter(loader)
+    head = [next(it) for _ in range(2)]
+    state = pickle.loads(pickle.dumps(loader.state_dict()))
+    resumed = pipekit.DataLoader(_forked_over_http(urls, retry))
+    resumed.load_state_dict(state)
+    assert head + list(resumed) == full  # unchanged: exact
+    path = folder / "f1.bin"
+    path.write_bytes(b"\xff" * path.stat().st_size)
+    os.utime(path, (path.stat().st_atime, path.stat().st_mtime + 10))  # Last-Modified counts whole seconds
+    resumed = pipekit.DataLoader(_forked_over_http(urls, retry))
+    resumed.load_state_dict(state)
+    with pytest.raises(CheckpointError, match=r"f1\.bin' changed since the checkpoint"):
+        list(resumed)

@@ -6,11 +6,20 @@ the ``webdataset`` library's ``cache_dir`` and LitData's chunk cache do.
 Unlike those, each open checks the copy against the remote object (its size
 and ETag or modification time, one metadata request per shard and epoch), so
 a shard replaced on the server is fetched again rather than read stale.
+
+A stream read from a copy is stamped (:mod:`pipekit.pipes._stamps`) as the
+object's version, not the copy's: a checkpoint taken mid-shard, or in a
+pipeline whose resume reads shards again, resumes where the copy was made
+again (another machine's empty ``cache_dir``) and refuses a shard changed on
+the server since.  Only an object that tells no version (neither ETag nor
+modification time) is stamped as its copy (refused if copied again: there is
+no telling).
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import os
@@ -31,11 +40,23 @@ STAGE = "TarShards cache"
 def _stamp(url: str, info: dict[str, Any]) -> dict[str, Any]:
     """What identifies a version of the remote object: its size and ETag / modification time, as fsspec reports them."""
     version = None
-    for key in ("ETag", "etag", "LastModified", "last_modified", "mtime", "updated"):
+    for key in ("ETag", "etag", "LastModified", "Last-Modified", "last_modified", "mtime", "updated"):
         if info.get(key) is not None:
             version = f"{key}={info[key]}"
             break
     return {"url": url, "size": info.get("size"), "version": version}
+
+
+class _CopyOf(io.BufferedReader):
+    """A local copy, read as ``open(path, "rb")`` reads it, whose ``details`` are the remote object's version.
+
+    :func:`~pipekit.pipes._stamps.file_stamp` reads ``details`` as it does on fsspec's remote files: the
+    stamp is ``"size:ETag=..."`` of the object, the same for every copy of one version of it.
+    """
+
+    def __init__(self, raw: io.FileIO, stamp: dict[str, Any]) -> None:
+        super().__init__(raw)
+        self.details = {"size": stamp["size"], "ETag": stamp["version"]}
 
 
 class CachedShardOpener(FSSpecFileOpener):
@@ -70,9 +91,12 @@ class CachedShardOpener(FSSpecFileOpener):
     def reopen(self, url: str) -> StreamWrapper:
         if not isinstance(url, str) or local_path(url) is not None:
             return super().reopen(url)
-        local = self.local_copy(url)
+        local, stamp = self._up_to_date_copy(url)
         try:
-            file = open(local, "rb")  # noqa: SIM115 - closed downstream
+            if stamp["version"] is None:  # stamped as the copy: its size and mtime
+                file = open(local, "rb")  # noqa: SIM115 - closed downstream
+            else:
+                file = _CopyOf(io.FileIO(local, "rb"), stamp)
         except OSError as exc:
             raise ReadError("open", local, STAGE, exc) from exc
         return StreamWrapper(file, name=url)
@@ -84,6 +108,10 @@ class CachedShardOpener(FSSpecFileOpener):
 
     def local_copy(self, url: str) -> str:
         """The path of an up-to-date local copy of ``url``, made now if there is none."""
+        return self._up_to_date_copy(url)[0]
+
+    def _up_to_date_copy(self, url: str) -> tuple[str, dict[str, Any]]:
+        """:meth:`local_copy`, and the object's stamp (:func:`_stamp`) the copy is of."""
         try:
             fs, path = url_to_fs(url, self.kwargs_for_connection)
             info = self.retry.call(lambda: fs.info(path), action="stat", url=url, stage=STAGE)
@@ -98,11 +126,11 @@ class CachedShardOpener(FSSpecFileOpener):
             with open(record) as f:
                 cached = json.load(f)
             if cached == stamp and os.path.getsize(local) == stamp["size"]:
-                return local
+                return local, stamp
         except (OSError, ValueError):
             pass  # no copy yet, or one cut short by a crash: make it (below)
         self._copy(url, local, stamp)
-        return local
+        return local, stamp
 
     def _copy(self, url: str, local: str, stamp: dict[str, Any]) -> None:
         """Copy ``url`` to ``local`` (atomically), then its record: the record is what makes the copy count."""

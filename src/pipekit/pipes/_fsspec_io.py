@@ -20,23 +20,25 @@ import os
 import stat
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from fsspec.implementations.local import LocalFileSystem as _LocalFileSystem
 
 from pipekit._fs import fs_is_local, listing_change, listing_record, local_path, url_to_fs
+from pipekit._redact import checkpoint_url, redact_secrets, resolve_checkpoint_url
 from pipekit.errors import ReadError, SkipLog, check_on_error
 from pipekit.pipes._builtin import IterableWrapper
 from pipekit.pipes._list_match import _join_url, _matcher, _scan_local
+from pipekit.pipes._opening import is_http, open_each, open_http
 from pipekit.pipes._retrying_file import RetryingFile
-from pipekit.pipes._stamps import StampLog
-from pipekit.pipes._stream_items import note_opened
+from pipekit.pipes._stamps import StampLog, upstream_strings
 from pipekit.pipes.base import IterDataPipe, StreamWrapper, functional_datapipe
 from pipekit.pipes.state import ResumablePipe
 from pipekit.retry import RetryPolicy, resolve_retry, with_timeouts
 
-# RetryingFile is imported from this module, not re-exported by pipekit.pipes (whose export list is locked)
+# RetryingFile is imported from this module, not re-exported by pipekit.pipes (whose export list is locked);
+# open_each (the loop of the opening pipes) too, from pipekit.pipes._opening
 __all__ = ["FSSpecFileLister", "FSSpecFileOpener", "FSSpecSaver", "Saver", "StreamWrapper"]
 
 # Object stores write an object only when the file is closed (a single PUT or a
@@ -168,7 +170,11 @@ class FSSpecFileLister(ResumablePipe):
     shuffle's, each DataLoader worker's share of the files) count files of
     that listing, and would repeat some and skip others.  A checkpoint
     without a digest (taken before it was recorded) resumes by name, as
-    before.
+    before.  A root with credentials (``http://user:password@host/dir/``,
+    a signed URL) is kept, with its files, as
+    :func:`~pipekit._redact.checkpoint_url` gives it: without them, with a
+    digest of the whole; the resumed copy finds it again among the roots of
+    its source (a root none matches is refused, naming it).
 
     Example:
         >>> import fsspec
@@ -300,8 +306,9 @@ class FSSpecFileLister(ResumablePipe):
         if self._root is None:
             return {"root": None, "last": None}
         if self._record is None:  # once per root: later checkpoints of the same listing reuse it
-            self._record = listing_record(self._urls)
-        return {"root": self._root, "last": self._last, **self._record}
+            self._record = listing_record(_kept(self._root, self._urls))
+        last = self._last if self._last is None else checkpoint_url(self._last)
+        return {"root": checkpoint_url(self._root), "last": last, **self._record}
 
     def restore(self, state: dict[str, Any] | None) -> None:
         self._root = self._last = None
@@ -315,11 +322,22 @@ class FSSpecFileLister(ResumablePipe):
     def __iter__(self) -> Iterator[str]:
         resume, self._resume = self._resume, None  # the root to continue, set by restore()
         if resume is not None:
-            yield from self._yield_root(resume[0], after=resume[1], expected=resume[2])
+            yield from self._yield_root(self._root_of(resume[0]), after=resume[1], expected=resume[2])
         for root in self.source_datapipe:
             yield from self._yield_root(root, after=None)
         self._root = self._last = None
         self._urls, self._record = [], None
+
+    def _root_of(self, key: str) -> str:
+        """The root a checkpoint names by ``key`` (:func:`~pipekit._redact.checkpoint_url`): one of the source's."""
+        root = resolve_checkpoint_url(key, upstream_strings(self.source_datapipe))
+        if root is None:
+            raise ReadError(
+                "resume listing", key, "list_files_by_fsspec",
+                "the checkpoint holds this root without its credentials, and no root of the pipeline's source "
+                "matches it: resume with the pipeline the checkpoint was taken from",
+            )
+        return root
 
     def _yield_root(self, root: str, after: str | None, expected: dict[str, Any] | None = None) -> Iterator[str]:
         self._root, self._last = root, after
@@ -334,6 +352,13 @@ class FSSpecFileLister(ResumablePipe):
         self._urls = urls
         if expected is not None and expected.get("digest") is not None:
             self._check_listing(root, after, urls, expected)
+        if after is not None:  # kept without its credentials (a digest at its end): the file listed
+            found = resolve_checkpoint_url(after, urls)
+            if found is None:
+                raise ReadError("resume listing", root, "list_files_by_fsspec",
+                                f"{after!r}, the last file read, is gone; resume from a checkpoint taken on these "
+                                "files, or start the epoch over")
+            self._last = after = found
         if not urls and root not in self._warned_empty:
             self._warned_empty.add(root)
             matching = f" matching masks {self.masks}" if self.masks else ""
@@ -351,10 +376,11 @@ class FSSpecFileLister(ResumablePipe):
 
     def _check_listing(self, root: str, last: str | None, urls: list[str], expected: dict[str, Any]) -> None:
         """Refuse to resume ``root`` when its listing is not the one the checkpoint's positions count."""
-        change = listing_change(expected, urls)
-        if change is None:
+        kept = _kept(root, urls)
+        change = listing_change(expected, kept)
+        if change is None or (kept is not urls and listing_change(expected, urls) is None):  # (taken with them)
             return
-        gone = f"; {last!r}, the last file read, is gone" if last is not None and last not in set(urls) else ""
+        gone = f"; {last!r}, the last file read, is gone" if last is not None and last not in set(kept) else ""
         raise ReadError(
             "resume listing", root, "list_files_by_fsspec",
             f"the files under it changed since the checkpoint ({change}{gone}): the positions "
@@ -362,6 +388,14 @@ class FSSpecFileLister(ResumablePipe):
             "repeat some files and skip others; resume from a checkpoint taken on these files, or start the "
             "epoch over",
         )
+
+
+def _kept(root: str, urls: list[str]) -> list[str]:
+    """The listing as a checkpoint keeps it: ``urls`` itself, or, under a root with credentials, each URL
+    without them (:func:`~pipekit._redact.checkpoint_url`)."""
+    if redact_secrets(root) == root:
+        return urls
+    return [checkpoint_url(url) for url in urls]
 
 
 _BUILTIN_OPEN_KWARGS = {"encoding", "errors", "newline"}
@@ -469,7 +503,10 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
                 fs, path = _remote_fs(url, self.kwargs_for_connection)
                 if (fs_is_local(fs) or "memory" in _protocols(fs) or self.retry.attempts == 1
                         or "compression" in self.kwargs_for_open):
-                    file = fs.open(path, self.mode, **self.kwargs_for_open)
+                    if self.mode == "rb" and "compression" not in self.kwargs_for_open and is_http(fs):
+                        file = open_http(fs, path, self.kwargs_for_open)
+                    else:
+                        file = fs.open(path, self.mode, **self.kwargs_for_open)
                 else:
                     file = self._open_retrying(fs, path, url)
         except ReadError:
@@ -482,8 +519,10 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
         text_kwargs = {k: v for k, v in self.kwargs_for_open.items() if k in _BUILTIN_OPEN_KWARGS}
         binary_kwargs = {k: v for k, v in self.kwargs_for_open.items() if k not in _BUILTIN_OPEN_KWARGS}
 
+        http = is_http(fs)
+
         def open_fn() -> Any:
-            return fs.open(path, "rb", **binary_kwargs)
+            return open_http(fs, path, binary_kwargs) if http else fs.open(path, "rb", **binary_kwargs)
 
         raw = RetryingFile(open_fn, url, "open_files_by_fsspec", self.retry)
         if "b" in self.mode:
@@ -525,57 +564,6 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
 
     def __len__(self) -> int:
         return len(self.source_datapipe)  # type: ignore[arg-type]
-
-
-# open_each keeps weak references to the streams it opened, to close those still open if the
-# iteration fails; it drops the dead ones whenever the list has doubled since the last time.
-_PRUNE_AT = 64
-
-
-def open_each(
-    urls: Iterable[str], reopen: Callable[[str], StreamWrapper], on_error: str, skip_log: SkipLog,
-    stamps: StampLog | None = None,
-) -> Iterator[tuple[str, StreamWrapper]]:
-    """Yield ``(url, reopen(url))`` for each URL: the loop shared by the opening pipes.
-
-    A :class:`~pipekit.errors.ReadError` from ``reopen`` is raised, or recorded
-    in ``skip_log`` when ``on_error == "skip"``.  ``stamps`` (a
-    :class:`~pipekit.pipes._stamps.StampLog`, or ``None``) logs each file
-    opened, and raises :class:`~pipekit.errors.CheckpointError` for one that
-    changed since the checkpoint a resumed run reads again.  If the iteration fails, every
-    stream opened here that is still open is closed before the error
-    propagates; streams handed out stay open otherwise (see
-    :class:`FSSpecFileOpener`).
-    """
-    # A list of weak references (pruned now and then) rather than a WeakSet: the same streams,
-    # without a Python-level add and removal callback per stream.
-    opened: list[weakref.ref[StreamWrapper]] = []
-    prune_at = _PRUNE_AT
-    stage = skip_log.stage
-    try:
-        for url in urls:
-            try:
-                stream = reopen(url)
-            except ReadError as exc:
-                if on_error == "raise":
-                    raise
-                skip_log.record(exc)
-                continue
-            if stamps is not None:
-                stamps.opened(url, stream, stage)
-            opened.append(weakref.ref(stream))
-            if len(opened) >= prune_at:
-                opened = [ref for ref in opened if (s := ref()) is not None and not s.closed]
-                prune_at = max(_PRUNE_AT, 2 * len(opened))
-            note_opened(url, stage)
-            yield url, stream
-            del stream
-    except Exception:  # the pipeline is broken: close what is still open
-        for ref in opened:
-            stream = ref()
-            if stream is not None and not stream.closed:
-                stream.close()
-        raise
 
 
 # The savers live in their own module (this one was past 880 lines), importable from here as before; and

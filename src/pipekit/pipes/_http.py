@@ -24,7 +24,8 @@ import fsspec
 from fsspec.asyn import sync
 
 from pipekit.errors import ReadError, SkipLog, check_on_error
-from pipekit.pipes._fsspec_io import open_each
+from pipekit.pipes._opening import open_each
+from pipekit.pipes._stamps import StampLog
 from pipekit.pipes.base import IterDataPipe, StreamWrapper, functional_datapipe
 from pipekit.retry import default_timeouts
 
@@ -64,13 +65,28 @@ def _reason(exc: BaseException, timeout: float | None) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _response_details(response: Any) -> dict[str, Any]:
+    """What a response's headers say of the version of its body: its size, ETag and Last-Modified (if sent)."""
+    headers = getattr(response, "headers", None) or {}
+    length = headers.get("Content-Length")
+    details: dict[str, Any] = {"size": int(length) if length and length.isdigit() else None}
+    if headers.get("ETag"):
+        details["ETag"] = headers["ETag"]
+    if headers.get("Last-Modified"):
+        details["LastModified"] = headers["Last-Modified"]
+    return details
+
+
 class _HttpRaw(io.RawIOBase):
     """A raw, non-seekable binary stream over an fsspec ``HTTPStreamFile``.
 
     ``io.BufferedReader`` on top of it gives correct ``readline`` and line
     iteration (fsspec's streaming file seeks back after ``readline``, which a
     stream cannot do).  Read failures (a timeout, a dropped connection) raise
-    :class:`~pipekit.errors.ReadError` naming the URL.
+    :class:`~pipekit.errors.ReadError` naming the URL.  ``details``: the
+    version of the body the response announced (``size``, ``ETag``,
+    ``LastModified``), as fsspec's files carry it, for
+    :func:`~pipekit.pipes._stamps.file_stamp`.
     """
 
     def __init__(self, file: Any, url: str, timeout: float | None) -> None:
@@ -78,6 +94,7 @@ class _HttpRaw(io.RawIOBase):
         self._file = file
         self.name = url
         self._timeout = timeout
+        self.details = _response_details(getattr(file, "r", None))
 
     def readable(self) -> bool:
         return True
@@ -141,7 +158,13 @@ class HttpReader(IterDataPipe[tuple[str, StreamWrapper]]):
     Only fetching is skipped on error: a failure while the consumer reads a
     stream raises ``ReadError`` from the read.  The pipe is stateless for
     resume; :meth:`reopen` fetches a URL again with the same options (archive
-    loaders resuming mid-archive use it).
+    loaders resuming mid-archive use it).  In a pipeline whose resume fetches
+    files again (one resumed by replaying its items, or with a ``cycle``),
+    :class:`pipekit.DataLoader` has it stamp each response by its size and
+    ``ETag`` (else ``Last-Modified``) (:mod:`pipekit.pipes._stamps`): a file
+    fetched before a checkpoint and changed on the server since raises
+    :class:`~pipekit.errors.CheckpointError` naming its URL (without its
+    credentials) when the resumed run fetches it again.
 
     Example:
         >>> import functools, http.server, pathlib, tempfile, threading
@@ -164,6 +187,8 @@ class HttpReader(IterDataPipe[tuple[str, StreamWrapper]]):
     """
 
     stateless = True
+    stamps_files = True  # the loader gives it a StampLog where a resume reads files again (pipes/_stamps.py)
+    _stamp_log: StampLog | None = None
 
     def __init__(
         self,
@@ -264,7 +289,7 @@ class HttpReader(IterDataPipe[tuple[str, StreamWrapper]]):
         return StreamWrapper(io.BufferedReader(raw, buffer_size=1 << 16), name=url)
 
     def __iter__(self) -> Iterator[tuple[str, StreamWrapper]]:
-        yield from open_each(self.source_datapipe, self.reopen, self.on_error, self.skip_log)
+        yield from open_each(self.source_datapipe, self.reopen, self.on_error, self.skip_log, self._stamp_log)
 
     def __len__(self) -> int:
         return len(self.source_datapipe)  # type: ignore[arg-type]

@@ -7,7 +7,7 @@ before it again.  A file read before the checkpoint and replaced since would be 
 next pass, with its new contents, where the run the checkpoint was taken from read the old ones.
 
 So, in such pipelines, :class:`pipekit.DataLoader` gives the pipes that open files
-(``open_files_by_fsspec``, the archive loaders: their class sets ``stamps_files = True``) a
+(``open_files_by_fsspec``, ``read_from_http``, the archive loaders: their class sets ``stamps_files = True``) a
 :class:`StampLog` for the epoch.  Each file opened is *stamped* (:func:`file_stamp`:
 ``"size:ETag"``, ``"size:mtime"``... from the open stream, without a request or ``stat`` of its own), a
 position records how many files were stamped by then, and a checkpoint holds their :func:`stamp_record`
@@ -38,7 +38,9 @@ from pipekit._redact import checkpoint_url, redact_url
 from pipekit.errors import CheckpointError
 from pipekit.pipes.base import StreamWrapper
 
-__all__ = ["STAMP_NAMES_LIMIT", "StampLog", "StampsAt", "file_stamp", "stamp_record", "upstream_strings"]
+__all__ = [
+    "STAMP_NAMES_LIMIT", "StampLog", "StampsAt", "file_stamp", "same_file", "stamp_record", "upstream_strings",
+]
 
 #: The most bytes a checkpoint keeps of the compressed ``(url, stamp)`` pairs of the files opened before its
 #: position, per process (10,000 local files take about 90 kB); past it only their digest and count.
@@ -51,7 +53,8 @@ def file_stamp(stream: Any) -> str | None:
     """``"size:version"`` of the file under ``stream``, from what its open already knows, or ``None``.
 
     fsspec's remote files (s3fs, HTTP, GCS...) carry the ``info()`` their open fetched: the size and the
-    ETag (else the modification time); a local file gets one ``fstat`` of its descriptor.  Wrappers
+    ETag (else the modification time), and ``read_from_http``'s streams those of their response's headers;
+    a local file gets one ``fstat`` of its descriptor.  Wrappers
     (:class:`StreamWrapper`, buffered and text readers, :class:`~pipekit.pipes._retrying_file.RetryingFile`)
     are looked through.  ``None`` where the stream tells nothing (an in-memory or decompressed one).
     """
@@ -130,6 +133,17 @@ def stamp_record(entries: list[tuple[str, str]], limit: int = STAMP_NAMES_LIMIT)
     return record
 
 
+def same_file(then: str, now: str) -> bool:
+    """Whether stamp ``now`` may be of the file stamped ``then``: the same stamp, or ``then`` told the size alone
+    (``"size:None"``: an HTTP file stamped before its server's version was read) and ``now`` is of that size.
+
+    Example:
+        >>> same_file("3:17", "3:17"), same_file("3:None", '3:"etag"'), same_file("3:None", '4:"etag"')
+        (True, True, False)
+    """
+    return then == now or (then.endswith(":None") and now.startswith(then[:-4]))  # "3:" (a size holds no colon)
+
+
 def _some(items: list[str], most: int = 5) -> str:
     return "; ".join(items[:most]) + (f" and {len(items) - most} more" if len(items) > most else "")
 
@@ -161,9 +175,14 @@ class StampLog:
     def opened(self, url: str, stream: Any, stage: str) -> None:
         """Log ``url``, just opened as ``stream`` by ``stage`` (closed if its stamp is not the checkpoint's: raises)."""
         file = stream.file_obj if type(stream) is StreamWrapper else stream
+        stamp: str | None = None
         if type(file) is io.BufferedReader:  # a local file opened with open(): one fstat, few calls (per file)
-            st = os.fstat(file.fileno())
-            stamp = f"{st.st_size}:{st.st_mtime_ns}" if st.st_mode & _S_IFMT == _S_IFREG else None
+            try:
+                st = os.fstat(file.fileno())
+            except (OSError, ValueError):  # a buffered reader over another raw stream (HTTP's): no descriptor
+                stamp = file_stamp(stream)
+            else:
+                stamp = f"{st.st_size}:{st.st_mtime_ns}" if st.st_mode & _S_IFMT == _S_IFREG else None
         else:
             stamp = file_stamp(stream)
         if stamp is None:
@@ -192,7 +211,7 @@ class StampLog:
 
     def _check(self, url: str, stamp: str, stage: str) -> None:
         then = self._expected.get(url) if self._expected is not None else None
-        if then is not None and then != stamp:
+        if then is not None and not same_file(then, stamp):
             raise CheckpointError(
                 f"{stage}: {redact_url(url)!r} changed since the checkpoint (size:version {then} then, {stamp} "
                 "now): it was read before the checkpoint and is read again after it (by the replay that "
