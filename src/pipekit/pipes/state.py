@@ -73,7 +73,7 @@ resumed by replaying its items (a pipe neither stateless nor resumable) or
 holds a pipe that reads its source again within an epoch (``cycle``: its
 class sets ``rereads = True``).  There :class:`pipekit.DataLoader` gives the
 pipes that open files (their class sets ``stamps_files = True``:
-``open_files_by_fsspec``, the archive loaders) a log in ``_stamp_log``, to
+``open_files_by_fsspec``, ``read_from_http``, the archive loaders) a log in ``_stamp_log``, to
 which they hand each file they open (``_stamp_log.opened(url, stream,
 stage)``, when it is not ``None``); a checkpoint holds the files' stamps and
 the resumed run refuses one read again that changed since, naming it
