@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from pipekit._validate import check_choice
 from pipekit.datasets._download import check_integrity, dataset_not_found, extract_archive, fetch_for_dataset
 from pipekit.datasets._eurosat import _InSplit
 from pipekit.datasets._nongeo import NonGeoClassificationDataset
@@ -74,8 +75,7 @@ class SplitListed(NonGeoClassificationDataset):
         checksum: bool = False,
     ) -> None:
         where = type(self).__name__
-        if split not in self.splits:
-            raise ValueError(f"{where}: split must be one of {', '.join(self.splits)}, got {split!r}")
+        check_choice(split, "split", where, self.splits)
         self.root = os.fspath(root)
         self.split = split
         self.download = bool(download)
