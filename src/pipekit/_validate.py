@@ -15,14 +15,25 @@ Example:
     Traceback (most recent call last):
     ...
     TypeError: header: limit must be an int >= 0, got str '3'
+    >>> check_choice("val", "split", "UCMerced", ("train", "val", "test"))
+    'val'
+    >>> check_choice("validation", "split", "UCMerced", ("train", "val", "test"))
+    Traceback (most recent call last):
+    ...
+    ValueError: UCMerced: split must be one of train, val, test, got 'validation'
+    >>> check_callable(5, "transforms", "VHR10")
+    Traceback (most recent call last):
+    ...
+    TypeError: VHR10: transforms must be callable or None, got 5
 """
 
 from __future__ import annotations
 
 import numbers
+from collections.abc import Sequence
 from typing import Any, Literal, overload
 
-__all__ = ["check_int"]
+__all__ = ["check_callable", "check_choice", "check_int"]
 
 
 def _what(minimum: int | None, allow_none: bool) -> str:
@@ -63,3 +74,30 @@ def check_int(value: Any, name: str, where: str, *, minimum: int | None = None, 
     if minimum is not None and value < minimum:
         raise ValueError(f"{where}: {name} must be {_what(minimum, allow_none)}, got {value}")
     return int(value)
+
+
+def check_choice(value: Any, name: str, where: str, choices: Sequence[Any]) -> Any:
+    """``value`` if it is one of ``choices``; else ``ValueError`` naming them (a dataset's ``split``).
+
+    Args:
+        value: what the user passed.
+        name: the argument's name.
+        where: the pipe's functional name or the class called, which starts the message.
+        choices: the values accepted, in the order the message lists them.
+    """
+    if value not in choices:
+        raise ValueError(f"{where}: {name} must be one of {', '.join(map(str, choices))}, got {value!r}")
+    return value
+
+
+def check_callable(value: Any, name: str, where: str) -> Any:
+    """``value`` if it is callable or ``None``; else ``TypeError`` (a dataset's ``transforms``).
+
+    Args:
+        value: what the user passed.
+        name: the argument's name.
+        where: the pipe's functional name or the class called, which starts the message.
+    """
+    if value is not None and not callable(value):
+        raise TypeError(f"{where}: {name} must be callable or None, got {value!r}")
+    return value

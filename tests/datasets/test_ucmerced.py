@@ -119,6 +119,11 @@ class TestUCMerced:
                                                        r"uc_merced-train\.txt"):
             UCMerced(tmp_path)
 
+    def test_transforms_not_callable_is_refused_naming_it(self, tmp_path):
+        # refused when the dataset is made, as LandCoverAI and VHR10 do, not at its first sample
+        with pytest.raises(TypeError, match="UCMerced: transforms must be callable or None, got 5"):
+            UCMerced(tmp_path, transforms=5)
+
     def test_plot(self, downloaded):
         import matplotlib.pyplot as plt
         from matplotlib.figure import Figure

@@ -104,7 +104,7 @@ def process_carry(pipes: list[Any], streams: list[Any], stages: list[str],
 
     ``{"pipes": pipeline state of the pipes that keep something across epochs, "streams": [each stream's
     state, or None for one not started in this process]}`` (either key absent when empty); ``plain``
-    turns a pipeline state into plain data (:func:`pipekit._loader._pipe.plain_position`, with ``stages``).
+    turns a pipeline state into plain data (:func:`pipekit._loader._sending.plain_position`, with ``stages``).
     """
     carry: dict[str, Any] = {}
     kept = epoch_carry(pipes)

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from pipekit._validate import check_callable, check_choice
 from pipekit.datasets._download import download_url, extract_archive
 from pipekit.datasets._nongeo import NonGeoDataset, read_chip
 from pipekit.decoders import decode_image_bytes
@@ -161,10 +162,8 @@ class LandCoverAI(NonGeoDataset):
         checksum: bool = False,
     ) -> None:
         where = type(self).__name__
-        if split not in self.splits:
-            raise ValueError(f"{where}: split must be one of {', '.join(self.splits)}, got {split!r}")
-        if transforms is not None and not callable(transforms):
-            raise TypeError(f"{where}: transforms must be callable or None, got {transforms!r}")
+        check_choice(split, "split", where, self.splits)
+        check_callable(transforms, "transforms", where)
         self.root = os.fspath(root)
         self.split = split
         self.transforms = transforms

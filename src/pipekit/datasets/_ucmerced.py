@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from pipekit._validate import check_callable, check_choice
 from pipekit.datasets._download import check_integrity, dataset_not_found, extract_archive, fetch_for_dataset
 from pipekit.datasets._eurosat import _InSplit
 from pipekit.datasets._nongeo import NonGeoClassificationDataset
@@ -74,8 +75,8 @@ class SplitListed(NonGeoClassificationDataset):
         checksum: bool = False,
     ) -> None:
         where = type(self).__name__
-        if split not in self.splits:
-            raise ValueError(f"{where}: split must be one of {', '.join(self.splits)}, got {split!r}")
+        check_choice(split, "split", where, self.splits)
+        check_callable(transforms, "transforms", where)
         self.root = os.fspath(root)
         self.split = split
         self.download = bool(download)
@@ -124,6 +125,7 @@ class UCMerced(SplitListed):
         DatasetNotFoundError: the data is not in ``root`` and ``download=False``
             (the message says what to fetch by hand).
         ValueError: an unknown ``split`` (TorchGeo: ``AssertionError``).
+        TypeError: ``transforms`` that is neither callable nor ``None``.
 
     Example:
         >>> import tempfile

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from pipekit._validate import check_callable, check_choice
 from pipekit.datasets._coco import COCODetection, collate_detection
 from pipekit.datasets._download import check_integrity, dataset_not_found, extract_archive, fetch_for_dataset
 from pipekit.datasets._nongeo import NonGeoDataset, read_chip
@@ -103,10 +104,8 @@ class VHR10(NonGeoDataset):
         checksum: bool = False,
     ) -> None:
         where = type(self).__name__
-        if split not in self.splits:
-            raise ValueError(f"{where}: split must be one of {', '.join(self.splits)}, got {split!r}")
-        if transforms is not None and not callable(transforms):
-            raise TypeError(f"{where}: transforms must be callable or None, got {transforms!r}")
+        check_choice(split, "split", where, self.splits)
+        check_callable(transforms, "transforms", where)
         self.root = os.fspath(root)
         self.split = split
         self.transforms = transforms
