@@ -260,6 +260,18 @@ class TestTarArchiveLoader:
         assert {k: v for k, v in state.items() if k != "stamp"} == {"url": shards[1], "entries": 3}
         assert state["stamp"].startswith(f"{os.path.getsize(shards[1])}:")  # what the position depends on
 
+    def test_a_mid_archive_stamp_that_told_the_size_alone_resumes(self, shards: list[str]) -> None:
+        # HTTP archives were stamped by their size alone before their server's ETag was read: such a checkpoint,
+        # taken before that upgrade, resumes where the archive still has that size, and is refused where not.
+        size = os.path.getsize(shards[1])
+        loader = IterableWrapper(shards).open_files_by_fsspec(mode="rb").load_from_tar()
+        loader.load_state_dict({"url": shards[1], "entries": 3, "stamp": f"{size}:None"})
+        assert [url for url, _ in loader][:2] == [f"{shards[1]}/0001.jpg", f"{shards[1]}/0001.cls"]
+        other = IterableWrapper(shards).open_files_by_fsspec(mode="rb").load_from_tar()
+        other.load_state_dict({"url": shards[1], "entries": 3, "stamp": f"{size + 512}:None"})
+        with pytest.raises(ArchiveError, match="changed since the checkpoint"):
+            list(other)
+
     def test_loaded_state_is_reported_until_the_loader_starts(self, shards: list[str]) -> None:
         # A checkpoint taken before a restored loader ran again must keep its position.
         loader = IterableWrapper(shards).open_files_by_fsspec(mode="rb").load_from_tar()

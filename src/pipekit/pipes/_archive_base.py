@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from pipekit._redact import checkpoint_url, redact_url, resolve_checkpoint_url
 from pipekit._validate import check_int
 from pipekit.errors import ArchiveError, CheckpointError, SkipLog, check_on_error
-from pipekit.pipes._stamps import StampLog, file_stamp, upstream_strings
+from pipekit.pipes._stamps import StampLog, file_stamp, same_file, upstream_strings
 from pipekit.pipes._stream_items import check_pair, note_opened, reopen_stream
 from pipekit.pipes.base import StreamWrapper
 from pipekit.pipes.state import ResumablePipe
@@ -214,7 +214,7 @@ class ArchiveLoader(ResumablePipe):
                 self._fail(exc)
             else:
                 now = file_stamp(stream) if stamp is not None else None
-                if now is not None and now != stamp:
+                if now is not None and not same_file(stamp, now):
                     stream.close()
                     raise ArchiveError(
                         "resume archive", url, self.stage,
