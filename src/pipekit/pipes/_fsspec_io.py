@@ -503,8 +503,8 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
                 fs, path = _remote_fs(url, self.kwargs_for_connection)
                 if (fs_is_local(fs) or "memory" in _protocols(fs) or self.retry.attempts == 1
                         or "compression" in self.kwargs_for_open):
-                    if self.mode == "rb" and "compression" not in self.kwargs_for_open and is_http(fs):
-                        file = open_http(fs, path, self.kwargs_for_open)
+                    if "compression" not in self.kwargs_for_open and is_http(fs):  # its version kept, text too
+                        file = open_http(fs, path, self.kwargs_for_open, self.mode)
                     else:
                         file = fs.open(path, self.mode, **self.kwargs_for_open)
                 else:

@@ -8,6 +8,7 @@ told, for the file's stamp (:mod:`pipekit.pipes._stamps`).
 
 from __future__ import annotations
 
+import io
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -34,14 +35,23 @@ def is_http(fs: Any) -> bool:
     return type(fs).__name__ == "HTTPFileSystem" and not {"http", "https"}.isdisjoint(_protocols(fs))
 
 
-def open_http(fs: Any, path: str, kwargs: dict[str, Any]) -> Any:
-    """``fs.open(path, "rb")`` on fsspec's HTTP filesystem, the file's ``details`` telling its version.
+# fs.open's text arguments: fsspec's open hands them to the io.TextIOWrapper it puts around a binary file
+_TEXT_ARGS = ("encoding", "errors", "newline")
+
+
+def open_http(fs: Any, path: str, kwargs: dict[str, Any], mode: str = "rb") -> Any:
+    """``fs.open(path, mode)`` on fsspec's HTTP filesystem, the file's ``details`` telling its version.
 
     fsspec's open asks the server for the file's size (a ``HEAD``) and keeps the ``ETag`` and
     ``Last-Modified`` it answered to itself: here that request is made first and its answer given to the
     open (which then makes no request of its own) and kept in the file's ``details``, where
-    :func:`~pipekit.pipes._stamps.file_stamp` reads them.
+    :func:`~pipekit.pipes._stamps.file_stamp` reads them.  A text ``mode`` wraps that binary file in an
+    :class:`io.TextIOWrapper` (``encoding``, ``errors``, ``newline`` of ``kwargs``), as fsspec's open does.
     """
+    if "b" not in mode:
+        text = {k: v for k, v in kwargs.items() if k in _TEXT_ARGS}
+        binary = {k: v for k, v in kwargs.items() if k not in _TEXT_ARGS}
+        return io.TextIOWrapper(open_http(fs, path, binary), **text)
     if "size" in kwargs:
         return fs.open(path, "rb", **kwargs)
     info = fs.info(path, **{k: v for k, v in kwargs.items() if k not in _HTTP_OPEN_ARGS})  # as fsspec's open asks

@@ -138,7 +138,10 @@ class ResampledShardList(SeededPipe):
     Each worker and rank draws its own stream (the epoch seed is mixed with the worker id and rank), so no
     split is needed (:meth:`apply_sharding` does nothing: the source is its own sharding point) and every
     process reads as many samples as it is asked for: equal-length epochs across ranks.  Resume: the draws
-    made, and the generator's state.
+    made, and the generator's state.  An epoch opens a shard again each time it is drawn, so a resumed epoch
+    reads again shards read before the checkpoint (``rereads``): :class:`pipekit.DataLoader` has the openers
+    stamp each shard (:mod:`pipekit.pipes._stamps`), and one replaced since the checkpoint raises
+    :class:`~pipekit.errors.CheckpointError` naming it when it is drawn again.
 
     Example:
         >>> shards = ResampledShardList(["s-0.tar", "s-1.tar", "s-2.tar"], nshards=5).set_seed(0)
@@ -147,6 +150,7 @@ class ResampledShardList(SeededPipe):
     """
 
     seed_per_worker = True
+    rereads = True  # draws with replacement: the shards of an epoch are opened again (pipes/_stamps.py)
     state_keys = ("count",)
 
     def __init__(self, urls: Sequence[str], nshards: int = sys.maxsize, seed: int | None = None,

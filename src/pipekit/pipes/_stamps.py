@@ -2,9 +2,10 @@
 
 A resume that reads files again reaches the checkpoint's position only if those files are still what
 they were: a *counted* position (a pipeline with ``fork``, ``demux``, ``unbatch``...) is reached by
-replaying the epoch's items from its start, and a later pass of ``cycle`` opens the files of the passes
-before it again.  A file read before the checkpoint and replaced since would be replayed, or read by the
-next pass, with its new contents, where the run the checkpoint was taken from read the old ones.
+replaying the epoch's items from its start, a later pass of ``cycle`` opens the files of the passes
+before it again, and shards drawn with replacement (``TarShards(resampled=True)``) are drawn again.  A file
+read before the checkpoint and replaced since would be replayed, or read again, with its new contents, where
+the run the checkpoint was taken from read the old ones.
 
 So, in such pipelines, :class:`pipekit.DataLoader` gives the pipes that open files
 (``open_files_by_fsspec``, ``read_from_http``, the archive loaders: their class sets ``stamps_files = True``) a
@@ -215,8 +216,8 @@ class StampLog:
             raise CheckpointError(
                 f"{stage}: {redact_url(url)!r} changed since the checkpoint (size:version {then} then, {stamp} "
                 "now): it was read before the checkpoint and is read again after it (by the replay that "
-                "resumes a pipeline counting its items, or by a later pass of a cycle), with other contents "
-                f"than the run the checkpoint was taken from read; {_ADVICE}"
+                "resumes a pipeline counting its items, by a later pass of a cycle, or drawn again from resampled "
+                f"shards), with other contents than the run the checkpoint was taken from read; {_ADVICE}"
             )
 
     def at(self, lazy: bool) -> dict[str, Any] | StampsAt:
