@@ -76,7 +76,7 @@ def check_int(value: Any, name: str, where: str, *, minimum: int | None = None, 
     return int(value)
 
 
-def check_choice(value: Any, name: str, where: str, choices: Sequence[Any]) -> Any:
+def check_choice(value: Any, name: str, where: str, choices: Sequence[Any], *, context: str = "") -> Any:
     """``value`` if it is one of ``choices``; else ``ValueError`` naming them (a dataset's ``split``).
 
     Args:
@@ -84,9 +84,17 @@ def check_choice(value: Any, name: str, where: str, choices: Sequence[Any]) -> A
         name: the argument's name.
         where: the pipe's functional name or the class called, which starts the message.
         choices: the values accepted, in the order the message lists them.
+        context: what the choices depend on, said after them (``"for version '3_block'"``); ``""``: nothing.
+
+    Example:
+        >>> check_choice("validation", "split", "So2Sat", ("train", "test"), context="for version '3_block'")
+        Traceback (most recent call last):
+        ...
+        ValueError: So2Sat: split must be one of train, test for version '3_block', got 'validation'
     """
     if value not in choices:
-        raise ValueError(f"{where}: {name} must be one of {', '.join(map(str, choices))}, got {value!r}")
+        said = f" {context}" if context else ""
+        raise ValueError(f"{where}: {name} must be one of {', '.join(map(str, choices))}{said}, got {value!r}")
     return value
 
 

@@ -89,6 +89,11 @@ def test_geotiff_chips_and_separate_annotation_file(tmp_path):
 def test_bad_files_raise_naming_them(coco_root, tmp_path):
     with pytest.raises(DatasetNotFoundError, match=r"nope.json"):
         COCODetection(coco_root, "nope.json")
+    # bad arguments are refused as such before the JSON is looked for
+    with pytest.raises(TypeError, match="COCODetection: transforms must be callable or None, got 5"):
+        COCODetection(coco_root, "nope.json", transforms=5)
+    with pytest.raises(ValueError, match="COCODetection: mask_rule must be one of pillow, pycocotools, got 'cv2'"):
+        COCODetection(coco_root, "nope.json", mask_rule="cv2")
     (coco_root / "broken.json").write_text("{not json")
     with pytest.raises(ParseError, match=r"broken\.json"):
         COCODetection(coco_root, "broken.json")

@@ -405,6 +405,16 @@ class TestEuroSAT:
             mirror(tmp_path, bands=["B13"], download=True)
         assert os.listdir(tmp_path) == []  # nothing was downloaded for a bad argument
 
+    def test_transforms_not_callable_is_refused_before_any_download(self, tmp_path):
+        # refused when the dataset is made, as UCMerced does, not after fetching (here: failing to fetch) its data
+        class Mirrored(EuroSAT):
+            url = (tmp_path / "mirror").as_uri() + "/"
+
+        (tmp_path / "root").mkdir()
+        with pytest.raises(TypeError, match="Mirrored: transforms must be callable or None, got 5"):
+            Mirrored(tmp_path / "root", transforms=5, download=True)
+        assert os.listdir(tmp_path / "root") == []
+
     def test_archive_present_is_extracted_and_checksums_are_checked(self, mirror, server, tmp_path):
         mirror(tmp_path / "a", download=True)
         root = tmp_path / "b"

@@ -86,8 +86,12 @@ def test_not_found_says_what_to_download_and_bad_checksum(root, tmp_path, monkey
             as info:
         InriaAerialImageLabeling(root, checksum=True)
     assert isinstance(info.value, RuntimeError) and not (root / "AerialImageDataset").exists()
-    with pytest.raises(ValueError, match="split must be one of train, val, test"):
+    with pytest.raises(ValueError, match="InriaAerialImageLabeling: split must be one of train, val, test, "
+                                         "got 'validation'"):
         InriaAerialImageLabeling(root, split="validation")
+    # refused before the archive is looked for, not as a missing dataset
+    with pytest.raises(TypeError, match="InriaAerialImageLabeling: transforms must be callable or None, got 5"):
+        InriaAerialImageLabeling(tmp_path / "empty", transforms=5)
 
 
 def test_plot(root):

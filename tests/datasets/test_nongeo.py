@@ -251,3 +251,16 @@ class TestLoading:
 def test_exported():
     for name in ("NonGeoDataset", "NonGeoClassificationDataset", "ChipRecipe", "EuroSAT", "COCODetection"):
         assert name in datasets.__all__ and hasattr(datasets, name)
+
+
+@pytest.mark.parametrize(("make", "name"), [
+    (lambda p, fn: ChipRecipe([0], collate_fn=fn), "ChipRecipe: collate_fn"),
+    (lambda p, fn: datasets.ImageFolder(p, collate_fn=fn), "ImageFolder: collate_fn"),
+    (lambda p, fn: datasets.TarShards(f"{p}/s-{{0..1}}.tar", collate_fn=fn), "TarShards: collate_fn"),
+    (lambda p, fn: NonGeoClassificationDataset(p, loader=fn), "NonGeoClassificationDataset: loader"),
+    (lambda p, fn: datasets.IndexedShards(f"{p}/s-{{0..1}}.tar", transform=fn), "IndexedShards: transform"),
+], ids=["ChipRecipe", "ImageFolder", "TarShards", "NonGeoClassificationDataset", "IndexedShards"])
+def test_a_function_argument_not_callable_is_refused_naming_it(tmp_path, make, name):
+    # one sentence for every dataset and recipe, which says that None is accepted too; before any file is looked for
+    with pytest.raises(TypeError, match=f"^{name} must be callable or None, got 5$"):
+        make(tmp_path / "missing", 5)

@@ -120,6 +120,10 @@ class TestRESISC45:
                                                        r"resisc45-train\.txt"):
             RESISC45(tmp_path)
 
+    def test_transforms_not_callable_is_refused_naming_it(self, tmp_path):
+        with pytest.raises(TypeError, match="RESISC45: transforms must be callable or None, got 5"):
+            RESISC45(tmp_path, transforms=5)  # refused as such, not as a dataset not found
+
     def test_plot(self, downloaded):
         import matplotlib.pyplot as plt
         from matplotlib.figure import Figure

@@ -81,9 +81,14 @@ def test_errors(root, tmp_path, monkeypatch):
         So2Sat(path, bands=("S2_B01",))
     with pytest.raises(ValueError, match="version"):
         So2Sat(path, version="1")
+    with pytest.raises(TypeError, match="So2Sat: transforms must be callable or None, got 5"):
+        So2Sat(tmp_path, transforms=5)  # refused before the file is looked for
     monkeypatch.setitem(sys.modules, "h5py", None)  # h5py not installed
     with pytest.raises(DependencyNotFoundError, match=r"pip install 'pipekit\[hdf5\]'"):
         So2Sat(path)
+    # a bad argument is refused as such whether h5py is installed or not
+    with pytest.raises(ValueError, match="So2Sat: split must be one of train, test for version '3_block', got 'x'"):
+        So2Sat(path, version="3_block", split="x")
 
 
 def test_plot(root):

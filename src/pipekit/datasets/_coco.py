@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from pipekit._fs import is_local, local_path
+from pipekit._validate import check_callable, check_choice
 from pipekit.datasets._nongeo import NonGeoDataset, _read_bytes, read_chip, resolve_bands, select_bands
 from pipekit.errors import ParseError
 
@@ -196,6 +197,9 @@ class COCODetection(NonGeoDataset):
         ParseError: the JSON cannot be parsed or misses a field (naming the file
             and the entry).
         DatasetNotFoundError: ``ann_file`` does not exist.
+        ValueError: an unknown ``mask_rule``.
+        TypeError: ``root`` or ``ann_file`` that is not a path or URL, or ``transforms`` that is neither
+            callable nor ``None``.
 
     Example:
         >>> import json, os, tempfile
@@ -229,13 +233,10 @@ class COCODetection(NonGeoDataset):
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         where = type(self).__name__
-        if mask_rule not in _MASK_RULES:
-            raise ValueError(f"{where}: mask_rule must be one of {', '.join(_MASK_RULES)}, got {mask_rule!r}")
-        self.mask_rule = mask_rule
+        self.mask_rule = check_choice(mask_rule, "mask_rule", where, tuple(_MASK_RULES))
         if not isinstance(root, (str, os.PathLike)) or not isinstance(ann_file, (str, os.PathLike)):
             raise TypeError(f"{where}: root and ann_file must be paths or URLs")
-        if transforms is not None and not callable(transforms):
-            raise TypeError(f"{where}: transforms must be callable or None, got {transforms!r}")
+        check_callable(transforms, "transforms", where)
         self.root = os.fspath(root)
         self.ann_file = _join(self.root, os.fspath(ann_file))
         self.transforms = transforms

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from pipekit._validate import check_callable, check_choice
 from pipekit.datasets._download import download_and_extract_archive, download_url, extract_archive
 from pipekit.datasets._nongeo import NonGeoClassificationDataset
 from pipekit.errors import DatasetNotFoundError, RGBBandsMissingError
@@ -52,6 +53,7 @@ class EuroSAT(NonGeoClassificationDataset):
     Raises:
         DatasetNotFoundError: the data is not in ``root`` and ``download=False``.
         ValueError: an unknown ``split`` or band name.
+        TypeError: ``transforms`` that is neither callable nor ``None``.
 
     Example:
         >>> import tempfile
@@ -98,13 +100,14 @@ class EuroSAT(NonGeoClassificationDataset):
         download: bool = False,
         checksum: bool = False,
     ) -> None:
-        if split not in self.splits:
-            raise ValueError(f"{type(self).__name__}: split must be one of {', '.join(self.splits)}, got {split!r}")
+        where = type(self).__name__
+        check_choice(split, "split", where, self.splits)
+        check_callable(transforms, "transforms", where)  # before any download, as the split and the bands
         self.root = os.fspath(root)
         self.split = split
         self.download = bool(download)
         self.checksum = bool(checksum)
-        self._resolve_bands(bands, type(self).__name__)  # validate before any download
+        self._resolve_bands(bands, where)  # validate before any download
         self._verify()
         names = set()
         with open(os.path.join(self.root, self.split_filenames[split])) as f:

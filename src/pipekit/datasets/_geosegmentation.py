@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 import pipekit.pipes  # noqa: F401  (registers the functional names used below; pipekit.geo registers read_geo)
+from pipekit._validate import check_callable
 from pipekit.datasets._landsat import Landsat7, Landsat8
 from pipekit.datasets._naip import NAIP
 from pipekit.datasets._recipe import Recipe, check_positive_int, check_stage
@@ -277,8 +278,7 @@ class GeoSegmentation(Recipe):
         check_stage(transform, "transform", where)
         if transform is False:
             transform = None
-        if collate_fn is not None and not callable(collate_fn):
-            raise TypeError(f"{where}: collate_fn must be callable, got {collate_fn!r}")
+        check_callable(collate_fn, "collate_fn", where)
         if isinstance(indices, (str, AppendIndex)):
             indices = (indices,)
         if indices is None:

@@ -35,6 +35,7 @@ import torch
 
 import pipekit.pipes  # noqa: F401  (registers the functional names used below)
 from pipekit._fs import list_class_folders
+from pipekit._validate import check_callable
 from pipekit.collate import collate
 from pipekit.datasets._recipe import (
     ApplyToKey,
@@ -311,8 +312,7 @@ class ImageFolder(Recipe):
         if transform is True:
             transform = None
         check_stage(transform, "transform", where)
-        if collate_fn is not None and not callable(collate_fn):
-            raise TypeError(f"{where}: collate_fn must be callable, got {collate_fn!r}")
+        check_callable(collate_fn, "collate_fn", where)
         if bucket_by_aspect and batch_size is None:
             raise ValueError(f"{where}: bucket_by_aspect=True batches by aspect ratio, so it needs a batch_size")
         if bucket_by_aspect and isinstance(size, (tuple, list)):

@@ -21,6 +21,7 @@ import numpy as np
 import torch.utils.data
 
 from pipekit._fs import url_to_fs
+from pipekit._validate import check_callable
 from pipekit.datasets._tar_shards import expand_shard_urls
 from pipekit.errors import IndexCacheError, ReadError
 from pipekit.pipes._shard_index import (
@@ -275,8 +276,7 @@ class IndexedShards(torch.utils.data.Dataset):
     ) -> None:
         if storage_options is not None and not isinstance(storage_options, Mapping):
             raise TypeError(f"{_STAGE}: storage_options must be a dict, got {type(storage_options).__name__}")
-        if transform is not None and not callable(transform):
-            raise TypeError(f"{_STAGE}: transform must be callable or None, got {transform!r}")
+        check_callable(transform, "transform", _STAGE)
         self.storage_options = dict(storage_options or {})
         self.transform = transform
         self.shards = expand_shard_urls(urls, self.storage_options)

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from pipekit._validate import check_callable, check_choice
 from pipekit.datasets._download import calculate_md5, extract_archive
 from pipekit.datasets._nongeo import NonGeoDataset, read_chip
 from pipekit.errors import DatasetNotFoundError, HashError
@@ -55,6 +56,7 @@ class InriaAerialImageLabeling(NonGeoDataset):
         HashError: ``checksum=True`` and the archive's MD5 is not :attr:`md5`
             (a ``RuntimeError``; "Dataset corrupted", naming the archive).
         ValueError: an unknown ``split``.
+        TypeError: ``transforms`` that is neither callable nor ``None``.
 
     Example:
         >>> import tempfile
@@ -81,10 +83,8 @@ class InriaAerialImageLabeling(NonGeoDataset):
         checksum: bool = False,
     ) -> None:
         where = type(self).__name__
-        if split not in self.splits:
-            raise ValueError(f"{where}: split must be one of {', '.join(self.splits)}, got {split!r}")
-        if transforms is not None and not callable(transforms):
-            raise TypeError(f"{where}: transforms must be callable or None, got {transforms!r}")
+        check_choice(split, "split", where, self.splits)
+        check_callable(transforms, "transforms", where)
         self.root = os.fspath(root)
         self.split = split
         self.transforms = transforms

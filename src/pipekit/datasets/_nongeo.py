@@ -38,6 +38,7 @@ from torch.utils.data import Dataset
 
 import pipekit.pipes  # noqa: F401  (registers the functional names used below)
 from pipekit._fs import list_class_folders, local_path
+from pipekit._validate import check_callable
 from pipekit.collate import collate
 from pipekit.datasets._recipe import ListSource, Recipe, check_positive_int
 from pipekit.decoders import decode_image_bytes, decode_tiff
@@ -305,8 +306,7 @@ class ChipRecipe(Recipe):
                             f"got {type(dataset).__name__}")
         batch_size = check_positive_int(batch_size, "batch_size", where, allow_none=True)
         check_on_error(on_error)
-        if collate_fn is not None and not callable(collate_fn):
-            raise TypeError(f"{where}: collate_fn must be callable, got {collate_fn!r}")
+        check_callable(collate_fn, "collate_fn", where)
         if len(dataset) == 0:
             raise ValueError(f"{where}: the dataset is empty")
         self.dataset = dataset
@@ -404,8 +404,7 @@ class NonGeoClassificationDataset(NonGeoDataset):
         if not isinstance(root, (str, os.PathLike)):
             raise TypeError(f"{where}: root must be a path or URL, got {type(root).__name__}")
         for name, fn in (("transforms", transforms), ("loader", loader), ("is_valid_file", is_valid_file)):
-            if fn is not None and not callable(fn):
-                raise TypeError(f"{where}: {name} must be callable or None, got {fn!r}")
+            check_callable(fn, name, where)
         if storage_options is not None and not isinstance(storage_options, Mapping):
             raise TypeError(f"{where}: storage_options must be a dict, got {type(storage_options).__name__}")
         if isinstance(extensions, str) or not extensions or not all(isinstance(e, str) for e in extensions):

@@ -40,6 +40,7 @@ class RESISC45(SplitListed):
         DatasetNotFoundError: the data is not in ``root`` and ``download=False``
             (the message says what to fetch by hand).
         ValueError: an unknown ``split`` (TorchGeo: ``AssertionError``).
+        TypeError: ``transforms`` that is neither callable nor ``None``.
 
     Example:
         >>> import tempfile

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from pipekit._validate import check_callable, check_choice
 from pipekit.datasets._download import calculate_md5
 from pipekit.datasets._nongeo import NonGeoDataset
 from pipekit.errors import DatasetNotFoundError, DependencyNotFoundError, HashError, RGBBandsMissingError
@@ -70,7 +71,8 @@ class So2Sat(NonGeoDataset):
         DatasetNotFoundError: the split's file is not in ``root`` (the message
             says where to download it).
         HashError: ``checksum=True`` and the file's MD5 differs ("Dataset corrupted").
-        ValueError: an unknown version, split or band name.
+        ValueError: an unknown version, split (for the version) or band name.
+        TypeError: ``transforms`` that is neither callable nor ``None``.
 
     Example:
         >>> import tempfile
@@ -132,21 +134,17 @@ class So2Sat(NonGeoDataset):
         checksum: bool = False,
     ) -> None:
         where = type(self).__name__
-        h5py = _h5py()
-        if version not in self.versions:
-            raise ValueError(f"{where}: version must be one of {', '.join(self.versions)}, got {version!r}")
+        check_choice(version, "version", where, self.versions)
         splits = self.filenames_by_version[version]
-        if split not in splits:
-            raise ValueError(f"{where}: split must be one of {', '.join(splits)} for version {version!r}, "
-                             f"got {split!r}")
+        check_choice(split, "split", where, tuple(splits), context=f"for version {version!r}")
         if isinstance(bands, str) or not isinstance(bands, Sequence) or not bands:
             raise ValueError(f"{where}: bands must be a non-empty sequence of band names, got {bands!r}")
         for band in bands:
             if band not in self.all_band_names:
                 raise ValueError(f"{where}: {band!r} is an invalid band name; the bands are: "
                                  f"{', '.join(self.all_band_names)}")
-        if transforms is not None and not callable(transforms):
-            raise TypeError(f"{where}: transforms must be callable or None, got {transforms!r}")
+        check_callable(transforms, "transforms", where)
+        h5py = _h5py()  # after the arguments: a bad one is refused as such, h5py installed or not
         self.s1_band_indices = np.array([self.all_s1_band_names.index(b) for b in bands
                                          if b in self.all_s1_band_names], dtype=int)
         self.s1_band_names = [self.all_s1_band_names[i] for i in self.s1_band_indices]

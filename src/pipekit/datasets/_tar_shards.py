@@ -34,7 +34,7 @@ import torch
 import pipekit.pipes  # noqa: F401  (registers the functional names used below)
 from pipekit import _fast
 from pipekit._fs import redact_url, url_to_fs
-from pipekit._validate import check_int
+from pipekit._validate import check_callable, check_int
 from pipekit.collate import collate
 from pipekit.datasets._recipe import (
     ListSource,
@@ -397,8 +397,7 @@ class TarShards(Recipe):
         check_stage(transform, "transform", where)
         if transform is False:
             transform = None
-        if collate_fn is not None and not callable(collate_fn):
-            raise TypeError(f"{where}: collate_fn must be callable, got {collate_fn!r}")
+        check_callable(collate_fn, "collate_fn", where)
         if size is not None and decode is False:
             raise ValueError(f"{where}: size= resizes decoded images, but decode=False leaves them as bytes")
         if not isinstance(image_key, str):
