@@ -70,7 +70,7 @@ the middle of a file find it with :func:`find_reopen` and fall back to
 
 **Files read again**: a resume reads files again where the pipeline is
 resumed by replaying its items (a pipe neither stateless nor resumable) or
-holds a pipe that reads its source again within an epoch (``cycle``: its
+holds a pipe that reads its source again within an epoch (``cycle``, ``ResampledShardList``: their
 class sets ``rereads = True``).  There :class:`pipekit.DataLoader` gives the
 pipes that open files (their class sets ``stamps_files = True``:
 ``open_files_by_fsspec``, ``read_from_http``, the archive loaders) a log in ``_stamp_log``, to
