@@ -142,8 +142,8 @@ def start_stamps(pipes: list[Any], capable: bool, pending: dict[str, Any] | None
     """Give the pipes that open files (``stamps_files``) the epoch's :class:`StampLog`, or ``None``.
 
     A log only where a resume reads files again: the pipeline is resumed by replaying (not ``capable`` of
-    snapshots) or holds a pipe that reads its source again within an epoch (``rereads``: ``cycle``, ``ResampledShardList``).  A
-    resumed epoch's log expects the stamps of ``pending`` (the checkpoint's position).
+    snapshots) or holds a pipe that reads its source again within an epoch (``rereads``: ``cycle``,
+    ``ResampledShardList``).  A resumed epoch's log expects the stamps of ``pending`` (the checkpoint's position).
     """
     stamping = [dp for dp in pipes if getattr(type(dp), "stamps_files", False)]
     log = None
