@@ -1129,11 +1129,17 @@ def _median(values: list[float]) -> float:
 
 
 def parse_cpus(text: str) -> list[int]:
-    """``"0,2-3"`` -> ``[0, 2, 3]``."""
+    """``"0,2-3"`` -> ``[0, 2, 3]``; ``SystemExit`` naming ``--s3-pin`` for a list this process cannot run on."""
     cpus: list[int] = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        cpus.extend(range(int(lo), int(hi or lo) + 1))
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.partition("-")
+            cpus.extend(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise SystemExit(f"--s3-pin: {text!r} is not a CPU list such as 0 or 0,2-3") from None
+    allowed = os.sched_getaffinity(0)
+    if not cpus or not set(cpus) <= allowed:
+        raise SystemExit(f"--s3-pin: CPUs {text!r} are not among this machine's usable CPUs {sorted(allowed)}")
     return cpus
 
 
@@ -1146,6 +1152,12 @@ def pin_process(pid: int, cpus: list[int]) -> None:
 
 def s3_section(args: argparse.Namespace, root: Path) -> None:
     variants = [v for v in S3_LABELS if v in args.s3_variants]
+    pins = reader_cpus = None
+    if args.s3_pin:  # checked before anything starts
+        server_text, colon, reader_text = args.s3_pin.partition(":")
+        if not colon:
+            raise SystemExit(f"--s3-pin: {args.s3_pin!r} should be SERVER:READERS CPU lists, e.g. 1:0")
+        pins = parse_cpus(server_text), parse_cpus(reader_text)
     gdal_options = dict(item.split("=", 1) for item in args.s3_gdal)
     print(
         f"\n== 4. From S3: COGs ({args.cog_blocksize} px tiles) on a local SeaweedFS server vs local disk, "
@@ -1174,11 +1186,9 @@ def s3_section(args: argparse.Namespace, root: Path) -> None:
             fs.put_file(str(path), f"{bucket}/{path.relative_to(cog_root).as_posix()}")
         total = sum(p.stat().st_size for p in cog_root.rglob("*.*") if p.is_file())
         print(f"  uploaded {total / MIB:.0f} MiB in {time.perf_counter() - start:.1f} s to s3://{bucket}/", flush=True)
-        reader_cpus = None
-        if args.s3_pin:
-            server_text, _, reader_text = args.s3_pin.partition(":")
-            reader_cpus = parse_cpus(reader_text)
-            pin_process(server.process.pid, parse_cpus(server_text))
+        if pins is not None:
+            server_cpus, reader_cpus = pins
+            pin_process(server.process.pid, server_cpus)
             print(f"  --s3-pin: the S3 server on CPUs {server_text}, each reader and its workers on CPUs {reader_text}")
         port = int(server.endpoint_url.rsplit(":", 1)[1])
         for _ in range(args.s3_repeat):  # the variants side by side, round after round: load shifts hit them all
