@@ -182,3 +182,35 @@ def test_a_replayed_resume_refuses_a_file_replaced_on_a_web_server_by_one_of_the
     resumed.load_state_dict(state)
     with pytest.raises(CheckpointError, match=r"f1\.bin' changed since the checkpoint"):
         list(resumed)
+
+
+class _NoRanges(_Quiet):
+    """A web server that says it takes no range requests (``Accept-Ranges: none``) and sends whole files."""
+
+    def end_headers(self):
+        self.send_header("Accept-Ranges", "none")
+        super().end_headers()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("retry", [None, 1])
+def test_a_file_on_a_server_that_takes_no_ranges_is_read_whole(tmp_path, retry):
+    """fsspec opens such a file as a stream; the open that keeps the server's version must too, not as a file read
+    in ranged blocks (past its first block fsspec then raises "doesn't appear to support range requests")."""
+    data = bytes(range(256)) * 20  # 5,120 bytes: five blocks of 1,024
+    (tmp_path / "big.bin").write_bytes(data)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_NoRanges, directory=str(tmp_path)))
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/big.bin"
+        pipe = IterableWrapper([url]).open_files_by_fsspec(mode="rb", retry=retry, block_size=1024)
+        for got, stream in pipe:
+            stamp = file_stamp(stream)
+            assert stamp is not None and stamp.startswith("5120:") and not stamp.endswith(":None")  # its version
+            pieces = [stream.read(1000) for _ in range(6)]  # as a decoder or tarfile reads: piece by piece
+            stream.close()
+            assert (got, b"".join(pieces)) == (url, data)
+    finally:
+        server.shutdown()
+        server.server_close()

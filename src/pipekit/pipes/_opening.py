@@ -55,9 +55,16 @@ def open_http(fs: Any, path: str, kwargs: dict[str, Any], mode: str = "rb") -> A
     if "size" in kwargs:
         return fs.open(path, "rb", **kwargs)
     info = fs.info(path, **{k: v for k, v in kwargs.items() if k not in _HTTP_OPEN_ARGS})  # as fsspec's open asks
-    file = fs.open(path, "rb", size=info.get("size"), **kwargs)
+    if info.get("partial", True) is False:
+        # the server said it takes no range requests (Accept-Ranges: none): fsspec's open streams such a file
+        # (block_size=0), where a file read in ranged blocks fails past its first block
+        file = fs.open(path, "rb", size=info.get("size"), **{**kwargs, "block_size": 0})
+    else:
+        file = fs.open(path, "rb", size=info.get("size"), **kwargs)
     details = getattr(file, "details", None)
     if isinstance(details, dict):
+        if details.get("size") is None and info.get("size") is not None:  # a stream file knows no size
+            details["size"] = info["size"]
         if info.get("ETag"):
             details["ETag"] = info["ETag"]
         if info.get("Last-Modified"):
