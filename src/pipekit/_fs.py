@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipekit._redact import redact_secrets, redact_url
+from pipekit._redact import redact_secrets, redact_url, shown_url
 
 __all__ = [
     "ClassFolders",
@@ -254,8 +254,8 @@ def listing_change(record: Mapping[str, Any], urls: Sequence[str]) -> str | None
     before = old.split("\n") if old or count else []
     now = set(urls)
     then = set(before)
-    gone = [u for u in before if u not in now]
-    new = [u for u in urls if u not in then]
+    gone = [shown_url(u) for u in before if u not in now]  # (checkpoint URLs: named without their digests)
+    new = [shown_url(u) for u in urls if u not in then]
     parts = ([f"gone {_some(gone)}"] if gone else []) + ([f"new {_some(new)}"] if new else [])
     if not parts:
         parts = ["the same files in another order"]

@@ -144,6 +144,19 @@ def checkpoint_url(url: str) -> str:
     return f"{redacted} (blake2b {digest.hexdigest()})"
 
 
+def shown_url(key: str) -> str:
+    """A :func:`checkpoint_url` as a message shows it: without the digest, which is for matching, not for a reader.
+
+    Example:
+        >>> shown_url(checkpoint_url("s3://AKIA1:s3cr3t@b/k.tar"))
+        's3://AKIA1:***@b/k.tar'
+        >>> shown_url("/data/a.tar")
+        '/data/a.tar'
+    """
+    head, sep, tail = key.rpartition(" (blake2b ")
+    return head if sep and tail.endswith(")") else key
+
+
 def resolve_checkpoint_url(key: str, candidates: Iterable[str]) -> str | None:
     """The URL whose :func:`checkpoint_url` is ``key``: ``key`` itself when it holds no digest, else one of
     ``candidates`` (URLs, or roots the URL is under), or ``None`` when none is.

@@ -115,6 +115,7 @@ def test_a_listing_changed_since_the_checkpoint_is_refused_naming_the_root_witho
     with pytest.raises(ReadError, match=r"http://user:\*\*\*@127\.0\.0\.1:\d+/.*gone '.*f3\.txt") as info:
         list(resumed)
     assert SECRET not in str(info.value)
+    assert "blake2b" not in str(info.value)  # the checkpoint's digest is for matching, not for the reader
 
 
 @pytest.mark.timeout(60)
@@ -125,8 +126,9 @@ def test_a_root_not_in_the_resumed_pipeline_is_named(private_root):
     _, state = _checkpoint(root, 2)
     resumed = pipekit.DataLoader(_listing(root.replace(SECRET, "other-pw")))
     resumed.load_state_dict(state)
-    with pytest.raises(ReadError, match=r"http://user:\*\*\*@127\.0\.0\.1:\d+/.*without its credentials"):
+    with pytest.raises(ReadError, match=r"http://user:\*\*\*@127\.0\.0\.1:\d+/.*without its credentials") as info:
         list(resumed)
+    assert "blake2b" not in str(info.value)
 
 
 def _read(item: tuple) -> tuple:
@@ -165,3 +167,4 @@ def test_a_replayed_pipeline_over_the_listing_keeps_no_password_and_refuses_a_ch
     with pytest.raises(CheckpointError, match=r"'http://user:\*\*\*@127\.0\.0\.1:\d+/f1\.txt.*changed") as info:
         list(resumed)
     assert SECRET not in str(info.value)
+    assert "blake2b" not in str(info.value)

@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
-from pipekit._redact import checkpoint_url, redact_url, resolve_checkpoint_url
+from pipekit._redact import checkpoint_url, redact_url, resolve_checkpoint_url, shown_url
 from pipekit._validate import check_int
 from pipekit.errors import ArchiveError, CheckpointError, SkipLog, check_on_error
 from pipekit.pipes._stamps import StampLog, file_stamp, same_file, upstream_strings
@@ -160,7 +160,7 @@ class ArchiveLoader(ResumablePipe):
         url = resolve_checkpoint_url(key, upstream_strings(self.source_datapipe))
         if url is None:
             raise ArchiveError(
-                "reopen archive", key, self.stage,
+                "reopen archive", shown_url(key), self.stage,
                 "the checkpoint holds this URL without its credentials, and no URL or root of the pipeline's "
                 "source matches it: resume with the pipeline the checkpoint was taken from",
             )

@@ -26,7 +26,7 @@ from typing import Any
 from fsspec.implementations.local import LocalFileSystem as _LocalFileSystem
 
 from pipekit._fs import fs_is_local, listing_change, listing_record, local_path, url_to_fs
-from pipekit._redact import checkpoint_url, redact_secrets, resolve_checkpoint_url
+from pipekit._redact import checkpoint_url, redact_secrets, resolve_checkpoint_url, shown_url
 from pipekit.errors import ReadError, SkipLog, check_on_error
 from pipekit.pipes._builtin import IterableWrapper
 from pipekit.pipes._list_match import _join_url, _matcher, _scan_local
@@ -333,7 +333,7 @@ class FSSpecFileLister(ResumablePipe):
         root = resolve_checkpoint_url(key, upstream_strings(self.source_datapipe))
         if root is None:
             raise ReadError(
-                "resume listing", key, "list_files_by_fsspec",
+                "resume listing", shown_url(key), "list_files_by_fsspec",
                 "the checkpoint holds this root without its credentials, and no root of the pipeline's source "
                 "matches it: resume with the pipeline the checkpoint was taken from",
             )

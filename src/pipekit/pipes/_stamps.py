@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from pipekit._fs import local_path
-from pipekit._redact import checkpoint_url, redact_url
+from pipekit._redact import checkpoint_url, redact_url, shown_url
 from pipekit.errors import CheckpointError
 from pipekit.pipes.base import StreamWrapper
 
@@ -214,8 +214,8 @@ class StampLog:
         then = self._expected.get(url) if self._expected is not None else None
         if then is not None and not same_file(then, stamp):
             raise CheckpointError(
-                f"{stage}: {redact_url(url)!r} changed since the checkpoint (size:version {then} then, {stamp} "
-                "now): it was read before the checkpoint and is read again after it (by the replay that "
+                f"{stage}: {shown_url(redact_url(url))!r} changed since the checkpoint (size:version {then} then, "
+                f"{stamp} now): it was read before the checkpoint and is read again after it (by the replay that "
                 "resumes a pipeline counting its items, by a later pass of a cycle, or drawn again from resampled "
                 f"shards), with other contents than the run the checkpoint was taken from read; {_ADVICE}"
             )
