@@ -2,15 +2,18 @@
 
 Serves ``files`` (path -> bytes) with ``Range: bytes=N-`` support and records each request's path and
 Range header; ``status[path] = code`` answers that path with an error (401 for a host that needs a login).
-Nothing here touches the internet.
+:func:`serve_folder` serves a real folder instead, as a plain web server does (``HEAD``, ``Content-Length``,
+``Last-Modified``). Nothing here touches the internet.
 """
 
 from __future__ import annotations
 
+import functools
 import http.server
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 
 class Mirror(http.server.ThreadingHTTPServer):
@@ -68,6 +71,28 @@ def serve() -> Iterator[Mirror]:
     thread.start()
     try:
         yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class QuietFolderHandler(http.server.SimpleHTTPRequestHandler):
+    """Python's file server without its log lines (subclass it to add headers or a login)."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def serve_folder(
+    directory: str | Path, handler: type[http.server.SimpleHTTPRequestHandler] = QuietFolderHandler
+) -> Iterator[str]:
+    """The files of ``directory`` on a loopback web server: yields its base URL (no slash at the end)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(directory)))
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()

@@ -6,17 +6,15 @@ server or a mirror sends them), copied into ``cache_dir`` by ``TarShards(cache_d
 
 from __future__ import annotations
 
-import functools
-import http.server
 import os
 import pickle
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import pipekit
+from mirror_server import serve_folder
 from pipekit import datasets
 from pipekit.datasets._shard_cache import CachedShardOpener
 from pipekit.errors import CheckpointError
@@ -24,22 +22,13 @@ from pipekit.pipes import IterableWrapper
 from pipekit.synthetic import write_image_shards
 
 
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format, *args):  # keep the test output clean
-        pass
-
-
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     """Two shards of four samples in a folder, and the URL of that folder on a loopback HTTP server."""
     root = tmp_path / "served"
     write_image_shards(root, shards=2, per_shard=4, size=8, progress=False)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(root)))
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
-    yield root, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serve_folder(root) as url:
+        yield root, url
 
 
 def _replace_on_the_server(path: Path) -> None:

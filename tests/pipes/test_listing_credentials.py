@@ -8,11 +8,8 @@ private mirror's URL does); fsspec's HTTP listing gives each file's URL with the
 from __future__ import annotations
 
 import base64
-import functools
-import http.server
 import os
 import pickle
-import threading
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,16 +17,14 @@ from pathlib import Path
 import pytest
 
 import pipekit
+from mirror_server import QuietFolderHandler, serve_folder
 from pipekit.errors import CheckpointError, ReadError
 from pipekit.pipes import IterableWrapper
 
 SECRET = "s3cr3t-pw"
 
 
-class _BasicAuth(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format, *args):  # keep the test output clean
-        pass
-
+class _BasicAuth(QuietFolderHandler):
     def _allowed(self) -> bool:
         if self.headers.get("Authorization") == "Basic " + base64.b64encode(f"user:{SECRET}".encode()).decode():
             return True
@@ -52,12 +47,8 @@ def private_root(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     folder.mkdir()
     for i in range(5):
         (folder / f"f{i}.txt").write_bytes(b"x" * (i + 1))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_BasicAuth, directory=str(folder)))
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
-    yield folder, f"http://user:{SECRET}@127.0.0.1:{server.server_address[1]}/"
-    server.shutdown()
-    server.server_close()
+    with serve_folder(folder, _BasicAuth) as url:
+        yield folder, url.replace("http://", f"http://user:{SECRET}@") + "/"
 
 
 def _listing(root: str):

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import functools
-import http.server
 import io
 import os
 import pickle
-import threading
 import zlib
 from collections.abc import Iterator
 
 import pytest
 
 import pipekit
+from mirror_server import QuietFolderHandler, serve_folder
 from pipekit.errors import CheckpointError
 from pipekit.pipes import IterableWrapper
 from pipekit.pipes._stamps import StampLog, file_stamp, stamp_record
@@ -128,22 +126,13 @@ def test_a_record_holds_no_secret_of_the_urls_and_still_checks_them():
 # -- files read over HTTP by open_files_by_fsspec: stamped by the version the server tells --------------------
 
 
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format, *args):  # keep the test output clean
-        pass
-
-
 @pytest.fixture
 def web_folder(tmp_path) -> Iterator[tuple[object, str]]:
     """Three files served by Python's file server (Content-Length and Last-Modified, no ETag), and its URL."""
     for i in range(3):
         (tmp_path / f"f{i}.bin").write_bytes(bytes([i]) * (10 + i))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(tmp_path)))
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
-    yield tmp_path, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serve_folder(tmp_path) as url:
+        yield tmp_path, url
 
 
 def _read(item: tuple) -> tuple:
@@ -184,7 +173,7 @@ def test_a_replayed_resume_refuses_a_file_replaced_on_a_web_server_by_one_of_the
         list(resumed)
 
 
-class _NoRanges(_Quiet):
+class _NoRanges(QuietFolderHandler):
     """A web server that says it takes no range requests (``Accept-Ranges: none``) and sends whole files."""
 
     def end_headers(self):
@@ -199,11 +188,8 @@ def test_a_file_on_a_server_that_takes_no_ranges_is_read_whole(tmp_path, retry):
     in ranged blocks (past its first block fsspec then raises "doesn't appear to support range requests")."""
     data = bytes(range(256)) * 20  # 5,120 bytes: five blocks of 1,024
     (tmp_path / "big.bin").write_bytes(data)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_NoRanges, directory=str(tmp_path)))
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/big.bin"
+    with serve_folder(tmp_path, _NoRanges) as base:
+        url = f"{base}/big.bin"
         pipe = IterableWrapper([url]).open_files_by_fsspec(mode="rb", retry=retry, block_size=1024)
         for got, stream in pipe:
             stamp = file_stamp(stream)
@@ -211,6 +197,3 @@ def test_a_file_on_a_server_that_takes_no_ranges_is_read_whole(tmp_path, retry):
             pieces = [stream.read(1000) for _ in range(6)]  # as a decoder or tarfile reads: piece by piece
             stream.close()
             assert (got, b"".join(pieces)) == (url, data)
-    finally:
-        server.shutdown()
-        server.server_close()
