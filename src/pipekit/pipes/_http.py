@@ -25,7 +25,7 @@ from fsspec.asyn import sync
 
 from pipekit.errors import ReadError, SkipLog, check_on_error
 from pipekit.pipes._opening import open_each
-from pipekit.pipes._stamps import StampLog
+from pipekit.pipes._stamps import StampLog, http_version
 from pipekit.pipes.base import IterDataPipe, StreamWrapper, functional_datapipe
 from pipekit.retry import default_timeouts
 
@@ -69,12 +69,7 @@ def _response_details(response: Any) -> dict[str, Any]:
     """What a response's headers say of the version of its body: its size, ETag and Last-Modified (if sent)."""
     headers = getattr(response, "headers", None) or {}
     length = headers.get("Content-Length")
-    details: dict[str, Any] = {"size": int(length) if length and length.isdigit() else None}
-    if headers.get("ETag"):
-        details["ETag"] = headers["ETag"]
-    if headers.get("Last-Modified"):
-        details["LastModified"] = headers["Last-Modified"]
-    return details
+    return {"size": int(length) if length and length.isdigit() else None, **http_version(headers)}
 
 
 class _HttpRaw(io.RawIOBase):

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from pipekit.errors import ReadError, SkipLog
-from pipekit.pipes._stamps import StampLog
+from pipekit.pipes._stamps import StampLog, http_version
 from pipekit.pipes._stream_items import note_opened
 from pipekit.pipes.base import StreamWrapper
 
@@ -65,10 +65,7 @@ def open_http(fs: Any, path: str, kwargs: dict[str, Any], mode: str = "rb") -> A
     if isinstance(details, dict):
         if details.get("size") is None and info.get("size") is not None:  # a stream file knows no size
             details["size"] = info["size"]
-        if info.get("ETag"):
-            details["ETag"] = info["ETag"]
-        if info.get("Last-Modified"):
-            details["LastModified"] = info["Last-Modified"]
+        details.update(http_version(info))
     return file
 
 

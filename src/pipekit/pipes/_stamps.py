@@ -40,7 +40,8 @@ from pipekit.errors import CheckpointError
 from pipekit.pipes.base import StreamWrapper
 
 __all__ = [
-    "STAMP_NAMES_LIMIT", "StampLog", "StampsAt", "file_stamp", "same_file", "stamp_record", "upstream_strings",
+    "STAMP_NAMES_LIMIT", "StampLog", "StampsAt", "file_stamp", "http_version", "same_file", "stamp_record",
+    "upstream_strings",
 ]
 
 #: The most bytes a checkpoint keeps of the compressed ``(url, stamp)`` pairs of the files opened before its
@@ -48,6 +49,23 @@ __all__ = [
 STAMP_NAMES_LIMIT = 1 << 20
 
 _S_IFMT, _S_IFREG = 0o170000, stat.S_IFREG  # stat.S_ISREG without its call
+
+
+def http_version(headers: Any) -> dict[str, str]:
+    """The version an HTTP server told of a file (``ETag``, ``Last-Modified``), as ``details`` for :func:`file_stamp`.
+
+    ``headers``: a response's headers, or fsspec's HTTP ``info()`` (which keeps them under the same names).
+
+    Example:
+        >>> http_version({"ETag": '"v1"', "Last-Modified": "Sat, 28 Nov 2026 10:00:00 GMT", "Content-Length": "3"})
+        {'ETag': '"v1"', 'LastModified': 'Sat, 28 Nov 2026 10:00:00 GMT'}
+    """
+    version = {}
+    if headers.get("ETag"):
+        version["ETag"] = headers["ETag"]
+    if headers.get("Last-Modified"):
+        version["LastModified"] = headers["Last-Modified"]
+    return version
 
 
 def file_stamp(stream: Any) -> str | None:
